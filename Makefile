@@ -1,0 +1,51 @@
+# spark-ivm: `make demo` runs the quickstart, `make test` runs every test. Both start from
+# `make install`, which is idempotent: .venv/ at the root, the sbt launcher, the jar, and an
+# editable install of the Python package with its dev dependencies.
+VENV      := .venv
+PY        := $(VENV)/bin/python
+PIP       := $(VENV)/bin/pip
+VERSION   := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+JAR_NAME  := spark-ivm_2.13-$(VERSION).jar
+JAR       := python/spark_ivm/jars/$(JAR_NAME)
+SCALA_SRC := $(shell find scala -name '*.scala' 2>/dev/null)
+STAMP     := $(VENV)/.installed
+
+.PHONY: install jar demo test test-scala test-python test-cluster bench clean
+
+install: $(STAMP) $(JAR)
+
+$(VENV)/bin/python:
+	python3 -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+
+$(STAMP): $(VENV)/bin/python pyproject.toml
+	$(PIP) install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+jar: $(JAR)
+
+$(JAR): $(SCALA_SRC) build.sbt project/build.properties pyproject.toml
+	build/sbt package
+	mkdir -p python/spark_ivm/jars
+	rm -f python/spark_ivm/jars/spark-ivm_2.13-*.jar
+	cp target/scala-2.13/$(JAR_NAME) $(JAR)
+
+demo: install
+	$(PY) examples/quickstart.py
+
+test: install test-scala test-python test-cluster
+
+test-scala: install
+	build/sbt test
+
+test-python: install
+	$(VENV)/bin/pytest -q tests/python
+
+test-cluster: install
+	$(VENV)/bin/pytest -q tests/cluster
+
+bench: install
+	$(PY) benchmarks/run.py --help
+
+clean:
+	rm -rf target project/target project/project $(VENV) python/spark_ivm/jars/*.jar

@@ -1,0 +1,44 @@
+// spark-ivm: the Catalyst extension. Spark and Delta are `provided`: at run time they come
+// from the pyspark wheel and from the Delta package that `configure_spark_with_ivm` adds.
+// Their versions are pinned once, in pyproject.toml, and read from there.
+import scala.io.Source
+
+lazy val pins: Map[String, String] = {
+  val pin = """"([a-z-]+)==([0-9.]+)"""".r
+  val src = Source.fromFile("pyproject.toml")
+  try pin.findAllMatchIn(src.mkString).map(m => m.group(1) -> m.group(2)).toMap
+  finally src.close()
+}
+lazy val sparkVersion = pins("pyspark")
+lazy val deltaVersion = pins("delta-spark")
+lazy val sparkMajorMinor = sparkVersion.split('.').take(2).mkString(".")
+
+ThisBuild / organization := "io.sparkivm"
+ThisBuild / scalaVersion := "2.13.18"
+ThisBuild / version := "0.1.0"
+
+lazy val root = (project in file("."))
+  .settings(
+    name := "spark-ivm",
+    Compile / scalaSource := baseDirectory.value / "scala" / "src" / "main",
+    Test / scalaSource := baseDirectory.value / "scala" / "src" / "test",
+    Compile / resourceDirectory := baseDirectory.value / "scala" / "resources",
+    libraryDependencies ++= Seq(
+      "org.apache.spark" %% "spark-sql" % sparkVersion % Provided,
+      "io.delta" % s"delta-spark_${sparkMajorMinor}_2.13" % deltaVersion % Provided,
+      "org.scalatest" %% "scalatest" % "3.2.19" % Test
+    ),
+    scalacOptions ++= Seq("-deprecation", "-feature", "-unchecked", "-release", "17"),
+    Test / fork := true,
+    Test / javaOptions ++= Seq(
+      "-Xmx2g",
+      "--add-opens=java.base/java.lang=ALL-UNNAMED",
+      "--add-opens=java.base/java.nio=ALL-UNNAMED",
+      "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
+      "--add-opens=java.base/java.util=ALL-UNNAMED",
+      "--add-opens=java.base/java.lang.invoke=ALL-UNNAMED",
+      "--add-opens=java.base/sun.util.calendar=ALL-UNNAMED",
+      "-Dspark.ivm.test=true"
+    ),
+    Test / parallelExecution := false
+  )

@@ -1,0 +1,29 @@
+"""spark-ivm: incremental materialized views for Apache Spark on Delta Lake.
+
+``configure_spark_with_ivm`` sets up a SparkSession builder; ``MaterializedView`` is the
+handle on one view (refresh, describe, explain, enumerate its rows).
+"""
+
+from spark_ivm.errors import IvmError
+from spark_ivm.report import RefreshReport, SourceChange
+from spark_ivm.session import (
+    IVM_EXTENSION,
+    configure_spark_with_ivm,
+    delta_package,
+    ivm_jar_path,
+    spark_sql_args,
+)
+from spark_ivm.view import MaterializedView
+
+__all__ = [
+    "IVM_EXTENSION",
+    "IvmError",
+    "MaterializedView",
+    "RefreshReport",
+    "SourceChange",
+    "configure_spark_with_ivm",
+    "delta_package",
+    "ivm_jar_path",
+    "spark_sql_args",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,38 @@
+"""``spark-ivm-sql``: Spark's own ``spark-sql`` shell with spark-ivm and Delta configured.
+
+Every argument is passed on to ``spark-sql`` (``-e``, ``-f``, ``--conf``, ``--master`` ...).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import List, Optional
+
+from spark_ivm.session import spark_sql_args
+
+
+def spark_home() -> str:
+    """The Spark distribution inside the installed pyspark package."""
+    import pyspark
+
+    return os.environ.get("SPARK_HOME") or os.path.dirname(os.path.abspath(pyspark.__file__))
+
+
+def spark_sql_command(argv: List[str]) -> List[str]:
+    """The full ``spark-sql`` command line for these user arguments."""
+    return [os.path.join(spark_home(), "bin", "spark-sql"), *spark_sql_args(), *argv]
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    """Replace this process with spark-sql."""
+    cmd = spark_sql_command(list(sys.argv[1:] if argv is None else argv))
+    os.environ["SPARK_HOME"] = spark_home()
+    # spark-submit's scripts run Python helpers; make them find this environment's Python.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+    os.execv(cmd[0], cmd)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""What a refresh did, as returned by ``MaterializedView.refresh``."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Dict, List
+
+
+@dataclass(frozen=True)
+class SourceChange:
+    """One base table in a refresh: versions consumed and rows in its net change."""
+
+    table: str
+    from_version: int
+    to_version: int
+    changed_rows: int
+
+
+@dataclass(frozen=True)
+class RefreshReport:
+    """What one refresh did.
+
+    ``mode`` is ``incremental``, ``full``, ``noop`` (no base table changed) or ``skipped``
+    (a concurrent refresh committed the same changes first; nothing was applied twice).
+    """
+
+    view: str
+    mode: str
+    refresh_number: int
+    sources: List[SourceChange]
+    branches: List[str]
+    rows_inserted: int
+    rows_updated: int
+    rows_deleted: int
+    phases_ms: Dict[str, int] = field(default_factory=dict)
+    backing_version: int = -1
+    message: str = ""
+
+    @property
+    def source_rows_changed(self) -> int:
+        """Rows in the net changes of all base tables."""
+        return sum(s.changed_rows for s in self.sources)
+
+    @property
+    def view_rows_changed(self) -> int:
+        """Rows of the backing table inserted, updated or deleted."""
+        return self.rows_inserted + self.rows_updated + self.rows_deleted
+
+    @property
+    def total_ms(self) -> int:
+        """Wall time of the refresh in milliseconds."""
+        return sum(self.phases_ms.values())
+
+    @classmethod
+    def from_json(cls, text: str) -> "RefreshReport":
+        """Parse the JSON that REFRESH MATERIALIZED VIEW returns in its ``report`` column."""
+        d = json.loads(text)
+        return cls(
+            view=d["view"],
+            mode=d["mode"],
+            refresh_number=int(d["refresh_number"]),
+            sources=[SourceChange(**s) for s in d["sources"]],
+            branches=list(d["branches"]),
+            rows_inserted=int(d["rows_inserted"]),
+            rows_updated=int(d["rows_updated"]),
+            rows_deleted=int(d["rows_deleted"]),
+            phases_ms={k: int(v) for k, v in d["phases_ms"].items()},
+            backing_version=int(d["backing_version"]),
+            message=d["message"],
+        )
+
+    def __str__(self) -> str:
+        srcs = ", ".join(
+            f"{s.table} v{s.from_version}->v{s.to_version} ({s.changed_rows} rows)"
+            for s in self.sources
+        )
+        phases = ", ".join(f"{k} {v} ms" for k, v in self.phases_ms.items())
+        return (
+            f"{self.view}: {self.mode} refresh #{self.refresh_number}; sources: {srcs}; "
+            f"view rows +{self.rows_inserted} ~{self.rows_updated} -{self.rows_deleted}; "
+            f"{phases}"
+        )

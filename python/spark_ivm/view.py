@@ -1,0 +1,125 @@
+"""``MaterializedView``: the Python handle on one materialized view."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
+
+from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import functions as F
+
+from spark_ivm.errors import IvmError
+from spark_ivm.report import RefreshReport
+
+
+def quote_name(name: str) -> str:
+    """Back-quote each part of a dotted name unless the caller already quoted it."""
+    if "`" in name:
+        return name
+    return ".".join(f"`{part}`" for part in name.split("."))
+
+
+def _sql_string(value: str) -> str:
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+class MaterializedView:
+    """A materialized view maintained by spark-ivm.
+
+    Every method runs the same SQL statements a ``spark-sql`` user would, so the two stay
+    interchangeable: ``refresh`` is ``REFRESH MATERIALIZED VIEW``, ``describe`` is
+    ``DESCRIBE MATERIALIZED VIEW`` and so on.
+    """
+
+    def __init__(self, spark: SparkSession, name: str) -> None:
+        self.spark = spark
+        self.name = name
+        self._sql_name = quote_name(name)
+
+    @classmethod
+    def for_name(cls, spark: SparkSession, name: str) -> "MaterializedView":
+        """The view called ``name`` (``view`` or ``db.view``); raises if there is none."""
+        view = cls(spark, name)
+        view.describe()  # fails with IVM_VIEW_NOT_FOUND if it does not exist
+        return view
+
+    @classmethod
+    def create(
+        cls,
+        spark: SparkSession,
+        name: str,
+        query: str,
+        *,
+        refresh: str = "incremental",
+        comment: Optional[str] = None,
+        properties: Optional[Mapping[str, str]] = None,
+        if_not_exists: bool = False,
+        or_replace: bool = False,
+    ) -> "MaterializedView":
+        """CREATE MATERIALIZED VIEW ``name`` AS ``query``, and return its handle."""
+        props = {"ivm.refresh": refresh, **(properties or {})}
+        prop_sql = ", ".join(f"{_sql_string(k)} = {_sql_string(str(v))}" for k, v in props.items())
+        head = "CREATE OR REPLACE" if or_replace else "CREATE"
+        cond = " IF NOT EXISTS" if if_not_exists else ""
+        comment_sql = f" COMMENT {_sql_string(comment)}" if comment is not None else ""
+        spark.sql(
+            f"{head} MATERIALIZED VIEW{cond} {quote_name(name)}{comment_sql} "
+            f"TBLPROPERTIES ({prop_sql}) AS {query}"
+        )
+        return cls(spark, name)
+
+    def refresh(self, full: bool = False) -> RefreshReport:
+        """Bring the view up to date; ``full=True`` recomputes it from scratch."""
+        row = self.spark.sql(
+            f"REFRESH MATERIALIZED VIEW {self._sql_name}{' FULL' if full else ''}"
+        ).collect()[0]
+        return RefreshReport.from_json(row["report"])
+
+    def describe(self) -> Dict[str, Any]:
+        """Columns and metadata of the view, from DESCRIBE MATERIALIZED VIEW.
+
+        Returns ``{"columns": [(name, type), ...], "info": {key: value or [values]}}``.
+        """
+        rows = self.spark.sql(f"DESCRIBE MATERIALIZED VIEW {self._sql_name}").collect()
+        columns: List[Tuple[str, str]] = []
+        info: Dict[str, Any] = {}
+        in_info = False
+        for r in rows:
+            if r["col_name"].startswith("# "):
+                in_info = True
+            elif not in_info and r["col_name"]:
+                columns.append((r["col_name"], r["data_type"]))
+            elif in_info:
+                key, value = r["col_name"], r["data_type"]
+                if key in info:
+                    info[key] = [*info[key], value] if isinstance(info[key], list) else [info[key], value]
+                else:
+                    info[key] = value
+        return {"columns": columns, "info": info}
+
+    def explain_refresh(self) -> str:
+        """What the next refresh would run, in words and as Spark's plan. Changes nothing."""
+        return self.spark.sql(f"EXPLAIN REFRESH MATERIALIZED VIEW {self._sql_name}").collect()[0][0]
+
+    def to_df(self) -> DataFrame:
+        """The view as a DataFrame (the same as ``spark.table(name)``)."""
+        return self.spark.table(self._sql_name)
+
+    def rows(self, **equalities: Any) -> Iterator[Row]:
+        """Lazily iterate over the view's rows, optionally only those with these column values.
+
+        ``mv.rows(c_custkey=42)`` yields the rows whose ``c_custkey`` is 42 (``None`` matches
+        NULL). Rows are fetched one partition at a time, never the whole view at once.
+        """
+        df = self.to_df()
+        for column, value in equalities.items():
+            if column not in df.columns:
+                raise IvmError(f"view {self.name} has no column {column!r}; it has {df.columns}")
+            df = df.where(F.col(f"`{column}`").eqNullSafe(F.lit(value)))
+        return df.toLocalIterator()
+
+    def drop(self) -> None:
+        """DROP MATERIALIZED VIEW, with the tables it owns."""
+        self.spark.sql(f"DROP MATERIALIZED VIEW {self._sql_name}")
+
+    def __repr__(self) -> str:
+        return f"MaterializedView({self.name!r})"

@@ -1,0 +1,211 @@
+package io.sparkivm.catalog
+
+import java.util.Locale
+
+import scala.util.control.NonFatal
+
+import io.sparkivm.{IvmErrors, IvmException}
+import org.apache.spark.internal.Logging
+import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.catalyst.TableIdentifier
+import org.apache.spark.sql.catalyst.catalog.{CatalogTable, CatalogTableType}
+import org.apache.spark.sql.delta.DeltaLog
+import org.apache.spark.sql.ivm.SessionInternals
+import org.json4s._
+import org.json4s.jackson.JsonMethods.{compact, parse, render}
+
+/**
+ * Where materialized views live in Spark's catalog. A view `db.v` is two catalog objects:
+ *  - the backing Delta table `db.__ivm_backing_v`, holding the view's rows with their
+ *    multiplicity (`__ivm_count`) and aggregate state, and the view's metadata as `ivm.*`
+ *    table properties;
+ *  - the catalog view `db.v` over it (property `ivm.materialized`), which hides the `__ivm_*`
+ *    columns and the rows whose count is 0, so that any Spark session can read it.
+ */
+object ViewCatalog extends Logging {
+  val MarkerProperty = "ivm.materialized"
+  val BackingProperty = "ivm.backing"
+  val ViewProperty = "ivm.view"
+  val IdProperty = "ivm.id"
+  val QueryProperty = "ivm.query"
+  val DatabaseProperty = "ivm.database"
+  val RefreshProperty = "ivm.refresh"
+  val SourcesProperty = "ivm.sources"
+  val CommentProperty = "ivm.comment"
+  private val ReservedProperties = Set(MarkerProperty, BackingProperty, ViewProperty, IdProperty,
+    QueryProperty, DatabaseProperty, SourcesProperty, CommentProperty)
+  val BackingPrefix = "__ivm_backing_"
+  private val SessionCatalogName = "spark_catalog"
+
+  /** A view name as the user wrote it, qualified with the current database. */
+  def qualify(spark: SparkSession, parts: Seq[String]): TableIdentifier = parts match {
+    case Seq(name) => TableIdentifier(name, Some(spark.catalog.currentDatabase), Some(SessionCatalogName))
+    case Seq(db, name) => TableIdentifier(name, Some(db), Some(SessionCatalogName))
+    case Seq(cat, db, name) if cat.equalsIgnoreCase(SessionCatalogName) =>
+      TableIdentifier(name, Some(db), Some(SessionCatalogName))
+    case _ => throw new IvmException("IVM_INVALID_NAME",
+      s"${parts.mkString(".")} is not a valid materialized view name: materialized views live " +
+        s"in the session catalog ($SessionCatalogName), as [database.]name.")
+  }
+
+  def backingTable(view: TableIdentifier): TableIdentifier =
+    view.copy(table = BackingPrefix + view.table.toLowerCase(Locale.ROOT))
+
+  private def catalogTable(spark: SparkSession, id: TableIdentifier): Option[CatalogTable] = {
+    val catalog = SessionInternals.catalog(spark)
+    if (catalog.tableExists(id)) Some(catalog.getTableMetadata(id)) else None
+  }
+
+  /** True if a table or view of this name exists. */
+  def exists(spark: SparkSession, id: TableIdentifier): Boolean =
+    SessionInternals.catalog(spark).tableExists(id)
+
+  def isMaterializedView(table: CatalogTable): Boolean =
+    table.tableType == CatalogTableType.VIEW && table.properties.contains(MarkerProperty)
+
+  /** The metadata of a materialized view, or IVM_VIEW_NOT_FOUND. */
+  def lookup(spark: SparkSession, parts: Seq[String]): ViewMetadata = {
+    val id = qualify(spark, parts)
+    val view = catalogTable(spark, id).filter(isMaterializedView)
+      .getOrElse(throw IvmErrors.notFound(id.quotedString))
+    val backing = view.properties.get(BackingProperty).map(b => qualify(spark, b.split('.').toSeq))
+      .getOrElse(backingTable(id))
+    if (!exists(spark, backing)) {
+      throw IvmErrors.backingAltered(id.quotedString, s"its backing table $backing was dropped")
+    }
+    val props = deltaLog(spark, backing).update().metadata.configuration
+    read(id.copy(table = view.identifier.table), backing, props)
+      .copy(columns = view.schema.fieldNames.toSeq)
+  }
+
+  /** The metadata stored in a backing table's properties. */
+  def read(view: TableIdentifier, backing: TableIdentifier, props: Map[String, String]): ViewMetadata = {
+    def need(key: String) = props.getOrElse(key,
+      throw IvmErrors.backingAltered(view.quotedString, s"table property $key is missing"))
+    ViewMetadata(
+      view = view,
+      backing = backing,
+      id = need(IdProperty),
+      queryText = need(QueryProperty),
+      database = need(DatabaseProperty),
+      mode = RefreshMode.parse(need(RefreshProperty)).getOrElse(
+        throw IvmErrors.invalidProperty(RefreshProperty, props(RefreshProperty), "incremental or full")),
+      sources = parseSources(need(SourcesProperty)),
+      userProperties = props.filter { case (k, _) => !ReservedProperties.contains(k) && k != RefreshProperty &&
+        !k.startsWith("delta.") },
+      comment = props.get(CommentProperty))
+  }
+
+  /** The properties that store a view's metadata on its backing table. */
+  def properties(meta: ViewMetadata): Map[String, String] = meta.userProperties ++ Map(
+    ViewProperty -> meta.view.unquotedString,
+    IdProperty -> meta.id,
+    QueryProperty -> meta.queryText,
+    DatabaseProperty -> meta.database,
+    RefreshProperty -> meta.mode.name,
+    SourcesProperty -> renderSources(meta.sources)) ++ meta.comment.map(CommentProperty -> _)
+
+  def renderSources(sources: Seq[SourceInfo]): String = compact(render(JArray(sources.toList.map { s =>
+    JObject("table" -> JString(s.table), "id" -> JString(s.tableId),
+      "columns" -> JArray(s.columns.toList.map { case (n, t) => JArray(List(JString(n), JString(t))) }))
+  })))
+
+  private def parseSources(json: String): Seq[SourceInfo] = parse(json) match {
+    case JArray(items) => items.map { item =>
+      val JString(table) = item \ "table": @unchecked
+      val JString(tid) = item \ "id": @unchecked
+      val JArray(cols) = item \ "columns": @unchecked
+      SourceInfo(table, tid, cols.map {
+        case JArray(List(JString(n), JString(t))) => n -> t
+        case other => throw new IllegalStateException(s"bad column entry $other")
+      })
+    }
+    case other => throw new IllegalStateException(s"bad ivm.sources $other")
+  }
+
+  /** Records the base tables' current shape after a full refresh (a maintenance commit). */
+  def updateSources(spark: SparkSession, meta: ViewMetadata): Unit =
+    setProperties(spark, meta.backing, Map(SourcesProperty -> renderSources(meta.sources)))
+
+  def setProperties(spark: SparkSession, table: TableIdentifier, props: Map[String, String]): Unit =
+    if (props.nonEmpty) {
+      val list = props.map { case (k, v) => s"${sqlString(k)} = ${sqlString(v)}" }.mkString(", ")
+      spark.sql(s"ALTER TABLE ${table.quotedString} SET TBLPROPERTIES ($list)")
+    }
+
+  /** A SQL string literal. */
+  def sqlString(s: String): String = "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+  /** Materialized views of a database, by name. */
+  def list(spark: SparkSession, database: String): Seq[(TableIdentifier, CatalogTable)] = {
+    val catalog = SessionInternals.catalog(spark)
+    catalog.listTables(database).filter(_.table != null).flatMap { id =>
+      try {
+        val t = catalog.getTableMetadata(id)
+        if (isMaterializedView(t)) Some(id -> t) else None
+      } catch { case NonFatal(_) => None }
+    }.sortBy(_._1.table)
+  }
+
+  def deltaLog(spark: SparkSession, table: TableIdentifier): DeltaLog =
+    DeltaLog.forTable(spark, table)
+
+  // ---- refresh records, kept in the commits of the backing table ----
+
+  def renderRecord(r: RefreshRecord): String = compact(render(JObject(
+    "ivm" -> JObject(
+      "refresh" -> JLong(r.number),
+      "mode" -> JString(r.mode),
+      "attempt" -> JString(r.attempt),
+      "sources" -> JObject(r.sourceVersions.toList.sortBy(_._1).map { case (t, v) => t -> JLong(v) })))))
+
+  private def parseRecord(json: String, version: Long, ts: Long): Option[RefreshRecord] =
+    try {
+      parse(json) \ "ivm" match {
+        case obj: JObject =>
+          val JInt(n) = obj \ "refresh": @unchecked
+          val JString(mode) = obj \ "mode": @unchecked
+          val JString(attempt) = obj \ "attempt": @unchecked
+          val JObject(srcs) = obj \ "sources": @unchecked
+          Some(RefreshRecord(n.toLong, mode, srcs.map { case (k, JInt(v)) => k -> v.toLong
+            case (k, v) => throw new IllegalStateException(s"bad version $v for $k") }.toMap,
+            attempt, version, ts))
+        case _ => None
+      }
+    } catch { case NonFatal(_) => None }
+
+  /** Operations on a backing table that do not change its rows. */
+  private val MaintenanceOperations = Set("OPTIMIZE", "VACUUM START", "VACUUM END",
+    "SET TBLPROPERTIES", "UNSET TBLPROPERTIES", "REORG", "CLUSTER BY", "SET TBLPROPERTIES",
+    "CHANGE COLUMN", "UPGRADE PROTOCOL", "ADD CONSTRAINT", "DROP CONSTRAINT", "DROP FEATURE",
+    "COMPUTE STATS", "ANALYZE")
+
+  /**
+   * The last refresh committed to a backing table, and the commits after it that were not made
+   * by spark-ivm and change rows (which would make the view wrong).
+   */
+  def lastRefresh(spark: SparkSession, meta: ViewMetadata): (RefreshRecord, Seq[String]) = {
+    val history = deltaLog(spark, meta.backing).history
+    var limit = 32
+    var found: Option[(RefreshRecord, Seq[String])] = None
+    var exhausted = false
+    while (found.isEmpty && !exhausted) {
+      val commits = history.getHistory(Some(limit))
+      val foreign = Seq.newBuilder[String]
+      val it = commits.iterator
+      while (found.isEmpty && it.hasNext) {
+        val c = it.next()
+        val record = c.userMetadata.flatMap(parseRecord(_, c.version.getOrElse(-1L), c.timestamp.getTime))
+        record match {
+          case Some(r) => found = Some(r -> foreign.result())
+          case None if MaintenanceOperations.contains(c.operation) =>
+          case None => foreign += s"version ${c.version.getOrElse(-1L)}: ${c.operation}"
+        }
+      }
+      exhausted = commits.size < limit
+      limit *= 8
+    }
+    found.getOrElse(throw IvmErrors.backingAltered(meta.viewName,
+      "no commit of it records a refresh by spark-ivm"))
+  }
+}

@@ -1,0 +1,107 @@
+package io.sparkivm.changes
+
+import scala.util.control.NonFatal
+
+import io.sparkivm.{IvmErrors, IvmException}
+import io.sparkivm.catalog.SourceInfo
+import org.apache.spark.internal.Logging
+import org.apache.spark.sql.{Column, DataFrame, SparkSession}
+import org.apache.spark.sql.catalyst.TableIdentifier
+import org.apache.spark.sql.delta.DeltaLog
+import org.apache.spark.sql.functions._
+import org.apache.spark.sql.types.StructType
+
+/** A Delta base table as pinned for one refresh: its identity and the version read. */
+case class PinnedSource(table: TableIdentifier, tableId: String, version: Long, schema: StructType) {
+  def name: String = table.unquotedString
+  def info: SourceInfo =
+    SourceInfo(name, tableId, schema.fields.toSeq.map(f => f.name -> f.dataType.catalogString))
+}
+
+/**
+ * Reads Delta base tables in the Z-relation model (design, "The model"): a snapshot at a
+ * version has multiplicity 1 per row; the change between two versions is the change data feed
+ * summed per full row, +1 for insert and update_postimage, -1 for delete and
+ * update_preimage, zeros dropped. That is the *net* change fk-ivm.md section 1.4 asks for
+ * (a row inserted then deleted in the interval cancels out).
+ */
+object DeltaSources extends Logging {
+  val Multiplicity = "__ivm_m"
+  private val ChangeType = "_change_type"
+  private val CdfProperty = "delta.enableChangeDataFeed"
+
+  /** The current version of a Delta table, after checking it records its changes. */
+  def pin(spark: SparkSession, table: TableIdentifier, requireChangeFeed: Boolean,
+      autoEnable: Boolean): PinnedSource = {
+    var snapshot = DeltaLog.forTable(spark, table).update()
+    val cdf = snapshot.metadata.configuration.get(CdfProperty).exists(_.equalsIgnoreCase("true"))
+    if (requireChangeFeed && !cdf) {
+      if (!autoEnable) throw IvmErrors.changeFeedDisabled(table.quotedString)
+      logWarning(s"spark-ivm: enabling the change data feed of ${table.quotedString} so that " +
+        "views over it can be refreshed incrementally")
+      spark.sql(s"ALTER TABLE ${table.quotedString} SET TBLPROPERTIES ($CdfProperty = true)")
+      snapshot = DeltaLog.forTable(spark, table).update()
+    }
+    PinnedSource(table, snapshot.metadata.id, snapshot.version, snapshot.schema)
+  }
+
+  /** The table as of a version. */
+  def snapshot(spark: SparkSession, table: TableIdentifier, version: Long): DataFrame =
+    spark.read.format("delta").option("versionAsOf", version).table(table.quotedString)
+
+  /**
+   * The net change of a table between two versions (exclusive, inclusive], one row per unit of
+   * multiplicity: a row inserted twice appears twice with `__ivm_m = 1`, so that every later
+   * rule can treat `__ivm_m` as a sign.
+   */
+  def netChanges(spark: SparkSession, table: TableIdentifier, fromVersion: Long,
+      toVersion: Long, viewName: String): DataFrame = {
+    val feed = try {
+      spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", fromVersion + 1)
+        .option("endingVersion", toVersion)
+        .table(table.quotedString)
+    } catch {
+      case NonFatal(e) => throw IvmErrors.changeFeedUnavailable(viewName, table.quotedString, e)
+    }
+    val dataCols = feed.columns.filterNot(_.startsWith("_commit_")).filterNot(_ == ChangeType)
+    val sign = when(col(ChangeType).isin("insert", "update_postimage"), lit(1L)).otherwise(lit(-1L))
+    val net = "__ivm_net"
+    feed.groupBy(dataCols.toSeq.map(quoted): _*)
+      .agg(sum(sign).as(net))
+      .where(col(net) =!= 0)
+      .select(dataCols.toSeq.map(quoted) :+
+        explode(array_repeat(signum(col(net)).cast("int"), abs(col(net)).cast("int"))).as(Multiplicity): _*)
+  }
+
+  /** Checks a pinned table against what the view consumed last time. */
+  def checkUnchangedShape(view: String, before: SourceInfo, now: PinnedSource): Unit = {
+    if (before.tableId != now.tableId) {
+      throw IvmErrors.sourceChanged(view, before.table, "it was dropped and created again")
+    }
+    val current = now.info.columns.map { case (n, t) => n.toLowerCase -> t }.toMap
+    before.columns.foreach { case (n, t) =>
+      current.get(n.toLowerCase) match {
+        case None => throw IvmErrors.sourceChanged(view, before.table, s"column $n was dropped")
+        case Some(t2) if t2 != t =>
+          throw IvmErrors.sourceChanged(view, before.table, s"column $n changed type from $t to $t2")
+        case _ =>
+      }
+    }
+  }
+
+  def quoted(name: String): Column = col("`" + name.replace("`", "``") + "`")
+
+  def requireDelta(table: TableIdentifier, provider: Option[String]): Unit = {
+    if (!provider.exists(_.equalsIgnoreCase("delta"))) {
+      throw IvmErrors.notDelta(table.quotedString, provider.getOrElse("non-Delta"))
+    }
+  }
+
+  def wrap(view: String, table: String)(body: => PinnedSource): PinnedSource =
+    try body catch {
+      case e: IvmException => throw e
+      case NonFatal(e) => throw IvmErrors.sourceMissing(view, table, e)
+    }
+}

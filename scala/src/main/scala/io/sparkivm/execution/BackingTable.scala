@@ -1,0 +1,74 @@
+package io.sparkivm.execution
+
+import io.sparkivm.catalog.{RefreshRecord, ViewCatalog, ViewMetadata}
+import io.sparkivm.planner.ViewMaintenance
+import io.delta.tables.DeltaTable
+import org.apache.spark.sql.{DataFrame, SparkSession}
+
+/** Rows a commit changed in a backing table. */
+case class MergeMetrics(inserted: Long, updated: Long, deleted: Long) {
+  def total: Long = inserted + updated + deleted
+}
+
+/**
+ * Writes to a view's backing table. Every write is one Delta commit that carries the refresh
+ * record (commit `userMetadata`) and Delta's idempotent-write transaction (`txnAppId` = the
+ * view's id, `txnVersion` = the refresh number), so a refresh number is applied at most once
+ * even if two refreshes race or one is retried after a crash.
+ */
+object BackingTable {
+  private val TxnAppId = "spark.databricks.delta.write.txnAppId"
+  private val TxnVersion = "spark.databricks.delta.write.txnVersion"
+  private val UserMetadata = "spark.databricks.delta.commitInfo.userMetadata"
+
+  /** Runs `body` with the commit confs set, restoring the session's previous values after. */
+  private def inCommit[T](spark: SparkSession, meta: ViewMetadata, record: RefreshRecord)(body: => T): T = {
+    val confs = Map(TxnAppId -> meta.id, TxnVersion -> record.number.toString,
+      UserMetadata -> ViewCatalog.renderRecord(record))
+    val previous = confs.keys.map(k => k -> spark.conf.getOption(k)).toMap
+    confs.foreach { case (k, v) => spark.conf.set(k, v) }
+    try body finally previous.foreach {
+      case (k, Some(v)) => spark.conf.set(k, v)
+      case (k, None) => spark.conf.unset(k)
+    }
+  }
+
+  def create(spark: SparkSession, meta: ViewMetadata, rows: DataFrame, record: RefreshRecord): Unit =
+    inCommit(spark, meta, record) {
+      val props = ViewCatalog.properties(meta) + ("delta.enableChangeDataFeed" -> "true")
+      props.foldLeft(rows.writeTo(meta.backing.quotedString).using("delta")) {
+        case (w, (k, v)) => w.tableProperty(k, v)
+      }.create()
+    }
+
+  def overwrite(spark: SparkSession, meta: ViewMetadata, rows: DataFrame, record: RefreshRecord): Unit =
+    inCommit(spark, meta, record) {
+      rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+        .saveAsTable(meta.backing.quotedString)
+    }
+
+  /**
+   * MERGE the changed groups: a group whose count reached 0 is deleted (a global aggregate
+   * keeps its one row), others are updated or inserted whole. Keys match null-safely.
+   */
+  def merge(spark: SparkSession, meta: ViewMetadata, maintenance: ViewMaintenance,
+      source: DataFrame, record: RefreshRecord): MergeMetrics = inCommit(spark, meta, record) {
+    val count = ViewMaintenance.CountColumn
+    val on = if (maintenance.keyNames.isEmpty) "true" else maintenance.keyNames.map { k =>
+      val q = ViewMaintenance.quote(k)
+      s"t.$q <=> s.$q"
+    }.mkString(" AND ")
+    val builder = DeltaTable.forName(spark, meta.backing.quotedString).as("t")
+      .merge(source.as("s"), on)
+    val withDelete = if (maintenance.global) builder
+      else builder.whenMatched(s"s.$count = 0").delete()
+    val result = withDelete.whenMatched().updateAll()
+      .whenNotMatched(if (maintenance.global) "true" else s"s.$count <> 0").insertAll()
+      .execute()
+    val row = result.collect().headOption
+    def metric(name: String): Long = row.flatMap(r =>
+      if (r.schema.fieldNames.contains(name)) Option(r.getAs[Any](name)).map(_.toString.toLong)
+      else None).getOrElse(0L)
+    MergeMetrics(metric("num_inserted_rows"), metric("num_updated_rows"), metric("num_deleted_rows"))
+  }
+}

@@ -1,0 +1,61 @@
+package io.sparkivm.execution
+
+import scala.collection.mutable
+
+import io.sparkivm.changes.{DeltaSources, PinnedSource}
+import io.sparkivm.planner.{LeafReader, SourceLeaf}
+import org.apache.spark.sql.{DataFrame, SparkSession}
+import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute}
+import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, Project}
+import org.apache.spark.sql.ivm.SparkInternals
+import org.apache.spark.storage.StorageLevel
+
+/**
+ * Reads each table occurrence at the versions pinned at the start of a refresh: Pre at the
+ * version the view consumed last, Post at the pinned version, and the net change in between.
+ * The net change of a table is computed once per refresh and cached (it is small, and a
+ * self-join reads it once per occurrence); `release` frees it.
+ */
+class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
+    pinned: Map[String, PinnedSource], m: Attribute, view: String) extends LeafReader {
+
+  private val changes = mutable.LinkedHashMap[String, Option[DataFrame]]()
+
+  def pre(leaf: SourceLeaf): LogicalPlan = consumed.get(leaf.name) match {
+    case Some(v) => bind(leaf, DeltaSources.snapshot(spark, leaf.table, v), None)
+    case None => throw new IllegalStateException(s"no consumed version for ${leaf.name}")
+  }
+
+  def post(leaf: SourceLeaf): LogicalPlan = pinned.get(leaf.name) match {
+    case Some(p) => bind(leaf, DeltaSources.snapshot(spark, leaf.table, p.version), None)
+    case None => leaf.plan // not a Delta table (views with ivm.refresh = full only): read as is
+  }
+
+  def delta(leaf: SourceLeaf): Option[LogicalPlan] =
+    changesOf(leaf).map(df => bind(leaf, df, Some(m)))
+
+  /** The cached net change of a table, None when it did not change. */
+  def changesOf(leaf: SourceLeaf): Option[DataFrame] = changes.getOrElseUpdate(leaf.name, {
+    val from = consumed.getOrElse(leaf.name, pinned(leaf.name).version)
+    val to = pinned(leaf.name).version
+    if (from == to) None
+    else Some(DeltaSources.netChanges(spark, leaf.table, from, to, view)
+      .persist(StorageLevel.MEMORY_AND_DISK))
+  })
+
+  /** Rows of each changed table's net change (runs the cached change plans). */
+  def changeCounts(): Map[String, Long] = changes.collect { case (t, Some(df)) => t -> df.count() }.toMap
+
+  def release(): Unit = changes.values.flatten.foreach(_.unpersist(blocking = false))
+
+  /** The plan of `df`, with the occurrence's own attributes (by name) and `m` if given. */
+  private def bind(leaf: SourceLeaf, df: DataFrame, mAttr: Option[Attribute]): LogicalPlan = {
+    val src = SparkInternals.analyzed(df)
+    val byName = src.output.map(a => a.name.toLowerCase(java.util.Locale.ROOT) -> a).toMap
+    def find(name: String) = byName.getOrElse(name.toLowerCase(java.util.Locale.ROOT),
+      throw new IllegalStateException(s"${leaf.name} has no column $name"))
+    val cols = leaf.output.map(a => Alias(find(a.name), a.name)(exprId = a.exprId))
+    val sign = mAttr.map(ma => Alias(find(DeltaSources.Multiplicity), ma.name)(exprId = ma.exprId))
+    Project(cols ++ sign, src)
+  }
+}

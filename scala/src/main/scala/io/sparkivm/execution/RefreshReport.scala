@@ -1,0 +1,56 @@
+package io.sparkivm.execution
+
+import org.json4s._
+import org.json4s.jackson.JsonMethods.{compact, render}
+
+/** What one base table contributed to a refresh. */
+case class SourceReport(table: String, fromVersion: Long, toVersion: Long, changedRows: Long)
+
+/**
+ * What a refresh did. `mode` is `incremental`, `full`, `noop` (no base table changed) or
+ * `skipped` (a concurrent refresh committed the same changes first).
+ */
+case class RefreshReport(
+    view: String,
+    mode: String,
+    refreshNumber: Long,
+    sources: Seq[SourceReport],
+    branches: Seq[String],
+    rowsInserted: Long,
+    rowsUpdated: Long,
+    rowsDeleted: Long,
+    phasesMs: Seq[(String, Long)],
+    backingVersion: Long,
+    message: String) {
+
+  def sourceRowsChanged: Long = sources.map(_.changedRows).sum
+  def viewRowsChanged: Long = rowsInserted + rowsUpdated + rowsDeleted
+  def totalMs: Long = phasesMs.map(_._2).sum
+
+  def toJson: String = compact(render(JObject(
+    "view" -> JString(view),
+    "mode" -> JString(mode),
+    "refresh_number" -> JLong(refreshNumber),
+    "sources" -> JArray(sources.toList.map(s => JObject(
+      "table" -> JString(s.table), "from_version" -> JLong(s.fromVersion),
+      "to_version" -> JLong(s.toVersion), "changed_rows" -> JLong(s.changedRows)))),
+    "branches" -> JArray(branches.toList.map(JString(_))),
+    "rows_inserted" -> JLong(rowsInserted),
+    "rows_updated" -> JLong(rowsUpdated),
+    "rows_deleted" -> JLong(rowsDeleted),
+    "phases_ms" -> JObject(phasesMs.toList.map { case (k, v) => k -> JLong(v) }),
+    "backing_version" -> JLong(backingVersion),
+    "message" -> JString(message))))
+}
+
+/** Wall time per named phase. */
+class PhaseTimer {
+  private val phases = Seq.newBuilder[(String, Long)]
+  private var last = System.nanoTime()
+  def mark(name: String): Unit = {
+    val now = System.nanoTime()
+    phases += name -> (now - last) / 1000000L
+    last = now
+  }
+  def result: Seq[(String, Long)] = phases.result()
+}

@@ -1,0 +1,159 @@
+package io.sparkivm.execution
+
+import java.util.UUID
+
+import scala.annotation.tailrec
+
+import io.sparkivm.IvmErrors
+import io.sparkivm.catalog.{RefreshMode, RefreshRecord, ViewCatalog, ViewMetadata}
+import io.sparkivm.changes.{DeltaSources, PinnedSource}
+import io.sparkivm.planner.DeltaRules
+import org.apache.spark.internal.Logging
+import org.apache.spark.sql.{DataFrame, SparkSession}
+import org.apache.spark.sql.catalyst.expressions.AttributeReference
+import org.apache.spark.sql.delta.DeltaConcurrentModificationException
+import org.apache.spark.sql.ivm.SparkInternals
+import org.apache.spark.sql.types.IntegerType
+
+/**
+ * REFRESH MATERIALIZED VIEW. One refresh:
+ *  1. reads the last refresh record from the backing table (refresh number k, base-table
+ *     versions consumed) and refuses to go on if rows were changed there by anyone else;
+ *  2. re-analyzes the query and pins every base table at its current version (Post); commits
+ *     made from now on go to the next refresh;
+ *  3. builds the delta plan from the net changes between the consumed and pinned versions;
+ *  4. MERGEs the changed groups into the backing table in one Delta commit that also records
+ *     refresh k+1 and the pinned versions, as Delta transaction (view id, k+1).
+ * A refresh killed before step 4 commits leaves nothing behind; one killed after it is done.
+ * Two refreshes racing for k+1: Delta lets one commit; the other fails its commit on the
+ * conflict and starts again from step 1, where it finds only the newer changes.
+ */
+object Refresher extends Logging {
+  val AutoEnableConf = "spark.ivm.autoEnableChangeDataFeed"
+  private val MaxAttempts = 4
+
+  def autoEnable(spark: SparkSession): Boolean =
+    spark.conf.getOption(AutoEnableConf).forall(_.trim.equalsIgnoreCase("true"))
+
+  def refresh(spark: SparkSession, name: Seq[String], full: Boolean): RefreshReport = attempt(spark, name, full, 1)
+
+  @tailrec
+  private def attempt(spark: SparkSession, name: Seq[String], full: Boolean, n: Int): RefreshReport = {
+    val result = try Right(refreshOnce(spark, name, full)) catch {
+      case e: Exception if n < MaxAttempts && isConflict(e) =>
+        logWarning(s"spark-ivm: refresh of ${name.mkString(".")} lost a commit race; retrying", e)
+        Left(e)
+    }
+    result match {
+      case Right(report) => report
+      case Left(_) => attempt(spark, name, full, n + 1)
+    }
+  }
+
+  private def isConflict(e: Throwable): Boolean = e match {
+    case null => false
+    case _: DeltaConcurrentModificationException => true
+    case other => isConflict(other.getCause)
+  }
+
+  private def refreshOnce(spark: SparkSession, name: Seq[String], full: Boolean): RefreshReport = {
+    val timer = new PhaseTimer
+    val meta = ViewCatalog.lookup(spark, name)
+    FaultInjection.point(spark, "refresh-start")
+    val (last, foreign) = ViewCatalog.lastRefresh(spark, meta)
+    val recompute = full || meta.mode == RefreshMode.Full
+    if (foreign.nonEmpty && !recompute) {
+      throw IvmErrors.backingAltered(meta.viewName, s"commits ${foreign.mkString("; ")}")
+    }
+    val incremental = meta.mode == RefreshMode.Incremental
+    val analyzed = ViewAnalysis.reanalyze(spark, meta, incremental)
+    val pinned = ViewAnalysis.pin(spark, meta.viewName, analyzed, incremental, autoEnable(spark))
+    val number = last.number + 1
+    val attemptId = UUID.randomUUID().toString
+    val m = AttributeReference(DeltaSources.Multiplicity, IntegerType, nullable = false)()
+    val versions = pinned.map { case (t, p) => t -> p.version }
+
+    if (recompute) {
+      timer.mark("prepare")
+      val reader = new PinnedReader(spark, Map.empty, pinned, m, meta.viewName)
+      val rows = SparkInternals.dataFrame(spark, analyzed.maintenance.fullPlan(new DeltaRules(reader, m)))
+      val record = RefreshRecord(number, "full", versions, attemptId, -1, 0)
+      FaultInjection.point(spark, "before-commit")
+      BackingTable.overwrite(spark, meta, rows, record)
+      timer.mark("recompute")
+      FaultInjection.point(spark, "after-commit")
+      val updated = meta.copy(sources = pinned.values.toSeq.sortBy(_.name).map(_.info))
+      ViewCatalog.updateSources(spark, updated)
+      return report(spark, meta, number, attemptId, "full", last, pinned, Map.empty, Nil,
+        MergeMetrics(-1, -1, -1), timer)
+    }
+
+    checkSources(meta, last, pinned)
+    val changed = pinned.filter { case (t, p) => last.sourceVersions(t) != p.version }
+    timer.mark("prepare")
+    if (changed.isEmpty) {
+      return RefreshReport(meta.viewName, "noop", last.number, sourceReports(last, pinned, Map.empty),
+        Nil, 0, 0, 0, timer.result, last.backingVersion,
+        "no base table changed since the last refresh")
+    }
+    FaultInjection.point(spark, "after-pin")
+    val reader = new PinnedReader(spark, last.sourceVersions, pinned, m, meta.viewName)
+    try {
+      analyzed.tables.foreach(reader.changesOf)
+      val counts = reader.changeCounts()
+      timer.mark("changes")
+      FaultInjection.point(spark, "after-changes")
+      val rules = new DeltaRules(reader, m)
+      val branches = analyzed.maintenance.branches(rules).map(_.describe)
+      val source: DataFrame = analyzed.maintenance
+        .mergeSource(rules, () => SparkInternals.analyzed(spark.table(meta.backing.quotedString)))
+        .map(SparkInternals.dataFrame(spark, _))
+        .getOrElse(spark.table(meta.backing.quotedString).limit(0))
+      val record = RefreshRecord(number, "incremental", versions, attemptId, -1, 0)
+      FaultInjection.point(spark, "before-commit")
+      val metrics = BackingTable.merge(spark, meta, analyzed.maintenance, source, record)
+      timer.mark("merge")
+      FaultInjection.point(spark, "after-commit")
+      report(spark, meta, number, attemptId, "incremental", last, pinned, counts, branches, metrics, timer)
+    } finally {
+      reader.release()
+    }
+  }
+
+  /** Base tables must be the same tables, with the columns the view read, as last time. */
+  private def checkSources(meta: ViewMetadata, last: RefreshRecord,
+      pinned: Map[String, PinnedSource]): Unit = {
+    pinned.values.foreach { p =>
+      meta.sources.find(_.table == p.name) match {
+        case Some(before) => DeltaSources.checkUnchangedShape(meta.viewName, before, p)
+        case None => throw IvmErrors.sourceChanged(meta.viewName, p.name,
+          "the query now reads it but the view never did (was a view it reads redefined?)")
+      }
+      if (!last.sourceVersions.contains(p.name)) {
+        throw IvmErrors.sourceChanged(meta.viewName, p.name, "no consumed version is recorded")
+      }
+    }
+  }
+
+  private def sourceReports(last: RefreshRecord, pinned: Map[String, PinnedSource],
+      counts: Map[String, Long]): Seq[SourceReport] =
+    pinned.values.toSeq.sortBy(_.name).map { p =>
+      SourceReport(p.name, last.sourceVersions.getOrElse(p.name, -1L), p.version,
+        counts.getOrElse(p.name, 0L))
+    }
+
+  private def report(spark: SparkSession, meta: ViewMetadata, number: Long, attemptId: String,
+      mode: String, last: RefreshRecord, pinned: Map[String, PinnedSource], counts: Map[String, Long],
+      branches: Seq[String], metrics: MergeMetrics, timer: PhaseTimer): RefreshReport = {
+    val (committed, _) = ViewCatalog.lastRefresh(spark, meta)
+    val skipped = committed.attempt != attemptId
+    val (ins, upd, del) = if (metrics.inserted >= 0) (metrics.inserted, metrics.updated, metrics.deleted)
+      else (spark.table(meta.backing.quotedString).count(), 0L, 0L)
+    timer.mark("report")
+    RefreshReport(meta.viewName, if (skipped) "skipped" else mode, committed.number,
+      sourceReports(last, pinned, counts), branches, ins, upd, del, timer.result,
+      committed.backingVersion,
+      if (skipped) s"refresh ${committed.number} was committed by a concurrent refresh; " +
+        "nothing was applied twice" else s"refresh $number committed")
+  }
+}

@@ -1,0 +1,67 @@
+package io.sparkivm.execution
+
+import scala.util.control.NonFatal
+
+import io.sparkivm.{IvmErrors, IvmException}
+import io.sparkivm.catalog.{ViewCatalog, ViewMetadata}
+import io.sparkivm.changes.{DeltaSources, PinnedSource}
+import io.sparkivm.planner.{PlanValidator, SourceLeaf, ViewMaintenance, ViewShape}
+import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
+import org.apache.spark.sql.ivm.{SessionInternals, SparkInternals}
+
+/** A view's query, analyzed now, with what maintaining it takes. */
+case class AnalyzedView(plan: LogicalPlan, leaves: Seq[SourceLeaf], maintenance: ViewMaintenance) {
+  /** The distinct tables the query reads. */
+  def tables: Seq[SourceLeaf] = leaves.groupBy(_.name).values.map(_.head).toSeq.sortBy(_.name)
+}
+
+object ViewAnalysis {
+  /** Parses and analyzes query text with `database` as the current database. */
+  def analyze(spark: SparkSession, queryText: String, database: String): LogicalPlan = {
+    val previous = spark.catalog.currentDatabase
+    if (previous != database) spark.catalog.setCurrentDatabase(database)
+    try {
+      val parsed = SessionInternals.parser(spark).parsePlan(queryText)
+      SparkInternals.analyzed(SparkInternals.dataFrame(spark, parsed))
+    } finally {
+      if (previous != database) spark.catalog.setCurrentDatabase(previous)
+    }
+  }
+
+  /**
+   * The plan and its maintenance. Incremental views must pass [[PlanValidator]]; views with
+   * `ivm.refresh = full` may use any query, stored as rows with multiplicities.
+   */
+  def prepare(plan: LogicalPlan, columns: Seq[String], incremental: Boolean): AnalyzedView = {
+    if (incremental) {
+      val leaves = PlanValidator.validate(plan)
+      AnalyzedView(plan, leaves, new ViewMaintenance(ViewShape.of(plan), columns))
+    } else {
+      val leaves = plan.collect { case SourceLeaf(l) if l.provider.exists(_.equalsIgnoreCase("delta")) => l }
+      AnalyzedView(plan, leaves, new ViewMaintenance(
+        io.sparkivm.planner.RowsShape(plan, plan, distinct = false), columns))
+    }
+  }
+
+  /** The view's query as it analyzes now; a missing or broken base table is IVM_SOURCE_MISSING. */
+  def reanalyze(spark: SparkSession, meta: ViewMetadata, incremental: Boolean): AnalyzedView = {
+    val plan = try analyze(spark, meta.queryText, meta.database) catch {
+      case e: IvmException => throw e
+      case NonFatal(e) =>
+        val table = meta.sources.map(_.table).find(t => !ViewCatalog.exists(spark,
+          ViewCatalog.qualify(spark, t.split('.').toSeq.takeRight(2)))).getOrElse("of the query")
+        throw IvmErrors.sourceMissing(meta.viewName, table, e)
+    }
+    prepare(plan, meta.columns, incremental)
+  }
+
+  /** Pins every base table at its current version. */
+  def pin(spark: SparkSession, view: String, analyzed: AnalyzedView, incremental: Boolean,
+      autoEnable: Boolean): Map[String, PinnedSource] =
+    analyzed.tables.map { leaf =>
+      leaf.name -> DeltaSources.wrap(view, leaf.name) {
+        DeltaSources.pin(spark, leaf.table, requireChangeFeed = incremental, autoEnable)
+      }
+    }.toMap
+}

@@ -1,0 +1,115 @@
+package io.sparkivm.execution
+
+import java.sql.Timestamp
+
+import scala.util.control.NonFatal
+
+import io.sparkivm.catalog.{RefreshMode, ViewCatalog}
+import io.sparkivm.changes.DeltaSources
+import io.sparkivm.planner.{AggregateState, DeltaRules}
+import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.catalyst.expressions.AttributeReference
+import org.apache.spark.sql.ivm.{SessionInternals, SparkInternals}
+import org.apache.spark.sql.types.IntegerType
+
+/** DESCRIBE MATERIALIZED VIEW and EXPLAIN REFRESH MATERIALIZED VIEW. */
+object ViewExplainer {
+
+  /** (name, value, comment) rows, in the layout of DESCRIBE TABLE EXTENDED. */
+  def describe(spark: SparkSession, name: Seq[String]): Seq[(String, String, String)] = {
+    val meta = ViewCatalog.lookup(spark, name)
+    val view = SessionInternals.catalog(spark).getTableMetadata(meta.view)
+    val (last, foreign) = ViewCatalog.lastRefresh(spark, meta)
+    val columns = view.schema.fields.toSeq.map(f => (f.name, f.dataType.simpleString,
+      f.getComment().getOrElse("")))
+    val maintenance = try {
+      val a = ViewAnalysis.reanalyze(spark, meta, meta.mode == RefreshMode.Incremental)
+      val m = a.maintenance
+      Seq(("Maintenance", if (meta.mode == RefreshMode.Full) "recomputed on every refresh"
+        else s"counting IVM, ${m.shape.kind}", "")) ++
+        m.states.map(s => ("Aggregate", AggregateState.describe(s), ""))
+    } catch {
+      case NonFatal(e) => Seq(("Maintenance", s"the query does not analyze now: ${e.getMessage}", ""))
+    }
+    val sources = meta.sources.map { s =>
+      val consumed = last.sourceVersions.get(s.table).map(_.toString).getOrElse("none")
+      val current = try DeltaSources.pin(spark, ViewCatalog.qualify(spark,
+          s.table.split('.').toSeq.takeRight(2)), requireChangeFeed = false, autoEnable = false)
+        .version.toString catch { case NonFatal(_) => "unavailable" }
+      ("Source", s"${s.table}: consumed version $consumed, current version $current", "")
+    }
+    columns ++ Seq(("", "", ""), ("# Materialized View Information", "", ""),
+      ("View", meta.viewName, ""),
+      ("Backing table", meta.backing.quotedString, ""),
+      ("Query", meta.queryText, ""),
+      ("Refresh mode", meta.mode.name, "")) ++
+      maintenance ++ sources ++
+      Seq(("Last refresh", s"#${last.number} (${last.mode}) at ${new Timestamp(last.timestampMs)}, " +
+        s"backing table version ${last.backingVersion}", "")) ++
+      meta.comment.map(c => ("Comment", c, "")) ++
+      meta.userProperties.toSeq.sorted.map { case (k, v) => ("Table property", s"$k=$v", "") } ++
+      (if (foreign.isEmpty) Nil else Seq(("Warning", "the backing table was changed outside " +
+        s"spark-ivm (${foreign.mkString("; ")}); run REFRESH ... FULL", "")))
+  }
+
+  /** What the next refresh would do, in words, then Spark's plan for it. Changes nothing. */
+  def explain(spark: SparkSession, name: Seq[String]): String = {
+    val meta = ViewCatalog.lookup(spark, name)
+    val (last, _) = ViewCatalog.lastRefresh(spark, meta)
+    val incremental = meta.mode == RefreshMode.Incremental
+    val analyzed = ViewAnalysis.reanalyze(spark, meta, incremental)
+    val pinned = ViewAnalysis.pin(spark, meta.viewName, analyzed, incremental = false, autoEnable = false)
+    val m = AttributeReference(DeltaSources.Multiplicity, IntegerType, nullable = false)()
+    val out = new StringBuilder
+    def line(s: String): Unit = out ++= s ++ "\n"
+    line(s"== Refresh of materialized view ${meta.viewName} ==")
+    line(s"Refresh mode: ${meta.mode.name}")
+    line(s"Backing table: ${meta.backing.quotedString}, after refresh #${last.number}")
+    line("Sources:")
+    pinned.values.toSeq.sortBy(_.name).foreach { p =>
+      val from = last.sourceVersions.get(p.name)
+      line(from match {
+        case Some(v) if v == p.version => s"  ${p.name}: unchanged at version $v"
+        case Some(v) => s"  ${p.name}: changes of versions ${v + 1}..${p.version} (change data feed, netted per row)"
+        case None => s"  ${p.name}: not consumed yet, now at version ${p.version}"
+      })
+    }
+    val maintenance = analyzed.maintenance
+    if (!incremental) {
+      line("Plan: recompute the query and overwrite the backing table (ivm.refresh = full).")
+      val reader = new PinnedReader(spark, Map.empty, pinned, m, meta.viewName)
+      val rows = SparkInternals.dataFrame(spark, maintenance.fullPlan(new DeltaRules(reader, m)))
+      line("== Spark plan ==")
+      line(rows.queryExecution.optimizedPlan.treeString)
+      return out.toString
+    }
+    line(s"View shape: ${maintenance.shape.kind}; backing keys: " +
+      (if (maintenance.keyNames.isEmpty) "none (one row)" else maintenance.keyNames.mkString(", ")))
+    maintenance.states.foreach(s => line(s"Aggregate ${AggregateState.describe(s)}"))
+    val reader = new PinnedReader(spark, last.sourceVersions, pinned, m, meta.viewName)
+    try {
+      val rules = new DeltaRules(reader, m)
+      val branches = maintenance.branches(rules)
+      val occurrences = analyzed.leaves.size
+      line("Delta rule: D(V) = sum_i Pre(R1..Ri-1) x D(Ri) x Post(Ri+1..Rn) " +
+        "(counting IVM, fk-ivm.md section 2)")
+      if (branches.isEmpty) {
+        line(s"Branches: none of the $occurrences table occurrences changed; the next refresh does nothing.")
+      } else {
+        line(s"Branches (${branches.size}, for $occurrences table occurrences):")
+        branches.zipWithIndex.foreach { case (b, i) => line(s"  ${i + 1}. ${b.describe}") }
+        line(s"Apply: MERGE INTO ${meta.backing.quotedString} ON " +
+          (if (maintenance.keyNames.isEmpty) "true (one row)"
+           else maintenance.keyNames.map(k => s"$k <=> source.$k").mkString(" AND ")) +
+          (if (maintenance.global) "" else "; rows whose __ivm_count reaches 0 are deleted") +
+          s"; one Delta commit with txn (view id, ${last.number + 1})")
+        maintenance.mergeSource(rules,
+          () => SparkInternals.analyzed(spark.table(meta.backing.quotedString))).foreach { plan =>
+          line("== Spark plan of the rows to merge ==")
+          line(SparkInternals.dataFrame(spark, plan).queryExecution.optimizedPlan.treeString)
+        }
+      }
+    } finally reader.release()
+    out.toString
+  }
+}

@@ -1,0 +1,169 @@
+package io.sparkivm.execution
+
+import java.util.{Locale, UUID}
+
+import io.sparkivm.{IvmErrors, IvmException}
+import io.sparkivm.catalog.{RefreshMode, RefreshRecord, ViewCatalog, ViewMetadata}
+import io.sparkivm.changes.DeltaSources
+import io.sparkivm.parser.{AlterMaterializedViewProperties, CreateMaterializedView}
+import io.sparkivm.planner.{DeltaRules, ViewMaintenance}
+import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.catalyst.TableIdentifier
+import org.apache.spark.sql.catalyst.expressions.AttributeReference
+import org.apache.spark.sql.ivm.{SessionInternals, SparkInternals}
+import org.apache.spark.sql.types.IntegerType
+
+/** CREATE, DROP, ALTER and SHOW MATERIALIZED VIEW(S). */
+object ViewLifecycle {
+  /** `ivm.*` properties a user may set; the others are spark-ivm's own bookkeeping. */
+  val SettableProperties = Set(ViewCatalog.RefreshProperty)
+
+  def create(spark: SparkSession, stmt: CreateMaterializedView): Unit = {
+    val id = ViewCatalog.qualify(spark, stmt.name)
+    if (ViewCatalog.exists(spark, id)) {
+      val existing = SessionInternals.catalog(spark).getTableMetadata(id)
+      if (stmt.ifNotExists) return
+      if (stmt.orReplace && ViewCatalog.isMaterializedView(existing)) {
+        drop(spark, stmt.name, ifExists = true)
+      } else {
+        throw IvmErrors.alreadyExists(id.quotedString)
+      }
+    }
+    val backing = ViewCatalog.backingTable(id)
+    dropOrphanBacking(spark, id, backing, failIfForeign = true)
+
+    checkProperties(stmt.properties)
+    val mode = stmt.properties.get(ViewCatalog.RefreshProperty).map(parseMode)
+      .getOrElse(RefreshMode.Incremental)
+    val incremental = mode == RefreshMode.Incremental
+    val database = spark.catalog.currentDatabase
+    val plan = ViewAnalysis.analyze(spark, stmt.queryTextInPlace, database)
+    val columns = if (stmt.columnNames.isEmpty) plan.output.map(_.name) else {
+      if (stmt.columnNames.size != plan.output.size) {
+        throw new IvmException("IVM_COLUMN_COUNT_MISMATCH", s"The column list of ${id.quotedString} " +
+          s"names ${stmt.columnNames.size} columns but its query returns ${plan.output.size}.")
+      }
+      stmt.columnNames
+    }
+    val lower = columns.map(_.toLowerCase(Locale.ROOT))
+    lower.diff(lower.distinct).headOption.foreach { dup =>
+      throw new IvmException("IVM_DUPLICATE_COLUMN", s"The query of ${id.quotedString} returns " +
+        s"two columns named '$dup'. Name them apart with AS, or give a column list.")
+    }
+    val analyzed = ViewAnalysis.prepare(plan, columns, incremental)
+    val pinned = ViewAnalysis.pin(spark, id.quotedString, analyzed, incremental,
+      Refresher.autoEnable(spark))
+    val m = AttributeReference(DeltaSources.Multiplicity, IntegerType, nullable = false)()
+    val reader = new PinnedReader(spark, Map.empty, pinned, m, id.quotedString)
+    val rows = SparkInternals.dataFrame(spark, analyzed.maintenance.fullPlan(new DeltaRules(reader, m)))
+    val meta = ViewMetadata(id, backing, UUID.randomUUID().toString, stmt.queryText, database, mode,
+      pinned.values.toSeq.sortBy(_.name).map(_.info),
+      stmt.properties.filter { case (k, _) => !k.startsWith("ivm.") }, stmt.comment, columns)
+    val record = RefreshRecord(0, "create", pinned.map { case (t, p) => t -> p.version },
+      UUID.randomUUID().toString, -1, 0)
+    BackingTable.create(spark, meta, rows, record)
+    FaultInjection.point(spark, "create-after-backing")
+    createCatalogView(spark, meta, analyzed.maintenance, replace = false)
+  }
+
+  /** The user-facing catalog view over the backing table. */
+  def createCatalogView(spark: SparkSession, meta: ViewMetadata, maintenance: ViewMaintenance,
+      replace: Boolean): Unit = {
+    val comment = meta.comment.map(c => s" COMMENT ${ViewCatalog.sqlString(c)}").getOrElse("")
+    val props = Seq(ViewCatalog.MarkerProperty -> "true",
+      ViewCatalog.BackingProperty -> meta.backing.unquotedString.stripPrefix("spark_catalog."))
+      .map { case (k, v) => s"${ViewCatalog.sqlString(k)} = ${ViewCatalog.sqlString(v)}" }
+      .mkString(", ")
+    spark.sql(s"CREATE ${if (replace) "OR REPLACE " else ""}VIEW ${meta.view.quotedString}$comment " +
+      s"TBLPROPERTIES ($props) AS ${maintenance.viewSql(meta.backing.quotedString)}")
+  }
+
+  /**
+   * A backing table without its catalog view is what a CREATE killed midway, or a DROP killed
+   * between its two steps, leaves; it is dropped. A table of that name that is not a backing
+   * table of this view is someone else's and is an error.
+   */
+  private def dropOrphanBacking(spark: SparkSession, view: TableIdentifier, backing: TableIdentifier,
+      failIfForeign: Boolean): Boolean = {
+    if (!ViewCatalog.exists(spark, backing)) return false
+    val props = try ViewCatalog.deltaLog(spark, backing).update().metadata.configuration catch {
+      case _: Exception => Map.empty[String, String]
+    }
+    if (props.get(ViewCatalog.ViewProperty).exists(_.equalsIgnoreCase(view.unquotedString))) {
+      spark.sql(s"DROP TABLE IF EXISTS ${backing.quotedString}")
+      true
+    } else if (failIfForeign) {
+      throw IvmErrors.alreadyExists(backing.quotedString)
+    } else false
+  }
+
+  def drop(spark: SparkSession, name: Seq[String], ifExists: Boolean): Unit = {
+    val id = ViewCatalog.qualify(spark, name)
+    if (ViewCatalog.exists(spark, id)) {
+      val table = SessionInternals.catalog(spark).getTableMetadata(id)
+      if (!ViewCatalog.isMaterializedView(table)) {
+        throw new IvmException("IVM_NOT_A_MATERIALIZED_VIEW", s"${id.quotedString} is not a " +
+          "materialized view; use DROP TABLE or DROP VIEW.")
+      }
+      val backing = table.properties.get(ViewCatalog.BackingProperty)
+        .map(b => ViewCatalog.qualify(spark, b.split('.').toSeq)).getOrElse(ViewCatalog.backingTable(id))
+      spark.sql(s"DROP VIEW ${id.quotedString}")
+      spark.sql(s"DROP TABLE IF EXISTS ${backing.quotedString}")
+    } else {
+      val orphan = dropOrphanBacking(spark, id, ViewCatalog.backingTable(id), failIfForeign = false)
+      if (!orphan && !ifExists) throw IvmErrors.notFound(id.quotedString)
+    }
+  }
+
+  def alter(spark: SparkSession, stmt: AlterMaterializedViewProperties): Unit = {
+    val meta = ViewCatalog.lookup(spark, stmt.name)
+    checkProperties(stmt.set)
+    stmt.unset.filter(_.startsWith("ivm.")).foreach { k =>
+      if (k != ViewCatalog.RefreshProperty) throw reserved(k)
+    }
+    val newMode = stmt.set.get(ViewCatalog.RefreshProperty).map(parseMode)
+      .orElse(if (stmt.unset.contains(ViewCatalog.RefreshProperty)) Some(RefreshMode.Incremental) else None)
+    val plain = stmt.set.filter { case (k, _) => !k.startsWith("ivm.") }
+    newMode.filter(_ != meta.mode) match {
+      case Some(mode) =>
+        // The backing table's layout depends on the mode: validate, rebuild, then re-point the view.
+        val changed = meta.copy(mode = mode)
+        val analyzed = ViewAnalysis.reanalyze(spark, changed, mode == RefreshMode.Incremental)
+        ViewAnalysis.pin(spark, meta.viewName, analyzed, mode == RefreshMode.Incremental,
+          Refresher.autoEnable(spark))
+        ViewCatalog.setProperties(spark, meta.backing, plain + (ViewCatalog.RefreshProperty -> mode.name))
+        Refresher.refresh(spark, stmt.name, full = true)
+        createCatalogView(spark, changed, analyzed.maintenance, replace = true)
+      case None =>
+        ViewCatalog.setProperties(spark, meta.backing, plain)
+    }
+    val unsetPlain = stmt.unset.filterNot(_.startsWith("ivm."))
+    if (unsetPlain.nonEmpty) {
+      spark.sql(s"ALTER TABLE ${meta.backing.quotedString} UNSET TBLPROPERTIES IF EXISTS (" +
+        unsetPlain.map(ViewCatalog.sqlString).mkString(", ") + ")")
+    }
+  }
+
+  /** (namespace, name, refresh mode) of the materialized views of a database. */
+  def show(spark: SparkSession, namespace: Option[Seq[String]]): Seq[(String, String, String)] = {
+    val db = namespace.map(_.last).getOrElse(spark.catalog.currentDatabase)
+    ViewCatalog.list(spark, db).map { case (id, _) =>
+      val mode = try ViewCatalog.lookup(spark, Seq(db, id.table)).mode.name catch {
+        case e: IvmException => s"broken: ${e.getCondition}"
+      }
+      (db, id.table, mode)
+    }
+  }
+
+  private def parseMode(v: String): RefreshMode = RefreshMode.parse(v).getOrElse(
+    throw IvmErrors.invalidProperty(ViewCatalog.RefreshProperty, v, "'incremental' or 'full'"))
+
+  private def checkProperties(props: Map[String, String]): Unit =
+    props.keys.filter(_.startsWith("ivm.")).foreach { k =>
+      if (!SettableProperties.contains(k)) throw reserved(k)
+    }
+
+  private def reserved(key: String) = new IvmException("IVM_INVALID_PROPERTY",
+    s"Property $key cannot be set: the ivm.* properties a user may set are " +
+      s"${SettableProperties.toSeq.sorted.mkString(", ")}.")
+}

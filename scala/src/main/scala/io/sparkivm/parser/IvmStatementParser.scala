@@ -1,0 +1,262 @@
+package io.sparkivm.parser
+
+import org.apache.spark.sql.catalyst.parser.ParseException
+import org.apache.spark.sql.catalyst.trees.Origin
+
+/**
+ * Recognises spark-ivm's statements by their first keywords (as Iceberg's and Delta's parsers
+ * do) and parses them by recursive descent. `recognise` returns None for every other statement,
+ * which then goes to Spark's own parser unchanged: that includes Spark's pipeline-only forms
+ * (CREATE STREAMING TABLE, CREATE FLOW ...).
+ *
+ * {{{
+ *   CREATE [OR REPLACE] MATERIALIZED VIEW [IF NOT EXISTS] name [(col, ...)]
+ *       [COMMENT 'text'] [TBLPROPERTIES (key = value, ...)] AS query
+ *   REFRESH MATERIALIZED VIEW name [FULL]
+ *   DROP MATERIALIZED VIEW [IF EXISTS] name
+ *   SHOW MATERIALIZED VIEWS [(IN | FROM) namespace]
+ *   (DESCRIBE | DESC) MATERIALIZED VIEW name
+ *   EXPLAIN REFRESH MATERIALIZED VIEW name
+ *   ALTER MATERIALIZED VIEW name (SET TBLPROPERTIES (k = v, ...) | UNSET TBLPROPERTIES (k, ...))
+ * }}}
+ * Keywords are case-insensitive, names may be qualified and back-quoted, comments are allowed
+ * anywhere white space is. Errors are Spark ParseExceptions with line and position.
+ */
+object IvmStatementParser {
+
+  /** The statement, if it is one of spark-ivm's; throws ParseException if it is but is malformed. */
+  def recognise(sql: String): Option[IvmStatement] = {
+    val heads = try firstWords(sql, 4) catch { case _: TokenizeError => Nil }
+    val ours = heads match {
+      case "CREATE" :: "MATERIALIZED" :: "VIEW" :: _ => true
+      case "CREATE" :: "OR" :: "REPLACE" :: "MATERIALIZED" :: _ => true
+      case ("REFRESH" | "DROP" | "ALTER" | "DESCRIBE" | "DESC") :: "MATERIALIZED" :: "VIEW" :: _ =>
+        true
+      case "SHOW" :: "MATERIALIZED" :: "VIEWS" :: _ => true
+      case "EXPLAIN" :: "REFRESH" :: "MATERIALIZED" :: "VIEW" :: Nil => true
+      case _ => false
+    }
+    if (!ours) None else Some(new StatementParser(sql).statement())
+  }
+
+  private def firstWords(sql: String, n: Int): List[String] = {
+    var pos = 0
+    val out = List.newBuilder[String]
+    var count = 0
+    var stop = false
+    while (count < n && !stop) {
+      Tokenizer.next(sql, pos) match {
+        case (Word(w, false, _), p) => out += w.toUpperCase(java.util.Locale.ROOT); pos = p; count += 1
+        case _ => stop = true
+      }
+    }
+    out.result()
+  }
+
+  private class StatementParser(sql: String) {
+    private var pos = 0
+
+    private def peek: Token = try Tokenizer.next(sql, pos)._1 catch {
+      case e: TokenizeError => fail(e.offset, s"'${sql.substring(e.offset).take(10)}'", e.message)
+    }
+    private def advance(): Token = {
+      val (t, p) = try Tokenizer.next(sql, pos) catch {
+        case e: TokenizeError => fail(e.offset, s"'${sql.substring(e.offset).take(10)}'", e.message)
+      }
+      pos = p
+      t
+    }
+
+    private def isKeyword(t: Token, kw: String): Boolean = t match {
+      case Word(w, false, _) => w.equalsIgnoreCase(kw)
+      case _ => false
+    }
+    private def acceptKeyword(kw: String): Boolean =
+      if (isKeyword(peek, kw)) { advance(); true } else false
+    private def expectKeyword(kw: String): Unit =
+      if (!acceptKeyword(kw)) unexpected(peek, s"expected $kw")
+    private def acceptSymbol(s: String): Boolean = peek match {
+      case Symbol(`s`, _) => advance(); true
+      case _ => false
+    }
+    private def expectSymbol(s: String): Unit = if (!acceptSymbol(s)) unexpected(peek, s"expected '$s'")
+
+    private def describe(t: Token): String = t match {
+      case End(_) => "end of input"
+      case Word(w, true, _) => s"'`$w`'"
+      case Word(w, _, _) => s"'$w'"
+      case StringLit(v, _) => s"'\"$v\"'"
+      case NumberLit(n, _) => s"'$n'"
+      case Symbol(s, _) => s"'$s'"
+    }
+
+    private def unexpected(t: Token, hint: String): Nothing = fail(t.offset, describe(t), hint)
+
+    private def fail(offset: Int, near: String, hint: String): Nothing = {
+      val before = sql.substring(0, math.min(offset, sql.length))
+      val line = before.count(_ == '\n') + 1
+      val column = offset - (before.lastIndexOf('\n') + 1)
+      throw new ParseException(
+        Some(sql), Origin(line = Some(line), startPosition = Some(column)),
+        "PARSE_SYNTAX_ERROR", Map("error" -> near, "hint" -> s": $hint"))
+    }
+
+    /** Optional trailing semicolon, then the end of the text. */
+    private def expectEnd(): Unit = {
+      acceptSymbol(";")
+      peek match {
+        case End(_) =>
+        case t => unexpected(t, "expected end of statement")
+      }
+    }
+
+    private def identifier(what: String): String = peek match {
+      case Word(w, _, _) => advance(); w
+      case t => unexpected(t, s"expected $what")
+    }
+
+    private def multipartName(): Seq[String] = {
+      val parts = Seq.newBuilder[String]
+      parts += identifier("a name")
+      while (peek match { case Symbol(".", _) => true; case _ => false }) {
+        advance()
+        parts += identifier("a name after '.'")
+      }
+      parts.result()
+    }
+
+    private def stringLiteral(what: String): String = peek match {
+      case StringLit(v, _) => advance(); v
+      case t => unexpected(t, s"expected $what as a quoted string")
+    }
+
+    /** `(key = value, ...)`; keys are dotted names or strings; values strings, numbers, words. */
+    private def propertyList(withValues: Boolean): Seq[(String, String)] = {
+      expectSymbol("(")
+      val out = Seq.newBuilder[(String, String)]
+      var more = true
+      while (more) {
+        val key = peek match {
+          case StringLit(v, _) => advance(); v
+          case Word(_, _, _) =>
+            val parts = multipartName()
+            parts.mkString(".")
+          case t => unexpected(t, "expected a property key")
+        }
+        val value = if (!withValues) "" else {
+          acceptSymbol("=")
+          peek match {
+            case StringLit(v, _) => advance(); v
+            case NumberLit(n, _) => advance(); n
+            case Word(w, false, _) => advance(); w
+            case t => unexpected(t, s"expected a value for property '$key'")
+          }
+        }
+        out += key -> value
+        more = acceptSymbol(",")
+      }
+      expectSymbol(")")
+      out.result()
+    }
+
+    def statement(): IvmStatement = {
+      val first = advance().asInstanceOf[Word].text.toUpperCase(java.util.Locale.ROOT)
+      first match {
+        case "CREATE" => create()
+        case "REFRESH" =>
+          expectKeyword("MATERIALIZED"); expectKeyword("VIEW")
+          val name = multipartName()
+          val full = acceptKeyword("FULL")
+          expectEnd()
+          RefreshMaterializedView(name, full)
+        case "DROP" =>
+          expectKeyword("MATERIALIZED"); expectKeyword("VIEW")
+          val ifExists = if (acceptKeyword("IF")) { expectKeyword("EXISTS"); true } else false
+          val name = multipartName()
+          expectEnd()
+          DropMaterializedView(name, ifExists)
+        case "SHOW" =>
+          expectKeyword("MATERIALIZED"); expectKeyword("VIEWS")
+          val ns = if (acceptKeyword("IN") || acceptKeyword("FROM")) Some(multipartName()) else None
+          expectEnd()
+          ShowMaterializedViews(ns)
+        case "DESCRIBE" | "DESC" =>
+          expectKeyword("MATERIALIZED"); expectKeyword("VIEW")
+          val name = multipartName()
+          expectEnd()
+          DescribeMaterializedView(name)
+        case "EXPLAIN" =>
+          expectKeyword("REFRESH"); expectKeyword("MATERIALIZED"); expectKeyword("VIEW")
+          val name = multipartName()
+          expectEnd()
+          ExplainRefresh(name)
+        case "ALTER" =>
+          expectKeyword("MATERIALIZED"); expectKeyword("VIEW")
+          val name = multipartName()
+          val stmt = if (acceptKeyword("SET")) {
+            expectKeyword("TBLPROPERTIES")
+            AlterMaterializedViewProperties(name, propertyList(withValues = true).toMap, Nil)
+          } else if (acceptKeyword("UNSET")) {
+            expectKeyword("TBLPROPERTIES")
+            AlterMaterializedViewProperties(name, Map.empty, propertyList(withValues = false).map(_._1))
+          } else unexpected(peek, "expected SET TBLPROPERTIES or UNSET TBLPROPERTIES")
+          expectEnd()
+          stmt
+      }
+    }
+
+    private def create(): IvmStatement = {
+      val orReplace = if (acceptKeyword("OR")) { expectKeyword("REPLACE"); true } else false
+      expectKeyword("MATERIALIZED"); expectKeyword("VIEW")
+      val ifNotExists =
+        if (acceptKeyword("IF")) { expectKeyword("NOT"); expectKeyword("EXISTS"); true } else false
+      if (orReplace && ifNotExists) {
+        fail(pos, "'IF NOT EXISTS'", "OR REPLACE and IF NOT EXISTS cannot be used together")
+      }
+      val name = multipartName()
+      val columns = if (peek match { case Symbol("(", _) => true; case _ => false }) {
+        advance()
+        val cols = Seq.newBuilder[String]
+        var more = true
+        while (more) {
+          cols += identifier("a column name")
+          if (acceptKeyword("COMMENT")) stringLiteral("a column comment")
+          more = acceptSymbol(",")
+        }
+        expectSymbol(")")
+        cols.result()
+      } else Nil
+      var comment: Option[String] = None
+      var props: Option[Map[String, String]] = None
+      var done = false
+      while (!done) {
+        val t = peek
+        if (isKeyword(t, "COMMENT")) {
+          if (comment.isDefined) unexpected(t, "COMMENT is given twice")
+          advance()
+          comment = Some(stringLiteral("the comment"))
+        } else if (isKeyword(t, "TBLPROPERTIES")) {
+          if (props.isDefined) unexpected(t, "TBLPROPERTIES is given twice")
+          advance()
+          props = Some(propertyList(withValues = true).toMap)
+        } else if (isKeyword(t, "AS")) {
+          advance()
+          done = true
+        } else {
+          unexpected(t, "expected COMMENT, TBLPROPERTIES or AS")
+        }
+      }
+      val queryStart = Tokenizer.skipBlank(sql, pos)
+      var queryEnd = sql.length
+      // A trailing semicolon (and blanks or comments after it) ends the statement.
+      val trimmed = sql.reverse.dropWhile(c => c.isWhitespace)
+      if (trimmed.headOption.contains(';')) queryEnd = sql.length - (sql.length - trimmed.length) - 1
+      val query = sql.substring(queryStart, math.max(queryStart, queryEnd)).trim
+      if (query.isEmpty) unexpected(End(queryStart), "expected the view's query after AS")
+      val inPlace = sql.substring(0, queryStart).map(c => if (c == '\n') '\n' else ' ') +
+        sql.substring(queryStart, math.max(queryStart, queryEnd))
+      CreateMaterializedView(name, ifNotExists, orReplace, columns, comment,
+        props.getOrElse(Map.empty), query, inPlace)
+    }
+  }
+}

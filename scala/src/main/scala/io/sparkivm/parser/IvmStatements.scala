@@ -1,0 +1,24 @@
+package io.sparkivm.parser
+
+/** The statements spark-ivm adds to Spark SQL, as parsed; see [[IvmStatementParser]]. */
+sealed trait IvmStatement
+
+case class CreateMaterializedView(
+    name: Seq[String],
+    ifNotExists: Boolean,
+    orReplace: Boolean,
+    columnNames: Seq[String],
+    comment: Option[String],
+    properties: Map[String, String],
+    queryText: String,
+    /** The query text with the statement's head blanked out, so that Spark's parse errors
+     *  point at the right line and position of the whole statement. */
+    queryTextInPlace: String) extends IvmStatement
+
+case class RefreshMaterializedView(name: Seq[String], full: Boolean) extends IvmStatement
+case class DropMaterializedView(name: Seq[String], ifExists: Boolean) extends IvmStatement
+case class ShowMaterializedViews(namespace: Option[Seq[String]]) extends IvmStatement
+case class DescribeMaterializedView(name: Seq[String]) extends IvmStatement
+case class ExplainRefresh(name: Seq[String]) extends IvmStatement
+case class AlterMaterializedViewProperties(
+    name: Seq[String], set: Map[String, String], unset: Seq[String]) extends IvmStatement

@@ -1,0 +1,154 @@
+package io.sparkivm.planner
+
+import org.apache.spark.sql.catalyst.expressions._
+import org.apache.spark.sql.catalyst.expressions.aggregate._
+import org.apache.spark.sql.types._
+
+/**
+ * One aggregate function of a view and the state that maintains it in the backing table.
+ * Inputs carry a sign `m` (+1 inserted, -1 deleted); each state is a group of columns that
+ * `deltas` fold from signed rows and `merge` adds to the old state.
+ *
+ *  - COUNT: the count.  SUM and AVG: the sum and the count of non-null inputs, so that a
+ *    group whose inputs are all NULL or gone gives NULL as recomputation does.
+ *  - MIN / MAX: the extreme and the non-null count. Inserts fold in directly; a group whose
+ *    current extreme was deleted is recomputed from Post (design, "The model").
+ *  - anything else (COUNT(DISTINCT), stddev, collect_set ...): recomputed from Post for the
+ *    groups whose input changed.
+ */
+sealed trait AggregateState {
+  def index: Int
+  def expr: AggregateExpression
+  /** Names and types of the state columns in the backing table. */
+  def columns: Seq[(String, DataType)]
+  /** State of a group computed from all its rows. */
+  def full(): Seq[Expression]
+  /** Change of the state from signed rows. */
+  def deltas(m: Expression): Seq[Expression]
+  /** True if the group must be recomputed, from old state and folded deltas. */
+  def needsRecompute(old: Seq[Expression], d: Seq[Expression]): Option[Expression]
+  /** New state from old state (null for a new group), deltas and, if recomputed, `rec`. */
+  def merge(old: Seq[Expression], d: Seq[Expression], rec: Option[Expression]): Seq[Expression]
+  /** The aggregate input used to recompute a group. */
+  def recompute: Option[Expression]
+  /** The aggregate's value from the state columns. */
+  def finish(state: Seq[Expression]): Expression
+
+  protected def col(suffix: String) = s"__ivm_a${index}_$suffix"
+  /** The aggregate's input with its FILTER clause applied. */
+  protected def masked(e: Expression): Expression =
+    expr.filter.map(f => If(f, e, Literal(null, e.dataType))).getOrElse(e)
+  protected def signed(m: Expression, e: Expression): Expression =
+    If(GreaterThan(m, Literal(0)), e, UnaryMinus(e))
+  protected def countOf(m: Expression, e: Expression): Expression =
+    Sum(If(IsNotNull(e), Cast(m, LongType), Literal(0L))).toAggregateExpression()
+  protected def plus(a: Expression, b: Expression, t: DataType): Expression =
+    Cast(Add(Coalesce(Seq(a, Literal.default(t))), Coalesce(Seq(b, Literal.default(t)))), t)
+}
+
+object AggregateState {
+  def apply(expr: AggregateExpression, index: Int): AggregateState = expr.aggregateFunction match {
+    case c: Count if !expr.isDistinct => CountState(index, expr, c)
+    case s: Sum if !expr.isDistinct => SumState(index, expr, s.child, s.dataType, None)
+    case a: Average if !expr.isDistinct =>
+      SumState(index, expr, a.child, a.aggBufferAttributes.head.dataType, Some(a))
+    case mn: Min => ExtremeState(index, expr, mn.child, isMin = true)
+    case mx: Max => ExtremeState(index, expr, mx.child, isMin = false)
+    case _ => RecomputedState(index, expr)
+  }
+
+  /** What the state does, for EXPLAIN and DESCRIBE. */
+  def describe(s: AggregateState): String = {
+    val name = s.expr.sql
+    s match {
+      case _: CountState => s"$name: running count"
+      case x: SumState if x.avg.isDefined => s"$name: running sum and count"
+      case _: SumState => s"$name: running sum and non-null count"
+      case e: ExtremeState => s"$name: folds inserts; recomputes a group when its " +
+        s"${if (e.isMin) "minimum" else "maximum"} is deleted"
+      case _: RecomputedState => s"$name: recomputed from Post for the groups whose rows changed"
+    }
+  }
+}
+
+case class CountState(index: Int, expr: AggregateExpression, count: Count) extends AggregateState {
+  def columns: Seq[(String, DataType)] = Seq(col("c") -> LongType)
+  def full(): Seq[Expression] = Seq(expr)
+  def deltas(m: Expression): Seq[Expression] = {
+    val counted = (count.children.map(IsNotNull(_): Expression) ++ expr.filter).reduceOption(And)
+      .getOrElse(Literal(true))
+    Seq(Sum(If(counted, Cast(m, LongType), Literal(0L))).toAggregateExpression())
+  }
+  def needsRecompute(old: Seq[Expression], d: Seq[Expression]): Option[Expression] = None
+  def merge(old: Seq[Expression], d: Seq[Expression], rec: Option[Expression]): Seq[Expression] =
+    Seq(plus(old.head, d.head, LongType))
+  def recompute: Option[Expression] = None
+  def finish(state: Seq[Expression]): Expression = state.head
+}
+
+/** SUM (avg = None) and AVG: a sum of type `sumType` and a non-null count. */
+case class SumState(index: Int, expr: AggregateExpression, input: Expression, sumType: DataType,
+    avg: Option[Average]) extends AggregateState {
+  private def x = Cast(masked(input), sumType)
+  def columns: Seq[(String, DataType)] = Seq(col("s") -> sumType, col("n") -> LongType)
+  def full(): Seq[Expression] = Seq(
+    Coalesce(Seq(Cast(Sum(x).toAggregateExpression(), sumType), Literal.default(sumType))),
+    Count(Seq(masked(input))).toAggregateExpression())
+  def deltas(m: Expression): Seq[Expression] = Seq(
+    Cast(Sum(signed(m, x)).toAggregateExpression(), sumType), countOf(m, masked(input)))
+  def needsRecompute(old: Seq[Expression], d: Seq[Expression]): Option[Expression] = None
+  def merge(old: Seq[Expression], d: Seq[Expression], rec: Option[Expression]): Seq[Expression] = {
+    val n = plus(old(1), d(1), LongType)
+    // With no inputs left the sum is exactly zero; this also drops floating-point residue.
+    Seq(If(EqualTo(n, Literal(0L)), Literal.default(sumType), plus(old.head, d.head, sumType)), n)
+  }
+  def recompute: Option[Expression] = None
+  def finish(state: Seq[Expression]): Expression = avg match {
+    case Some(a) =>
+      // Spark's own final step of AVG over our buffer, so types and rounding match.
+      val Seq(sumBuf, countBuf) = a.aggBufferAttributes
+      a.evaluateExpression.transform {
+        case r: AttributeReference if r.exprId == sumBuf.exprId => state.head
+        case r: AttributeReference if r.exprId == countBuf.exprId => state(1)
+      }
+    case None => If(EqualTo(state(1), Literal(0L)), Literal(null, sumType), state.head)
+  }
+}
+
+case class ExtremeState(index: Int, expr: AggregateExpression, input: Expression, isMin: Boolean)
+  extends AggregateState {
+  private def t = input.dataType
+  private def fold(e: Expression): Expression =
+    (if (isMin) Min(e) else Max(e)).toAggregateExpression()
+  private def only(cond: Expression) = If(cond, masked(input), Literal(null, t))
+  def columns: Seq[(String, DataType)] = Seq(col("v") -> t, col("n") -> LongType)
+  def full(): Seq[Expression] = Seq(fold(masked(input)), Count(Seq(masked(input))).toAggregateExpression())
+  def deltas(m: Expression): Seq[Expression] = Seq(
+    fold(only(GreaterThan(m, Literal(0)))), // extreme among inserted values
+    fold(only(LessThan(m, Literal(0)))), // extreme among deleted values
+    countOf(m, masked(input)))
+  def needsRecompute(old: Seq[Expression], d: Seq[Expression]): Option[Expression] = {
+    val deletedReachesExtreme =
+      if (isMin) LessThanOrEqual(d(1), old.head) else GreaterThanOrEqual(d(1), old.head)
+    Some(And(And(IsNotNull(d(1)), IsNotNull(old.head)), deletedReachesExtreme))
+  }
+  def merge(old: Seq[Expression], d: Seq[Expression], rec: Option[Expression]): Seq[Expression] = {
+    val n = plus(old(1), d(2), LongType)
+    val folded = if (isMin) Least(Seq(old.head, d.head)) else Greatest(Seq(old.head, d.head))
+    val v = rec.map(r => If(needsRecompute(old, d).get, r, folded)).getOrElse(folded)
+    Seq(If(EqualTo(n, Literal(0L)), Literal(null, t), v), n)
+  }
+  def recompute: Option[Expression] = Some(fold(masked(input)))
+  def finish(state: Seq[Expression]): Expression = state.head
+}
+
+case class RecomputedState(index: Int, expr: AggregateExpression) extends AggregateState {
+  def columns: Seq[(String, DataType)] = Seq(col("v") -> expr.dataType)
+  def full(): Seq[Expression] = Seq(expr)
+  def deltas(m: Expression): Seq[Expression] = Nil
+  def needsRecompute(old: Seq[Expression], d: Seq[Expression]): Option[Expression] = Some(Literal(true))
+  def merge(old: Seq[Expression], d: Seq[Expression], rec: Option[Expression]): Seq[Expression] =
+    Seq(rec.get)
+  def recompute: Option[Expression] = Some(expr)
+  def finish(state: Seq[Expression]): Expression = state.head
+}

@@ -1,0 +1,107 @@
+package io.sparkivm.planner
+
+import org.apache.spark.sql.catalyst.expressions._
+import org.apache.spark.sql.catalyst.plans.{Inner, LeftSemi}
+import org.apache.spark.sql.catalyst.plans.logical._
+
+/** How each table occurrence is read in one refresh (see [[io.sparkivm.execution.Refresher]]). */
+trait LeafReader {
+  /** The table at the version the view last consumed; output attributes are `leaf.output`. */
+  def pre(leaf: SourceLeaf): LogicalPlan
+  /** The table at the version pinned for this refresh; output attributes are `leaf.output`. */
+  def post(leaf: SourceLeaf): LogicalPlan
+  /** The net change, output `leaf.output :+ m`; None when the table did not change. */
+  def delta(leaf: SourceLeaf): Option[LogicalPlan]
+}
+
+/** One term of the delta union: a plan whose rows carry a sign `m`, and how it was built. */
+case class Branch(plan: LogicalPlan, terms: Seq[String]) {
+  def describe: String = terms.mkString(" x ")
+}
+
+/**
+ * The delta rules of counting IVM over Catalyst plans (fk-ivm.md section 2, Theorem 4.2 and its
+ * multi-way unfolding): for a join, D(L x R) = D(L) x Post(R) + Pre(L) x D(R); filters and
+ * projections commute with D; D of a UNION ALL is the union of the Ds. Unfolded over a join
+ * tree this is sum_i Pre(R1..Ri-1) x D(Ri) x Post(Ri+1..Rn): one branch per changed occurrence,
+ * so self-joins need nothing special. Every branch contains exactly one delta leaf, so the sign
+ * `m` of a row passes through joins unchanged.
+ *
+ * Every plan returned outputs the attributes (same expression ids) of the node it stands for,
+ * plus `m` for delta branches, so the expressions of the parents apply to it unchanged.
+ */
+class DeltaRules(reader: LeafReader, val m: Attribute) {
+
+  def pre(plan: LogicalPlan): LogicalPlan = substitute(plan, reader.pre)
+  def post(plan: LogicalPlan): LogicalPlan = substitute(plan, reader.post)
+
+  private def substitute(plan: LogicalPlan, read: SourceLeaf => LogicalPlan): LogicalPlan =
+    plan match {
+      case SourceLeaf(leaf) => read(leaf)
+      case SubqueryAlias(_, child) => substitute(child, read)
+      case v: View => substitute(v.child, read)
+      case other => other.mapChildren(substitute(_, read))
+    }
+
+  /** The delta of `plan` as a union of branches (empty when nothing under it changed). */
+  def delta(plan: LogicalPlan): Seq[Branch] = plan match {
+    case SourceLeaf(leaf) =>
+      reader.delta(leaf).map(p => Branch(p, Seq(s"D(${leaf.name})"))).toSeq
+    case leaf: LeafNode if SourceLeaf.isConstant(leaf) => Nil
+    case SubqueryAlias(_, child) => delta(child)
+    case v: View => delta(v.child)
+    case s: Sort => delta(s.child)
+    case Filter(cond, child) => delta(child).map(b => b.copy(plan = Filter(cond, b.plan)))
+    case Project(list, child) => delta(child).map(b => b.copy(plan = Project(list :+ m, b.plan)))
+    case j: Join if j.joinType == Inner =>
+      val out = j.output :+ m
+      delta(j.left).map { b =>
+        Branch(Project(out, j.copy(left = b.plan, right = post(j.right))),
+          b.terms ++ leafNames(j.right).map(n => s"Post($n)"))
+      } ++ delta(j.right).map { b =>
+        Branch(Project(out, j.copy(left = pre(j.left), right = b.plan)),
+          leafNames(j.left).map(n => s"Pre($n)") ++ b.terms)
+      }
+    case u: Union =>
+      u.children.zipWithIndex.flatMap { case (child, i) =>
+        delta(child).map { b =>
+          if (i == 0) b
+          else b.copy(plan = Project(child.output.zip(u.output).map { case (c, o) =>
+            Alias(c, o.name)(exprId = o.exprId) } :+ m, b.plan))
+        }
+      }
+    case a: Aggregate => regroup(a, a.groupingExpressions, a.aggregateExpressions, a.child)
+    case d: Distinct => regroup(d, d.child.output, d.child.output, d.child)
+    case other => throw new IllegalStateException(s"no delta rule for ${other.nodeName}")
+  }
+
+  /**
+   * D of an aggregate below the top of the view (a subquery with GROUP BY or DISTINCT): the
+   * groups whose input changed leave with their Pre value (m = -1) and come back with their
+   * Post value (m = +1); unchanged groups cancel when the view sums m.
+   */
+  private def regroup(node: LogicalPlan, keys: Seq[Expression], outputs: Seq[NamedExpression],
+      child: LogicalPlan): Seq[Branch] = {
+    val changed = delta(child)
+    if (changed.isEmpty) return Nil
+    def side(snapshot: LogicalPlan, sign: Int, label: String): Branch = {
+      val keyAliases = keys.zipWithIndex.map { case (k, i) => Alias(k, s"__ivm_k$i")() }
+      val affected = Distinct(Project(keyAliases, unionAll(delta(child).map(_.plan))))
+      val cond = keys.zip(keyAliases).map { case (k, a) => EqualNullSafe(k, a.toAttribute): Expression }
+        .reduceOption(And)
+      val regrouped = Aggregate(keys, outputs, Join(snapshot, affected, LeftSemi, cond, JoinHint.NONE))
+      Branch(Project(node.output :+ Alias(Literal(sign), m.name)(exprId = m.exprId), regrouped),
+        Seq(s"$label(${node.nodeName} over ${leafNames(child).mkString(", ")}) on changed groups"))
+    }
+    Seq(side(pre(child), -1, "-Pre"), side(post(child), 1, "+Post"))
+  }
+
+  def unionAll(plans: Seq[LogicalPlan]): LogicalPlan = plans match {
+    case Seq(one) => one
+    case many => Union(many)
+  }
+
+  private def leafNames(plan: LogicalPlan): Seq[String] = plan.collect {
+    case SourceLeaf(leaf) => leaf.name
+  }
+}

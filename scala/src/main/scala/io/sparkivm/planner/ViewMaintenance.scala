@@ -1,0 +1,215 @@
+package io.sparkivm.planner
+
+import org.apache.spark.sql.catalyst.expressions._
+import org.apache.spark.sql.catalyst.expressions.aggregate._
+import org.apache.spark.sql.catalyst.plans.{LeftOuter, LeftSemi}
+import org.apache.spark.sql.catalyst.plans.logical._
+import org.apache.spark.sql.types.LongType
+
+/**
+ * The plans that maintain one view: its rows from scratch, and the rows to MERGE into its
+ * backing table for one refresh. The backing table has
+ *  - key columns: the group keys (`__ivm_g<i>`) of an aggregate view, or the output columns
+ *    of a rows view;
+ *  - `__ivm_count`: the number of input rows of the group, or the multiplicity of the row;
+ *  - the state of each aggregate (`__ivm_a<j>_*`, see [[AggregateState]]);
+ *  - for aggregate views, the output columns computed from that state, and `__ivm_having`
+ *    when filters sit above the aggregate (the group's state is kept even when it is hidden).
+ */
+class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String]) {
+  import ViewMaintenance._
+
+  /** Where each view column is stored. */
+  val outputStorage: Seq[String] = storageNames(viewColumns)
+
+  private val (keyExprs: Seq[Expression], child: LogicalPlan) = shape match {
+    case a: AggregateShape => (a.aggregate.groupingExpressions, a.aggregate.child)
+    case r: RowsShape => (r.rows.output, r.rows)
+  }
+
+  val keyNames: Seq[String] = shape match {
+    case _: AggregateShape => keyExprs.indices.map(i => s"__ivm_g$i")
+    case _: RowsShape => outputStorage
+  }
+
+  val states: Seq[AggregateState] = shape match {
+    case a: AggregateShape =>
+      val all = a.aggregate.aggregateExpressions.flatMap(_.collect { case ae: AggregateExpression => ae })
+      all.groupBy(_.canonicalized).values.map(_.head).toSeq
+        .sortBy(ae => all.indexWhere(_.canonicalized == ae.canonicalized))
+        .zipWithIndex.map { case (ae, i) => AggregateState(ae, i) }
+    case _ => Nil
+  }
+
+  val hasHaving: Boolean = shape match {
+    case a: AggregateShape => a.top.exists { case _: Filter => true; case _ => false }
+    case _ => false
+  }
+
+  def global: Boolean = shape match {
+    case a: AggregateShape => a.global
+    case _ => false
+  }
+
+  /** The catalog view's query over the backing table. */
+  def viewSql(backing: String): String = {
+    val source = shape match {
+      case _: AggregateShape => outputStorage
+      case _: RowsShape => keyNames
+    }
+    val cols = source.zip(viewColumns).map { case (s, v) => s"${quote(s)} AS ${quote(v)}" }
+      .mkString(", ")
+    val conditions = (if (global) Nil else Seq(s"$CountColumn > 0")) ++
+      (if (hasHaving) Seq(HavingColumn) else Nil)
+    val where = if (conditions.isEmpty) "" else conditions.mkString(" WHERE ", " AND ", "")
+    shape match {
+      case r: RowsShape if !r.distinct =>
+        s"SELECT $cols FROM $backing LATERAL VIEW explode(sequence(1L, $CountColumn)) __ivm_r AS __ivm_i$where"
+      case _ => s"SELECT $cols FROM $backing$where"
+    }
+  }
+
+  /** The backing table's rows computed from scratch, from Post. */
+  def fullPlan(rules: DeltaRules): LogicalPlan = {
+    val keys = keyAliases()
+    val count = Alias(Count(Seq(Literal(1))).toAggregateExpression(), CountColumn)()
+    val stateCols = states.flatMap(s => s.full().zip(s.columns).map { case (e, (n, _)) => Alias(e, n)() })
+    finish(Aggregate(keyExprs, keys ++ (count +: stateCols), rules.post(child)))
+  }
+
+  /** The delta branches that a refresh with these changes runs. */
+  def branches(rules: DeltaRules): Seq[Branch] = rules.delta(child)
+
+  /**
+   * The rows to MERGE into the backing table (complete new rows of the groups that changed,
+   * with `__ivm_count` 0 for those that emptied), or None when no base table changed.
+   * `old` reads the backing table; it is called once per use so that no plan is shared.
+   */
+  def mergeSource(rules: DeltaRules, old: () => LogicalPlan): Option[LogicalPlan] = {
+    val changed = branches(rules)
+    if (changed.isEmpty) return None
+    val m = rules.m
+    val keys = keyAliases()
+    val dCount = Alias(Sum(Cast(m, LongType)).toAggregateExpression(), "__ivm_dcount")()
+    val dStates = states.map(s => s.deltas(m).zipWithIndex.map { case (e, i) =>
+      Alias(e, s"__ivm_d${s.index}_$i")() })
+    def joined(): (LogicalPlan, String => Attribute) = {
+      val folded = Aggregate(keyExprs, keys ++ (dCount +: dStates.flatten),
+        rules.unionAll(branches(rules).map(_.plan)))
+      val backing = old()
+      def col(name: String) = backing.output.find(_.name == name).getOrElse(
+        throw new IllegalStateException(s"backing table has no column $name"))
+      val cond = keys.zip(keyNames).map { case (k, n) => EqualNullSafe(k.toAttribute, col(n)): Expression }
+        .reduceOption(And)
+      (Join(folded, backing, LeftOuter, cond, JoinHint.NONE), col)
+    }
+    val (plan, col) = joined()
+    def oldOf(s: AggregateState) = s.columns.map(c => col(c._1))
+    def dOf(s: AggregateState) = dStates(states.indexOf(s)).map(_.toAttribute)
+    val newCount = plusLong(col(CountColumn), dCount.toAttribute)
+
+    val recomputed = states.filter(_.recompute.isDefined)
+    val (withRec, recOf) = if (recomputed.isEmpty) (plan, (_: AggregateState) => None) else {
+      // Groups that need their extreme (or a general aggregate) recomputed, from Post.
+      val (again, col2) = joined()
+      val flags = recomputed.map(s => s.needsRecompute(s.columns.map(c => col2(c._1)),
+        dStates(states.indexOf(s)).map(_.toAttribute)).get)
+      val rk = keys.zipWithIndex.map { case (k, i) => Alias(k.toAttribute, s"__ivm_rk$i")() }
+      val need = Distinct(Project(rk, Filter(
+        And(flags.reduce(Or), GreaterThan(plusLong(col2(CountColumn), dCount.toAttribute), Literal(0L))),
+        again)))
+      val semi = keyExprs.zip(rk).map { case (e, a) => EqualNullSafe(e, a.toAttribute): Expression }
+        .reduceOption(And)
+      val rg = keyExprs.zipWithIndex.map { case (e, i) => Alias(e, s"__ivm_rg$i")() }
+      val recs = recomputed.map(s => Alias(s.recompute.get, s"__ivm_r${s.index}")())
+      val rec = Aggregate(keyExprs, rg ++ recs,
+        Join(rules.post(child), need, LeftSemi, semi, JoinHint.NONE))
+      val cond = keys.zip(rg).map { case (k, g) => EqualNullSafe(k.toAttribute, g.toAttribute): Expression }
+        .reduceOption(And)
+      val byState = recomputed.zip(recs.map(_.toAttribute)).toMap
+      (Join(plan, rec, LeftOuter, cond, JoinHint.NONE), (s: AggregateState) => byState.get(s))
+    }
+    val stateCols = states.flatMap { s =>
+      s.merge(oldOf(s), dOf(s), recOf(s)).zip(s.columns).map { case (e, (n, _)) => Alias(e, n)() }
+    }
+    Some(finish(Project(keys.map(_.toAttribute) ++ (Alias(newCount, CountColumn)() +: stateCols), withRec)))
+  }
+
+  private def keyAliases(): Seq[Alias] =
+    keyExprs.zip(keyNames).map { case (e, n) => Alias(e, n)() }
+
+  /** Backing rows from a plan of keys, count and state: adds the outputs of aggregate views. */
+  private def finish(state: LogicalPlan): LogicalPlan = shape match {
+    case _: RowsShape => state
+    case a: AggregateShape =>
+      val attr = state.output.map(o => o.name -> o).toMap
+      val stateOf = states.map(s => s.expr.canonicalized -> s).toMap
+      val agg = a.aggregate
+      val outputs = agg.aggregateExpressions.map { ne =>
+        val body = ne match { case Alias(c, _) => c; case other => other }
+        val rewritten = body.transformDown {
+          case ae: AggregateExpression =>
+            val s = stateOf(ae.canonicalized)
+            s.finish(s.columns.map(c => attr(c._1)))
+          case e if keyExprs.exists(_.semanticEquals(e)) =>
+            attr(keyNames(keyExprs.indexWhere(_.semanticEquals(e))))
+        }
+        Alias(rewritten, ne.name)(exprId = ne.exprId)
+      }
+      val (upper, having) = rebuild(a.top, Project(state.output ++ outputs, state), state.output)
+      val viewOut = a.top.output.zip(outputStorage).map { case (o, n) => Alias(o, n)() }
+      Project(state.output ++ viewOut ++ having.map(h => Alias(h, HavingColumn)()), upper)
+  }
+
+  /**
+   * The projections and filters above the aggregate, over the finished groups. A filter
+   * becomes a flag (`__ivm_having`) instead of dropping the group, whose state is still needed.
+   */
+  private def rebuild(node: LogicalPlan, base: LogicalPlan, keep: Seq[Attribute])
+      : (LogicalPlan, Option[Attribute]) = node match {
+    case _: Aggregate => (base, None)
+    case SubqueryAlias(_, c) => rebuild(c, base, keep)
+    case v: View => rebuild(v.child, base, keep)
+    case s: Sort => rebuild(s.child, base, keep)
+    case Filter(cond, c) =>
+      val (p, flag) = rebuild(c, base, keep)
+      val next = Alias(flag.map(f => And(f, cond)).getOrElse(cond), HavingColumn)()
+      (Project(p.output.filterNot(o => flag.exists(_.exprId == o.exprId)) :+ next, p),
+        Some(next.toAttribute))
+    case Project(list, c) =>
+      val (p, flag) = rebuild(c, base, keep)
+      (Project(list ++ keep ++ flag, p), flag)
+    case other => throw new IllegalStateException(s"unexpected ${other.nodeName} above an aggregate")
+  }
+
+  /** The names of the backing table's columns, in order. */
+  def backingColumns: Seq[String] = keyNames ++ Seq(CountColumn) ++ states.flatMap(_.columns.map(_._1)) ++
+    (shape match {
+      case _: AggregateShape => outputStorage ++ (if (hasHaving) Seq(HavingColumn) else Nil)
+      case _ => Nil
+    })
+}
+
+object ViewMaintenance {
+  val CountColumn = "__ivm_count"
+  val HavingColumn = "__ivm_having"
+
+  def quote(name: String): String = "`" + name.replace("`", "``") + "`"
+
+  private def plusLong(a: Expression, b: Expression): Expression =
+    Add(Coalesce(Seq(a, Literal(0L))), Coalesce(Seq(b, Literal(0L))))
+
+  /**
+   * Column names for the backing table: the view's own where Delta accepts them and they are
+   * unique, `__ivm_c<i>` otherwise (Delta refuses " ,;{}()\n\t=" in names, and a query may
+   * produce two columns called `count(1)`).
+   */
+  def storageNames(names: Seq[String]): Seq[String] = {
+    val lower = names.map(_.toLowerCase(java.util.Locale.ROOT))
+    names.zipWithIndex.map { case (n, i) =>
+      val plain = n.matches("[A-Za-z_][A-Za-z0-9_]*") && !lower(i).startsWith("__ivm_") &&
+        lower.count(_ == lower(i)) == 1
+      if (plain) n else s"__ivm_c$i"
+    }
+  }
+}
