@@ -41,8 +41,9 @@ class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String]) {
     case _ => Nil
   }
 
+  /** True if a filter sits above the aggregate (HAVING, or WHERE of an outer query). */
   val hasHaving: Boolean = shape match {
-    case a: AggregateShape => a.top.exists { case _: Filter => true; case _ => false }
+    case a: AggregateShape => ViewShape.chainAbove(a.top, a.aggregate).exists(_.isInstanceOf[Filter])
     case _ => false
   }
 

@@ -36,6 +36,10 @@ object ViewShape {
     }
   }
 
+  /** The nodes from `top` down to (not including) `aggregate`. */
+  def chainAbove(top: LogicalPlan, aggregate: Aggregate): Seq[LogicalPlan] =
+    if (top eq aggregate) Nil else top +: top.children.flatMap(chainAbove(_, aggregate))
+
   private def stripTop(p: LogicalPlan): LogicalPlan = p match {
     case s: Sort => stripTop(s.child)
     case SubqueryAlias(_, c) => stripTop(c)

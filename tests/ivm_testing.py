@@ -1,0 +1,81 @@
+"""Shared helpers for spark-ivm's Python tests: sessions, and the check every view test makes.
+
+The check compares a maintained view with its query recomputed from the base tables, as
+multisets of rows (counts included); floating-point values are compared to 9 significant
+digits, since incremental sums add in another order than recomputation.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from collections import Counter
+from decimal import Decimal
+from typing import Any, Iterable, List, Optional, Tuple
+
+from pyspark.sql import SparkSession
+
+from spark_ivm import configure_spark_with_ivm
+
+
+def make_session(master: str = "local[2]", warehouse: Optional[str] = None,
+                 hive: bool = False, app: str = "spark-ivm-tests") -> SparkSession:
+    """A small, quiet SparkSession with spark-ivm; one per test run."""
+    warehouse = warehouse or tempfile.mkdtemp(prefix="ivm-warehouse-")
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app)
+        .config("spark.sql.warehouse.dir", warehouse)
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.default.parallelism", "4")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.adaptive.coalescePartitions.initialPartitionNum", "4")
+        .config("spark.databricks.delta.snapshotPartitions", "2")
+        .config("spark.ivm.test", "true")
+        .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={warehouse}")
+    )
+    if hive:
+        builder = builder.enableHiveSupport().config(
+            "javax.jdo.option.ConnectionURL",
+            f"jdbc:derby:;databaseName={os.path.join(warehouse, 'metastore_db')};create=true",
+        )
+    spark = configure_spark_with_ivm(builder).getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _norm(value: Any) -> Any:
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "NaN"
+        return float(f"{value:.9g}") + 0.0  # + 0.0 folds -0.0 into 0.0
+    if isinstance(value, Decimal):
+        return value.normalize()
+    if isinstance(value, (list, tuple)):
+        return tuple(_norm(v) for v in value)
+    if isinstance(value, dict):
+        return tuple(sorted((k, _norm(v)) for k, v in value.items()))
+    return value
+
+
+def multiset(rows: Iterable[Any]) -> Counter:
+    """Rows as a multiset of normalized tuples."""
+    return Counter(tuple(_norm(v) for v in row) for row in rows)
+
+
+def diff(expected: Counter, actual: Counter) -> Tuple[List[Any], List[Any]]:
+    """(rows missing from actual, rows actual has in excess), with repetitions."""
+    return list((expected - actual).elements()), list((actual - expected).elements())
+
+
+def assert_matches_query(spark: SparkSession, view: str, query: str) -> int:
+    """The view holds exactly what its query gives now, counts included; returns the row count."""
+    expected = multiset(spark.sql(query).collect())
+    actual = multiset(spark.table(view).collect())
+    missing, extra = diff(expected, actual)
+    assert not missing and not extra, (
+        f"view {view} differs from its query\n  missing: {missing[:10]}\n  extra: {extra[:10]}"
+        f"\n  ({len(missing)} missing, {len(extra)} extra, {sum(expected.values())} expected)"
+    )
+    return sum(expected.values())
