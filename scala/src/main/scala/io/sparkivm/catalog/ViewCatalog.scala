@@ -9,7 +9,8 @@ import org.apache.spark.internal.Logging
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.TableIdentifier
 import org.apache.spark.sql.catalyst.catalog.{CatalogTable, CatalogTableType}
-import org.apache.spark.sql.delta.DeltaLog
+import org.apache.spark.sql.delta.{DeltaHistoryManager, DeltaLog}
+import org.apache.spark.sql.delta.util.FileNames
 import org.apache.spark.sql.ivm.SessionInternals
 import org.json4s._
 import org.json4s.jackson.JsonMethods.{compact, parse, render}
@@ -182,30 +183,33 @@ object ViewCatalog extends Logging {
 
   /**
    * The last refresh committed to a backing table, and the commits after it that were not made
-   * by spark-ivm and change rows (which would make the view wrong).
+   * by spark-ivm and change rows (which would make the view wrong). Reads commit files from the
+   * newest back, on the driver: usually the newest commit is the last refresh.
    */
   def lastRefresh(spark: SparkSession, meta: ViewMetadata): (RefreshRecord, Seq[String]) = {
-    val history = deltaLog(spark, meta.backing).history
-    var limit = 32
-    var found: Option[(RefreshRecord, Seq[String])] = None
-    var exhausted = false
-    while (found.isEmpty && !exhausted) {
-      val commits = history.getHistory(Some(limit))
-      val foreign = Seq.newBuilder[String]
-      val it = commits.iterator
-      while (found.isEmpty && it.hasNext) {
-        val c = it.next()
-        val record = c.userMetadata.flatMap(parseRecord(_, c.version.getOrElse(-1L), c.timestamp.getTime))
-        record match {
-          case Some(r) => found = Some(r -> foreign.result())
+    val log = deltaLog(spark, meta.backing)
+    val conf = log.newDeltaHadoopConf()
+    val foreign = Seq.newBuilder[String]
+    var version = log.update().version
+    var found: Option[RefreshRecord] = None
+    while (found.isEmpty && version >= 0) {
+      val info = try {
+        DeltaHistoryManager.getCommitInfoOpt(log.store, FileNames.unsafeDeltaFile(log.logPath, version), conf)
+      } catch {
+        case NonFatal(e) => throw IvmErrors.backingAltered(meta.viewName,
+          s"the log entry of version $version cannot be read (${e.getMessage}), and with it the " +
+            "record of its last refresh")
+      }
+      info.foreach { c =>
+        c.userMetadata.flatMap(parseRecord(_, version, c.timestamp.getTime)) match {
+          case Some(r) => found = Some(r)
           case None if MaintenanceOperations.contains(c.operation) =>
-          case None => foreign += s"version ${c.version.getOrElse(-1L)}: ${c.operation}"
+          case None => foreign += s"version $version: ${c.operation}"
         }
       }
-      exhausted = commits.size < limit
-      limit *= 8
+      version -= 1
     }
-    found.getOrElse(throw IvmErrors.backingAltered(meta.viewName,
+    found.map(_ -> foreign.result()).getOrElse(throw IvmErrors.backingAltered(meta.viewName,
       "no commit of it records a refresh by spark-ivm"))
   }
 }

@@ -1,7 +1,10 @@
 package io.sparkivm.execution
 
 import io.sparkivm.catalog.{RefreshRecord, ViewCatalog, ViewMetadata}
-import io.sparkivm.planner.ViewMaintenance
+import io.sparkivm.planner.{PlanSteps, ViewMaintenance}
+import org.apache.spark.sql.catalyst.expressions.Alias
+import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, Project}
+import org.apache.spark.sql.ivm.SparkInternals
 import io.delta.tables.DeltaTable
 import org.apache.spark.sql.{DataFrame, SparkSession}
 
@@ -20,6 +23,7 @@ object BackingTable {
   private val TxnAppId = "spark.databricks.delta.write.txnAppId"
   private val TxnVersion = "spark.databricks.delta.write.txnVersion"
   private val UserMetadata = "spark.databricks.delta.commitInfo.userMetadata"
+  private val MaterializeSource = "spark.databricks.delta.merge.materializeSource"
 
   /** Runs `body` with the commit confs set, restoring the session's previous values after. */
   private def inCommit[T](spark: SparkSession, meta: ViewMetadata, record: RefreshRecord)(body: => T): T = {
@@ -51,8 +55,37 @@ object BackingTable {
    * MERGE the changed groups: a group whose count reached 0 is deleted (a global aggregate
    * keeps its one row), others are updated or inserted whole. Keys match null-safely.
    */
+  /**
+   * The rows to merge, computed once: MERGE reads its source twice (to find the files to
+   * rewrite, then to write them) and the rows come from a deep plan. A local checkpoint also
+   * cuts their lineage to the backing table, which the MERGE is about to change.
+   */
+  def materialize(rows: DataFrame): DataFrame = rows.localCheckpoint(eager = true)
+
+  /** Intermediate results of a refresh, computed once each (see [[materialize]]). */
+  class Checkpoints(spark: SparkSession) extends PlanSteps {
+    def materialize(plan: LogicalPlan): LogicalPlan = {
+      val done = SparkInternals.analyzed(BackingTable.materialize(SparkInternals.dataFrame(spark, plan)))
+      Project(plan.output.zip(done.output).map { case (o, n) => Alias(n, o.name)(exprId = o.exprId) }, done)
+    }
+    def isEmpty(plan: LogicalPlan): Boolean = SparkInternals.dataFrame(spark, plan).isEmpty
+  }
+
+  /** MERGE rows from [[materialize]] into the backing table, in one commit. */
   def merge(spark: SparkSession, meta: ViewMetadata, maintenance: ViewMaintenance,
       source: DataFrame, record: RefreshRecord): MergeMetrics = inCommit(spark, meta, record) {
+    val previous = spark.conf.getOption(MaterializeSource)
+    try {
+      // Already materialized, and deterministic: Delta need not copy it again.
+      spark.conf.set(MaterializeSource, "none")
+      runMerge(spark, meta, maintenance, source)
+    } finally {
+      previous.map(spark.conf.set(MaterializeSource, _)).getOrElse(spark.conf.unset(MaterializeSource))
+    }
+  }
+
+  private def runMerge(spark: SparkSession, meta: ViewMetadata, maintenance: ViewMaintenance,
+      source: DataFrame): MergeMetrics = {
     val count = ViewMaintenance.CountColumn
     val on = if (maintenance.keyNames.isEmpty) "true" else maintenance.keyNames.map { k =>
       val q = ViewMaintenance.quote(k)

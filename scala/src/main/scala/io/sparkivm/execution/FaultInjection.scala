@@ -3,17 +3,25 @@ package io.sparkivm.execution
 import org.apache.spark.sql.SparkSession
 
 /**
- * Named points in CREATE and REFRESH where a test can kill the JVM, to check that a refresh
- * killed anywhere leaves a readable view that the next refresh makes exact. Set
- * `spark.ivm.testing.killAt` to a point's name; unset (the default) it costs one conf lookup.
+ * Named points in CREATE and REFRESH where tests interfere, to check that a refresh killed
+ * anywhere leaves a readable view that the next refresh makes exact, and that commits made
+ * while a refresh runs go to the next one:
+ *  - `spark.ivm.testing.killAt = <point>` halts the JVM there;
+ *  - `spark.ivm.testing.sqlAt = <point>:<statement>` runs a statement there (once).
+ * Unset (the default) each point costs two conf lookups.
  */
 object FaultInjection {
-  val Conf = "spark.ivm.testing.killAt"
+  val KillConf = "spark.ivm.testing.killAt"
+  val SqlConf = "spark.ivm.testing.sqlAt"
   val Points: Seq[String] = Seq("refresh-start", "after-pin", "after-changes", "before-commit",
     "after-commit", "create-after-backing")
 
   def point(spark: SparkSession, name: String): Unit = {
-    if (spark.conf.getOption(Conf).contains(name)) {
+    spark.conf.getOption(SqlConf).filter(_.startsWith(name + ":")).foreach { spec =>
+      spark.conf.unset(SqlConf)
+      spark.sql(spec.substring(name.length + 1))
+    }
+    if (spark.conf.getOption(KillConf).contains(name)) {
       System.err.println(s"spark-ivm: killing the JVM at fault-injection point '$name'")
       System.err.flush()
       Runtime.getRuntime.halt(137)

@@ -105,10 +105,12 @@ object Refresher extends Logging {
       FaultInjection.point(spark, "after-changes")
       val rules = new DeltaRules(reader, m)
       val branches = analyzed.maintenance.branches(rules).map(_.describe)
-      val source: DataFrame = analyzed.maintenance
-        .mergeSource(rules, () => SparkInternals.analyzed(spark.table(meta.backing.quotedString)))
+      val source: DataFrame = BackingTable.materialize(analyzed.maintenance
+        .mergeSource(rules, () => SparkInternals.analyzed(spark.table(meta.backing.quotedString)),
+          new BackingTable.Checkpoints(spark))
         .map(SparkInternals.dataFrame(spark, _))
-        .getOrElse(spark.table(meta.backing.quotedString).limit(0))
+        .getOrElse(spark.table(meta.backing.quotedString).limit(0)))
+      timer.mark("delta")
       val record = RefreshRecord(number, "incremental", versions, attemptId, -1, 0)
       FaultInjection.point(spark, "before-commit")
       val metrics = BackingTable.merge(spark, meta, analyzed.maintenance, source, record)

@@ -6,7 +6,7 @@ import scala.util.control.NonFatal
 
 import io.sparkivm.catalog.{RefreshMode, ViewCatalog}
 import io.sparkivm.changes.DeltaSources
-import io.sparkivm.planner.{AggregateState, DeltaRules}
+import io.sparkivm.planner.{AggregateState, DeltaRules, PlanOnly}
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.expressions.AttributeReference
 import org.apache.spark.sql.ivm.{SessionInternals, SparkInternals}
@@ -104,7 +104,7 @@ object ViewExplainer {
           (if (maintenance.global) "" else "; rows whose __ivm_count reaches 0 are deleted") +
           s"; one Delta commit with txn (view id, ${last.number + 1})")
         maintenance.mergeSource(rules,
-          () => SparkInternals.analyzed(spark.table(meta.backing.quotedString))).foreach { plan =>
+          () => SparkInternals.analyzed(spark.table(meta.backing.quotedString)), PlanOnly).foreach { plan =>
           line("== Spark plan of the rows to merge ==")
           line(SparkInternals.dataFrame(spark, plan).queryExecution.optimizedPlan.treeString)
         }

@@ -148,7 +148,8 @@ case class RecomputedState(index: Int, expr: AggregateExpression) extends Aggreg
   def deltas(m: Expression): Seq[Expression] = Nil
   def needsRecompute(old: Seq[Expression], d: Seq[Expression]): Option[Expression] = Some(Literal(true))
   def merge(old: Seq[Expression], d: Seq[Expression], rec: Option[Expression]): Seq[Expression] =
-    Seq(rec.get)
+    // No recomputation happens when every changed group emptied (its row is deleted).
+    Seq(rec.getOrElse(Literal(null, expr.dataType)))
   def recompute: Option[Expression] = Some(expr)
   def finish(state: Seq[Expression]): Expression = state.head
 }

@@ -84,9 +84,12 @@ class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String]) {
   /**
    * The rows to MERGE into the backing table (complete new rows of the groups that changed,
    * with `__ivm_count` 0 for those that emptied), or None when no base table changed.
-   * `old` reads the backing table; it is called once per use so that no plan is shared.
+   *
+   * `old` reads the backing table. `steps` decides how intermediate results are computed: a
+   * refresh materializes the folded delta once and skips recomputation when no group needs
+   * it; EXPLAIN keeps everything as one plan and runs nothing.
    */
-  def mergeSource(rules: DeltaRules, old: () => LogicalPlan): Option[LogicalPlan] = {
+  def mergeSource(rules: DeltaRules, old: () => LogicalPlan, steps: PlanSteps): Option[LogicalPlan] = {
     val changed = branches(rules)
     if (changed.isEmpty) return None
     val m = rules.m
@@ -94,41 +97,39 @@ class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String]) {
     val dCount = Alias(Sum(Cast(m, LongType)).toAggregateExpression(), "__ivm_dcount")()
     val dStates = states.map(s => s.deltas(m).zipWithIndex.map { case (e, i) =>
       Alias(e, s"__ivm_d${s.index}_$i")() })
-    def joined(): (LogicalPlan, String => Attribute) = {
-      val folded = Aggregate(keyExprs, keys ++ (dCount +: dStates.flatten),
-        rules.unionAll(branches(rules).map(_.plan)))
-      val backing = old()
-      def col(name: String) = backing.output.find(_.name == name).getOrElse(
-        throw new IllegalStateException(s"backing table has no column $name"))
-      val cond = keys.zip(keyNames).map { case (k, n) => EqualNullSafe(k.toAttribute, col(n)): Expression }
-        .reduceOption(And)
-      (Join(folded, backing, LeftOuter, cond, JoinHint.NONE), col)
-    }
-    val (plan, col) = joined()
+    // The delta, folded per key: small, and read once or twice below.
+    val folded = steps.materialize(Aggregate(keyExprs, keys ++ (dCount +: dStates.flatten),
+      rules.unionAll(changed.map(_.plan))))
+    val backing = old()
+    def col(name: String) = backing.output.find(_.name == name).getOrElse(
+      throw new IllegalStateException(s"backing table has no column $name"))
+    val cond = keys.zip(keyNames).map { case (k, n) => EqualNullSafe(k.toAttribute, col(n)): Expression }
+      .reduceOption(And)
+    val joined = Join(folded, backing, LeftOuter, cond, JoinHint.NONE)
     def oldOf(s: AggregateState) = s.columns.map(c => col(c._1))
     def dOf(s: AggregateState) = dStates(states.indexOf(s)).map(_.toAttribute)
     val newCount = plusLong(col(CountColumn), dCount.toAttribute)
 
     val recomputed = states.filter(_.recompute.isDefined)
-    val (withRec, recOf) = if (recomputed.isEmpty) (plan, (_: AggregateState) => None) else {
-      // Groups that need their extreme (or a general aggregate) recomputed, from Post.
-      val (again, col2) = joined()
-      val flags = recomputed.map(s => s.needsRecompute(s.columns.map(c => col2(c._1)),
-        dStates(states.indexOf(s)).map(_.toAttribute)).get)
-      val rk = keys.zipWithIndex.map { case (k, i) => Alias(k.toAttribute, s"__ivm_rk$i")() }
-      val need = Distinct(Project(rk, Filter(
-        And(flags.reduce(Or), GreaterThan(plusLong(col2(CountColumn), dCount.toAttribute), Literal(0L))),
-        again)))
-      val semi = keyExprs.zip(rk).map { case (e, a) => EqualNullSafe(e, a.toAttribute): Expression }
-        .reduceOption(And)
-      val rg = keyExprs.zipWithIndex.map { case (e, i) => Alias(e, s"__ivm_rg$i")() }
-      val recs = recomputed.map(s => Alias(s.recompute.get, s"__ivm_r${s.index}")())
-      val rec = Aggregate(keyExprs, rg ++ recs,
-        Join(rules.post(child), need, LeftSemi, semi, JoinHint.NONE))
-      val cond = keys.zip(rg).map { case (k, g) => EqualNullSafe(k.toAttribute, g.toAttribute): Expression }
-        .reduceOption(And)
-      val byState = recomputed.zip(recs.map(_.toAttribute)).toMap
-      (Join(plan, rec, LeftOuter, cond, JoinHint.NONE), (s: AggregateState) => byState.get(s))
+    val flags = recomputed.map(s => s.needsRecompute(oldOf(s), dOf(s)).get)
+    val rk = keys.zipWithIndex.map { case (k, i) => Alias(k.toAttribute, s"__ivm_rk$i")() }
+    // Groups that still have rows and need an extreme (or a general aggregate) recomputed.
+    val need = if (recomputed.isEmpty) None else Some(steps.materialize(Distinct(Project(rk,
+      Filter(And(flags.reduce(Or), GreaterThan(newCount, Literal(0L))), joined)))))
+      .filterNot(steps.isEmpty)
+    val (withRec, recOf) = need match {
+      case None => (joined, (_: AggregateState) => None)
+      case Some(needed) =>
+        val semi = keyExprs.zip(rk).map { case (e, a) => EqualNullSafe(e, a.toAttribute): Expression }
+          .reduceOption(And)
+        val rg = keyExprs.zipWithIndex.map { case (e, i) => Alias(e, s"__ivm_rg$i")() }
+        val recs = recomputed.map(s => Alias(s.recompute.get, s"__ivm_r${s.index}")())
+        val rec = Aggregate(keyExprs, rg ++ recs,
+          Join(rules.post(child), needed, LeftSemi, semi, JoinHint.NONE))
+        val on = keys.zip(rg).map { case (k, g) => EqualNullSafe(k.toAttribute, g.toAttribute): Expression }
+          .reduceOption(And)
+        val byState = recomputed.zip(recs.map(_.toAttribute)).toMap
+        (Join(joined, rec, LeftOuter, on, JoinHint.NONE), (s: AggregateState) => byState.get(s))
     }
     val stateCols = states.flatMap { s =>
       s.merge(oldOf(s), dOf(s), recOf(s)).zip(s.columns).map { case (e, (n, _)) => Alias(e, n)() }
@@ -189,6 +190,20 @@ class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String]) {
       case _: AggregateShape => outputStorage ++ (if (hasHaving) Seq(HavingColumn) else Nil)
       case _ => Nil
     })
+}
+
+/** How [[ViewMaintenance.mergeSource]] computes its intermediate results. */
+trait PlanSteps {
+  /** A plan with the same output attributes whose rows are computed now (or not at all). */
+  def materialize(plan: LogicalPlan): LogicalPlan
+  /** True if the plan has no rows; a planner that runs nothing answers false. */
+  def isEmpty(plan: LogicalPlan): Boolean
+}
+
+/** Keeps everything as one plan and runs nothing (EXPLAIN). */
+object PlanOnly extends PlanSteps {
+  def materialize(plan: LogicalPlan): LogicalPlan = plan
+  def isEmpty(plan: LogicalPlan): Boolean = false
 }
 
 object ViewMaintenance {

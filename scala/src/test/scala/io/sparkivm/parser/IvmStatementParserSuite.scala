@@ -1,0 +1,67 @@
+package io.sparkivm.parser
+
+import org.apache.spark.sql.catalyst.parser.ParseException
+import org.scalatest.funsuite.AnyFunSuite
+
+class IvmStatementParserSuite extends AnyFunSuite {
+  private def parse(sql: String): IvmStatement = IvmStatementParser.recognise(sql).getOrElse(
+    fail(s"not recognised: $sql"))
+
+  private def error(sql: String): ParseException =
+    intercept[ParseException](IvmStatementParser.recognise(sql))
+
+  test("other statements go to Spark") {
+    Seq("SELECT 1", "CREATE VIEW v AS SELECT 1", "REFRESH TABLE t", "DROP VIEW v",
+      "CREATE STREAMING TABLE s AS SELECT 1", "CREATE FLOW f AS INSERT INTO t SELECT 1",
+      "SHOW VIEWS", "EXPLAIN SELECT 1", "-- comment only", "").foreach { sql =>
+      assert(IvmStatementParser.recognise(sql).isEmpty, sql)
+    }
+  }
+
+  test("CREATE with every clause, any case, comments and quoted names") {
+    val sql =
+      """/* head */ create OR replace Materialized VIEW `my db`.`a``b` (x COMMENT 'c', y)
+        |  TBLPROPERTIES ('ivm.refresh' = 'full', owner.team = "data", n = 3)
+        |  COMMENT 'it''s' -- trailing
+        |  AS SELECT a, b FROM t;  """.stripMargin
+    val c = parse(sql).asInstanceOf[CreateMaterializedView]
+    assert(c.name == Seq("my db", "a`b"))
+    assert(c.orReplace && !c.ifNotExists)
+    assert(c.columnNames == Seq("x", "y"))
+    assert(c.properties == Map("ivm.refresh" -> "full", "owner.team" -> "data", "n" -> "3"))
+    assert(c.queryText == "SELECT a, b FROM t")
+    // The query keeps its place: line 4 of the statement, after blanks.
+    assert(c.queryTextInPlace.linesIterator.toSeq(3).trim == "AS SELECT a, b FROM t".drop(3))
+    assert(c.queryTextInPlace.length == sql.trim.length - 1 ||
+      c.queryTextInPlace.trim.endsWith("FROM t"))
+  }
+
+  test("the other statements") {
+    assert(parse("REFRESH MATERIALIZED VIEW db.v FULL") == RefreshMaterializedView(Seq("db", "v"), full = true))
+    assert(parse("refresh materialized view v") == RefreshMaterializedView(Seq("v"), full = false))
+    assert(parse("DROP MATERIALIZED VIEW IF EXISTS v;") == DropMaterializedView(Seq("v"), ifExists = true))
+    assert(parse("SHOW MATERIALIZED VIEWS FROM db") == ShowMaterializedViews(Some(Seq("db"))))
+    assert(parse("SHOW MATERIALIZED VIEWS") == ShowMaterializedViews(None))
+    assert(parse("DESC MATERIALIZED VIEW v") == DescribeMaterializedView(Seq("v")))
+    assert(parse("EXPLAIN REFRESH MATERIALIZED VIEW v") == ExplainRefresh(Seq("v")))
+    assert(parse("ALTER MATERIALIZED VIEW v SET TBLPROPERTIES ('ivm.refresh' = 'full')") ==
+      AlterMaterializedViewProperties(Seq("v"), Map("ivm.refresh" -> "full"), Nil))
+    assert(parse("ALTER MATERIALIZED VIEW v UNSET TBLPROPERTIES ('a', b.c)") ==
+      AlterMaterializedViewProperties(Seq("v"), Map.empty, Seq("a", "b.c")))
+  }
+
+  test("errors carry line, position and what was expected") {
+    val e1 = error("CREATE MATERIALIZED VIEW v SELECT 1")
+    assert(e1.getMessage.contains("'SELECT'") && e1.getMessage.contains("expected COMMENT, TBLPROPERTIES or AS"))
+    assert(e1.line.contains(1) && e1.startPosition.contains(27))
+    val e2 = error("REFRESH MATERIALIZED VIEW v\n  FULL NOW")
+    assert(e2.line.contains(2) && e2.startPosition.contains(7))
+    assert(e2.getCondition == "PARSE_SYNTAX_ERROR")
+    val e3 = error("CREATE MATERIALIZED VIEW v AS   ")
+    assert(e3.getMessage.contains("end of input"))
+    val e4 = error("CREATE MATERIALIZED VIEW v COMMENT 'unclosed AS SELECT 1")
+    assert(e4.getMessage.contains("unclosed string literal"))
+    val e5 = error("CREATE OR REPLACE MATERIALIZED VIEW IF NOT EXISTS v AS SELECT 1")
+    assert(e5.getMessage.contains("cannot be used together"))
+  }
+}

@@ -1,0 +1,125 @@
+package io.sparkivm.planner
+
+import java.nio.file.Files
+
+import io.sparkivm.IvmException
+import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.catalyst.expressions.{Attribute, AttributeReference}
+import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, OneRowRelation}
+import org.apache.spark.sql.ivm.SparkInternals
+import org.apache.spark.sql.types.IntegerType
+import org.scalatest.BeforeAndAfterAll
+import org.scalatest.funsuite.AnyFunSuite
+
+/** Classification, validation and delta rules on analyzed plans of real Delta tables. */
+class PlannerSuite extends AnyFunSuite with BeforeAndAfterAll {
+  private lazy val spark: SparkSession = SparkSession.builder()
+    .master("local[1]")
+    .config("spark.ui.enabled", "false")
+    .config("spark.sql.shuffle.partitions", "1")
+    .config("spark.sql.warehouse.dir", Files.createTempDirectory("ivm-planner").toString)
+    .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+    .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+    .getOrCreate()
+
+  override def beforeAll(): Unit = {
+    spark.sql("CREATE TABLE r (a INT, b INT, x DOUBLE) USING delta")
+    spark.sql("CREATE TABLE s (b INT, c INT) USING delta")
+    spark.sql("CREATE TABLE t (c INT, a INT) USING delta")
+    spark.sql("CREATE TABLE p (k INT) USING parquet")
+  }
+
+  override def afterAll(): Unit = spark.stop()
+
+  private def analyzed(sql: String): LogicalPlan = SparkInternals.analyzed(spark.sql(sql))
+
+  /** A reader that marks every leaf: Pre and Post are the leaf itself, deltas a stub. */
+  private class MarkingReader(changed: Set[String]) extends LeafReader {
+    def pre(leaf: SourceLeaf): LogicalPlan = leaf.plan
+    def post(leaf: SourceLeaf): LogicalPlan = leaf.plan
+    def delta(leaf: SourceLeaf): Option[LogicalPlan] =
+      if (changed.contains(leaf.table.table)) Some(leaf.plan) else None
+  }
+  private val m: Attribute = AttributeReference("__ivm_m", IntegerType)()
+
+  private def branches(sql: String, changed: Set[String]): Seq[String] = {
+    val plan = analyzed(sql)
+    new DeltaRules(new MarkingReader(changed), m).delta(plan).map(_.describe)
+  }
+
+  test("one branch per changed occurrence, Pre to the left and Post to the right") {
+    val q = "SELECT r.a FROM r JOIN s ON r.b = s.b JOIN t ON s.c = t.c"
+    assert(branches(q, Set("r", "s", "t")) == Seq(
+      "D(spark_catalog.default.r) x Post(spark_catalog.default.s) x Post(spark_catalog.default.t)",
+      "Pre(spark_catalog.default.r) x D(spark_catalog.default.s) x Post(spark_catalog.default.t)",
+      "Pre(spark_catalog.default.r) x Pre(spark_catalog.default.s) x D(spark_catalog.default.t)"))
+    assert(branches(q, Set("s")).size == 1)
+    assert(branches(q, Set.empty).isEmpty)
+  }
+
+  test("a self-join has a branch per occurrence") {
+    val b = branches("SELECT r1.a FROM r r1 JOIN r r2 ON r1.b = r2.a JOIN r r3 ON r2.b = r3.a", Set("r"))
+    assert(b.size == 3)
+    assert(b.map(_.count(_ == 'D')) == Seq(1, 1, 1))
+  }
+
+  test("filters, projections, unions and subqueries pass deltas through") {
+    assert(branches("SELECT a + 1 AS a1 FROM (SELECT * FROM r WHERE x > 0) q", Set("r")).size == 1)
+    assert(branches("SELECT b FROM r UNION ALL SELECT b FROM s", Set("r", "s")).size == 2)
+    assert(branches("SELECT b FROM r UNION ALL SELECT b FROM s", Set("s")).size == 1)
+  }
+
+  test("an aggregate below the top regroups the changed groups: -Pre and +Post") {
+    val b = branches("SELECT b, count(*) AS n FROM r GROUP BY b", Set("r"))
+    assert(b.size == 2)
+    assert(b.head.startsWith("-Pre(Aggregate over spark_catalog.default.r)"))
+    assert(b(1).startsWith("+Post(Aggregate over spark_catalog.default.r)"))
+    assert(branches("SELECT DISTINCT b FROM r", Set("r")).size == 2)
+    assert(branches("SELECT b, count(*) AS n FROM r GROUP BY b", Set("s")).isEmpty)
+  }
+
+  test("view shapes") {
+    assert(ViewShape.of(analyzed("SELECT b, sum(x) FROM r GROUP BY b")).isInstanceOf[AggregateShape])
+    assert(ViewShape.of(analyzed("SELECT count(*) FROM r")).asInstanceOf[AggregateShape].global)
+    assert(ViewShape.of(analyzed("SELECT b, sum(x) s FROM r GROUP BY b HAVING s > 1 ORDER BY b"))
+      .isInstanceOf[AggregateShape])
+    assert(ViewShape.of(analyzed("SELECT DISTINCT b FROM r")).asInstanceOf[RowsShape].distinct)
+    assert(!ViewShape.of(analyzed("SELECT b FROM r")).asInstanceOf[RowsShape].distinct)
+    val having = new ViewMaintenance(ViewShape.of(analyzed(
+      "SELECT b, sum(x) s FROM r WHERE a > 0 GROUP BY b HAVING s > 1")), Seq("b", "s"))
+    assert(having.hasHaving)
+    val noHaving = new ViewMaintenance(ViewShape.of(analyzed(
+      "SELECT b, sum(x) s FROM r WHERE a > 0 GROUP BY b")), Seq("b", "s"))
+    assert(!noHaving.hasHaving)
+  }
+
+  test("aggregate states: one per distinct aggregate, the right kind each") {
+    val vm = new ViewMaintenance(ViewShape.of(analyzed(
+      "SELECT b, count(*), count(x), sum(x), avg(x), min(a), max(a), count(DISTINCT a), sum(x) + 1 " +
+        "FROM r GROUP BY b")), (1 to 9).map(i => s"c$i"))
+    assert(vm.states.map(_.getClass.getSimpleName) == Seq("CountState", "CountState", "SumState",
+      "SumState", "ExtremeState", "ExtremeState", "RecomputedState"))
+    assert(vm.backingColumns.take(2) == Seq("__ivm_g0", "__ivm_count"))
+  }
+
+  test("validation names the operator") {
+    def refused(sql: String): String = intercept[IvmException](PlanValidator.validate(analyzed(sql))).getMessage
+    assert(refused("SELECT * FROM r LEFT JOIN s ON r.b = s.b").contains("LEFT OUTER JOIN"))
+    assert(refused("SELECT * FROM r LIMIT 1").contains("LIMIT"))
+    assert(refused("SELECT rand() FROM r").contains("rand"))
+    assert(refused("SELECT row_number() OVER (ORDER BY a) FROM r").contains("window"))
+    assert(refused("SELECT * FROM r WHERE b IN (SELECT b FROM s)").contains("subquery"))
+    assert(refused("SELECT * FROM r INTERSECT SELECT * FROM r").contains("INTERSECT"))
+    assert(intercept[IvmException](PlanValidator.validate(analyzed("SELECT * FROM p")))
+      .getCondition == "IVM_SOURCE_NOT_DELTA")
+    assert(PlanValidator.validate(analyzed(
+      "SELECT r.a FROM r JOIN s ON r.b = s.b JOIN r r2 ON r2.a = s.c")).size == 3)
+    assert(PlanValidator.validate(analyzed("SELECT 1 AS one")).isEmpty)
+    assert(SourceLeaf.isConstant(OneRowRelation()))
+  }
+
+  test("storage names are Delta-safe and unique") {
+    assert(ViewMaintenance.storageNames(Seq("a", "count(1)", "A", "__ivm_x", "ok_1")) ==
+      Seq("__ivm_c0", "__ivm_c1", "__ivm_c2", "__ivm_c3", "ok_1"))
+  }
+}

@@ -1,0 +1,37 @@
+"""Views maintained on a local-cluster master: executors in other JVMs do the work."""
+
+from __future__ import annotations
+
+from pyspark.sql import SparkSession
+
+from ivm_testing import assert_matches_query
+from spark_ivm import MaterializedView
+
+QUERIES = {
+    "agg": "SELECT t.c, count(*) AS n, sum(r.x) AS sx, avg(r.x) AS ax, min(r.a) AS mn, max(r.a) AS mx "
+           "FROM r JOIN t ON r.b = t.b GROUP BY t.c",
+    "distinct": "SELECT DISTINCT r.b, t.c FROM r JOIN t ON r.b = t.b",
+    "self": "SELECT r1.a, r2.a AS a2 FROM r r1 JOIN r r2 ON r1.b = r2.b WHERE r1.a < 20",
+}
+
+
+def test_views_on_a_cluster(spark: SparkSession) -> None:
+    assert spark.sparkContext.master.startswith("local-cluster")
+    assert len(spark.sparkContext._jsc.sc().getExecutorMemoryStatus()) >= 2  # type: ignore[union-attr]
+    spark.sql("CREATE TABLE r (a INT, b INT, x DOUBLE) USING delta")
+    spark.sql("CREATE TABLE t (b INT, c INT) USING delta")
+    spark.sql("INSERT INTO r SELECT id, id % 7, id / 3.0 FROM range(200)")
+    spark.sql("INSERT INTO t SELECT id, id % 3 FROM range(7)")
+    for name, q in QUERIES.items():
+        spark.sql(f"CREATE MATERIALIZED VIEW {name} AS {q}")
+    steps = [
+        ["INSERT INTO r SELECT id, id % 9, 1.0 FROM range(200, 230)", "DELETE FROM t WHERE b = 1"],
+        ["UPDATE r SET x = x + 1 WHERE a % 4 = 0", "INSERT INTO t VALUES (8, 5), (1, 1)"],
+        ["DELETE FROM r WHERE a < 10"],
+    ]
+    for step in steps:
+        for stmt in step:
+            spark.sql(stmt)
+        for name, q in QUERIES.items():
+            assert MaterializedView.for_name(spark, name).refresh().mode == "incremental"
+            assert_matches_query(spark, name, q)

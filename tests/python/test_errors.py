@@ -1,0 +1,179 @@
+"""Bad input gets a clear error and changes nothing."""
+
+from __future__ import annotations
+
+import pytest
+from pyspark.errors import AnalysisException
+from pyspark.sql import SparkSession
+
+from ivm_testing import assert_matches_query
+from spark_ivm import MaterializedView
+
+
+def condition(e: BaseException) -> str:
+    return e.getCondition()  # type: ignore[attr-defined,no-any-return]
+
+
+@pytest.fixture()
+def tables(spark: SparkSession, db: str) -> str:
+    spark.sql("CREATE TABLE a (k INT, v INT) USING delta")
+    spark.sql("CREATE TABLE b (k INT, w INT) USING delta")
+    spark.sql("INSERT INTO a VALUES (1, 10), (2, 20), (3, 30)")
+    spark.sql("INSERT INTO b VALUES (1, 100), (4, 400)")
+    return db
+
+
+UNSUPPORTED = [
+    ("SELECT a.k, b.w FROM a LEFT JOIN b ON a.k = b.k", "LEFT OUTER JOIN"),
+    ("SELECT k, rank() OVER (ORDER BY v) AS r FROM a", "window function"),
+    ("SELECT k FROM a LIMIT 2", "LIMIT"),
+    ("SELECT k, rand() AS r FROM a", "non-deterministic function rand"),
+    ("SELECT k, current_timestamp() AS t FROM a", "time-dependent function current_timestamp"),
+    ("SELECT k FROM a WHERE k IN (SELECT k FROM b)", "subquery"),
+    ("SELECT k, count(*) AS n FROM a GROUP BY ROLLUP(k)", "ROLLUP"),
+    ("SELECT k FROM a EXCEPT SELECT k FROM b", "EXCEPT"),
+    ("SELECT k, e FROM a LATERAL VIEW explode(array(v, v)) t AS e", "generator"),
+]
+
+
+@pytest.mark.parametrize("query, operator", UNSUPPORTED)
+def test_unsupported_operator_is_named_and_nothing_is_created(spark: SparkSession, tables: str,
+                                                             query: str, operator: str) -> None:
+    with pytest.raises(AnalysisException) as info:
+        spark.sql(f"CREATE MATERIALIZED VIEW bad AS {query}")
+    assert condition(info.value) == "IVM_UNSUPPORTED_OPERATOR"
+    assert operator.lower() in str(info.value).lower()
+    assert "'ivm.refresh' = 'full'" in str(info.value)
+    assert not spark.catalog.tableExists("bad")
+    assert not spark.catalog.tableExists("__ivm_backing_bad")
+
+
+def test_full_refresh_views_accept_any_query(spark: SparkSession, tables: str) -> None:
+    q = "SELECT a.k, b.w, rank() OVER (ORDER BY a.v) AS r FROM a LEFT JOIN b ON a.k = b.k"
+    spark.sql(f"CREATE MATERIALIZED VIEW f TBLPROPERTIES ('ivm.refresh' = 'full') AS {q}")
+    assert_matches_query(spark, "f", q)
+    spark.sql("INSERT INTO b VALUES (2, 200)")
+    mv = MaterializedView.for_name(spark, "f")
+    assert mv.describe()["info"]["Refresh mode"] == "full"
+    assert mv.refresh().mode == "full"
+    assert_matches_query(spark, "f", q)
+
+
+def test_non_delta_source_is_refused(spark: SparkSession, tables: str) -> None:
+    spark.sql("CREATE TABLE pq (k INT) USING parquet")
+    with pytest.raises(AnalysisException) as info:
+        spark.sql("CREATE MATERIALIZED VIEW p AS SELECT k FROM pq")
+    assert condition(info.value) == "IVM_SOURCE_NOT_DELTA"
+    assert "CONVERT TO DELTA" in str(info.value)
+
+
+def test_temp_view_source_is_refused(spark: SparkSession, tables: str) -> None:
+    spark.sql("CREATE TEMPORARY VIEW tv AS SELECT * FROM a")
+    with pytest.raises(AnalysisException) as info:
+        spark.sql("CREATE MATERIALIZED VIEW p AS SELECT k FROM tv")
+    assert condition(info.value) == "IVM_UNSUPPORTED_OPERATOR"
+    assert "Temporary view" in str(info.value)
+
+
+def test_change_data_feed_is_enabled_or_refused(spark: SparkSession, tables: str) -> None:
+    spark.sql("CREATE TABLE nocdf (k INT) USING delta")
+    spark.conf.set("spark.ivm.autoEnableChangeDataFeed", "false")
+    try:
+        with pytest.raises(AnalysisException) as info:
+            spark.sql("CREATE MATERIALIZED VIEW c AS SELECT k FROM nocdf")
+        assert condition(info.value) == "IVM_CHANGE_FEED_DISABLED"
+        assert "delta.enableChangeDataFeed" in str(info.value)
+    finally:
+        spark.conf.unset("spark.ivm.autoEnableChangeDataFeed")
+    spark.sql("CREATE MATERIALIZED VIEW c AS SELECT k FROM nocdf")
+    props = {r.key: r.value for r in spark.sql("SHOW TBLPROPERTIES nocdf").collect()}
+    assert props.get("delta.enableChangeDataFeed") == "true"
+
+
+def test_invalid_property_changes_nothing(spark: SparkSession, tables: str) -> None:
+    with pytest.raises(AnalysisException) as info:
+        spark.sql("CREATE MATERIALIZED VIEW x TBLPROPERTIES ('ivm.refresh' = 'lazy') AS SELECT k FROM a")
+    assert condition(info.value) == "IVM_INVALID_PROPERTY"
+    assert not spark.catalog.tableExists("x")
+
+
+def _snapshot(spark: SparkSession, view: str) -> list:
+    return sorted(tuple(r) for r in spark.table(view).collect())
+
+
+def test_dropped_base_table(spark: SparkSession, tables: str) -> None:
+    spark.sql("CREATE MATERIALIZED VIEW j AS SELECT a.k, b.w FROM a JOIN b ON a.k = b.k")
+    before = _snapshot(spark, "j")
+    spark.sql("DROP TABLE b")
+    for full in (False, True):
+        with pytest.raises(AnalysisException) as info:
+            MaterializedView.for_name(spark, "j").refresh(full=full)
+        assert condition(info.value) == "IVM_SOURCE_MISSING"
+        assert "b" in str(info.value)
+    assert _snapshot(spark, "j") == before
+
+
+def test_recreated_or_retyped_base_table(spark: SparkSession, tables: str) -> None:
+    spark.sql("CREATE MATERIALIZED VIEW s AS SELECT k, sum(v) AS sv FROM a GROUP BY k")
+    before = _snapshot(spark, "s")
+    spark.sql("DROP TABLE a")
+    spark.sql("CREATE TABLE a (k INT, v BIGINT) USING delta TBLPROPERTIES (delta.enableChangeDataFeed = true)")
+    spark.sql("INSERT INTO a VALUES (7, 70)")
+    with pytest.raises(AnalysisException) as info:
+        MaterializedView.for_name(spark, "s").refresh()
+    assert condition(info.value) == "IVM_SOURCE_CHANGED"
+    assert "REFRESH MATERIALIZED VIEW" in str(info.value) and "FULL" in str(info.value)
+    assert _snapshot(spark, "s") == before
+    # REFRESH ... FULL rebuilds from the new table, after which refreshes are incremental again
+    assert MaterializedView.for_name(spark, "s").refresh(full=True).mode == "full"
+    spark.sql("INSERT INTO a VALUES (7, 1)")
+    assert MaterializedView.for_name(spark, "s").refresh().mode == "incremental"
+    assert_matches_query(spark, "s", "SELECT k, sum(v) AS sv FROM a GROUP BY k")
+
+
+def test_column_type_changed_in_place(spark: SparkSession, tables: str) -> None:
+    spark.sql("CREATE MATERIALIZED VIEW s2 AS SELECT k, v FROM a")
+    before = _snapshot(spark, "s2")
+    spark.sql("CREATE OR REPLACE TABLE a (k INT, v STRING) USING delta "
+              "TBLPROPERTIES (delta.enableChangeDataFeed = true)")
+    with pytest.raises(AnalysisException) as info:
+        MaterializedView.for_name(spark, "s2").refresh()
+    assert condition(info.value) == "IVM_SOURCE_CHANGED"
+    assert "column v changed type" in str(info.value)
+    assert _snapshot(spark, "s2") == before
+
+
+def test_backing_table_altered_by_hand(spark: SparkSession, tables: str) -> None:
+    q = "SELECT k, count(*) AS n FROM a GROUP BY k"
+    spark.sql(f"CREATE MATERIALIZED VIEW h AS {q}")
+    spark.sql("DELETE FROM __ivm_backing_h WHERE __ivm_g0 = 1")
+    spark.sql("INSERT INTO a VALUES (9, 90)")
+    with pytest.raises(AnalysisException) as info:
+        MaterializedView.for_name(spark, "h").refresh()
+    assert condition(info.value) == "IVM_BACKING_TABLE_ALTERED"
+    assert "DELETE" in str(info.value)
+    assert MaterializedView.for_name(spark, "h").refresh(full=True).mode == "full"
+    assert_matches_query(spark, "h", q)
+    spark.sql("INSERT INTO a VALUES (9, 91)")
+    assert MaterializedView.for_name(spark, "h").refresh().mode == "incremental"
+    assert_matches_query(spark, "h", q)
+
+
+def test_change_feed_gap_asks_for_full_refresh(spark: SparkSession, tables: str) -> None:
+    spark.sql("CREATE MATERIALIZED VIEW g AS SELECT k FROM a")
+    before = _snapshot(spark, "g")
+    spark.sql("ALTER TABLE a SET TBLPROPERTIES (delta.enableChangeDataFeed = false)")
+    spark.sql("INSERT INTO a VALUES (5, 50)")
+    spark.sql("ALTER TABLE a SET TBLPROPERTIES (delta.enableChangeDataFeed = true)")
+    with pytest.raises(AnalysisException) as info:
+        MaterializedView.for_name(spark, "g").refresh()
+    assert condition(info.value) == "IVM_CHANGES_UNAVAILABLE"
+    assert _snapshot(spark, "g") == before
+    MaterializedView.for_name(spark, "g").refresh(full=True)
+    assert_matches_query(spark, "g", "SELECT k FROM a")
+
+
+def test_duplicate_output_names_are_refused(spark: SparkSession, tables: str) -> None:
+    with pytest.raises(AnalysisException) as info:
+        spark.sql("CREATE MATERIALIZED VIEW d AS SELECT a.k, b.k FROM a JOIN b ON a.k = b.k")
+    assert condition(info.value) == "IVM_DUPLICATE_COLUMN"

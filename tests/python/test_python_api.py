@@ -1,0 +1,108 @@
+"""The Python API: MaterializedView, RefreshReport, session set-up and the spark-sql command."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+from pyspark.errors import AnalysisException
+from pyspark.sql import SparkSession
+
+from spark_ivm import (
+    IVM_EXTENSION, IvmError, MaterializedView, RefreshReport, configure_spark_with_ivm,
+    delta_package, spark_sql_args,
+)
+
+
+@pytest.fixture()
+def orders(spark: SparkSession, db: str) -> str:
+    spark.sql("CREATE TABLE orders (id INT, cust INT, amount DECIMAL(10,2)) USING delta")
+    spark.sql("INSERT INTO orders SELECT id, id % 5, id * 1.25 FROM range(40)")
+    return db
+
+
+def test_create_refresh_report_and_drop(spark: SparkSession, orders: str) -> None:
+    mv = MaterializedView.create(
+        spark, "per_cust", "SELECT cust, sum(amount) AS total, count(*) AS n FROM orders GROUP BY cust",
+        comment="per customer")
+    spark.sql("INSERT INTO orders VALUES (100, 1, 1.00), (101, 7, 2.00)")
+    spark.sql("DELETE FROM orders WHERE id = 3")
+    report = mv.refresh()
+    assert isinstance(report, RefreshReport)
+    assert report.mode == "incremental" and report.refresh_number == 1
+    src = report.sources[0]
+    assert src.table.endswith(".orders") and src.to_version > src.from_version
+    assert report.source_rows_changed == 3
+    assert (report.rows_inserted, report.rows_updated, report.rows_deleted) == (1, 2, 0)
+    assert report.view_rows_changed == 3
+    assert set(report.phases_ms) >= {"prepare", "changes", "delta", "merge"}
+    assert report.branches == [f"D(spark_catalog.{orders}.orders)"]
+    assert "incremental refresh #1" in str(report)
+    full = mv.refresh(full=True)
+    assert full.mode == "full" and full.refresh_number == 2
+    mv.drop()
+    with pytest.raises(AnalysisException):
+        MaterializedView.for_name(spark, "per_cust")
+
+
+def test_rows_is_a_lazy_filtered_iterator(spark: SparkSession, orders: str) -> None:
+    mv = MaterializedView.create(spark, f"{orders}.o", "SELECT id, cust, amount FROM orders")
+    it = mv.rows(cust=2)
+    assert isinstance(it, types.GeneratorType) or hasattr(it, "__next__")
+    got = sorted(r.id for r in it)
+    assert got == [i for i in range(40) if i % 5 == 2]
+    assert sum(1 for _ in mv.rows()) == 40
+    assert list(mv.rows(cust=2, id=7)) == [r for r in mv.rows(id=7)]
+    spark.sql("INSERT INTO orders VALUES (500, NULL, 1.00)")
+    mv.refresh()
+    assert [r.id for r in mv.rows(cust=None)] == [500]
+    with pytest.raises(IvmError):
+        list(mv.rows(nope=1))
+
+
+def test_describe_and_explain_from_python(spark: SparkSession, orders: str) -> None:
+    mv = MaterializedView.create(spark, "d", "SELECT DISTINCT cust FROM orders")
+    desc = mv.describe()
+    assert desc["columns"] == [("cust", "int")]
+    assert desc["info"]["Maintenance"] == "counting IVM, distinct rows"
+    assert "Branches: none" in mv.explain_refresh()
+
+
+def test_session_configuration(spark: SparkSession) -> None:
+    conf = spark.sparkContext.getConf()
+    assert IVM_EXTENSION in conf.get("spark.sql.extensions")
+    assert delta_package() in conf.get("spark.jars.packages")
+    assert conf.get("spark.jars").endswith(".jar") and os.path.exists(conf.get("spark.jars"))
+    builder = configure_spark_with_ivm(SparkSession.builder, extra_packages=["g:a:1"])
+    assert builder is not None
+    args = spark_sql_args()
+    assert "--jars" in args and "--packages" in args
+    assert f"spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension,{IVM_EXTENSION}" in args
+
+
+def test_spark_sql_command_runs_a_script(tmp_path: Path) -> None:
+    """The README's command: a SQL script piped through spark-ivm-sql."""
+    script = """
+CREATE TABLE sales (id INT, region STRING, amount DOUBLE) USING delta;
+INSERT INTO sales VALUES (1, 'eu', 10.0), (2, 'eu', 5.0), (3, 'us', 7.0);
+CREATE MATERIALIZED VIEW by_region AS SELECT region, sum(amount) AS total FROM sales GROUP BY region;
+INSERT INTO sales VALUES (4, 'us', 1.0);
+DELETE FROM sales WHERE id = 1;
+SELECT mode, source_rows_changed FROM (REFRESH MATERIALIZED VIEW by_region);
+SELECT concat('ROW ', region, ' ', total) FROM by_region ORDER BY region;
+"""
+    exe = os.path.join(os.path.dirname(sys.executable), "spark-ivm-sql")
+    proc = subprocess.run(
+        [exe, "--conf", f"spark.sql.warehouse.dir={tmp_path}", "--conf", "spark.ui.enabled=false",
+         "--driver-java-options", f"-Dderby.system.home={tmp_path}"],
+        input=script.replace("SELECT mode, source_rows_changed FROM (REFRESH MATERIALIZED VIEW by_region);",
+                             "REFRESH MATERIALIZED VIEW by_region;"),
+        capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("ROW ")]
+    assert lines == ["ROW eu 5.0", "ROW us 8.0"], proc.stdout[-2000:]
+    assert "incremental" in proc.stdout

@@ -1,0 +1,150 @@
+"""The SQL statements: syntax, names, errors with positions, and Spark's own statements."""
+
+from __future__ import annotations
+
+import pytest
+from pyspark.errors import AnalysisException, ParseException
+from pyspark.sql import SparkSession
+
+from spark_ivm import MaterializedView
+
+
+@pytest.fixture()
+def sales(spark: SparkSession, db: str) -> str:
+    spark.sql("CREATE TABLE sales (id INT, region STRING, amount DOUBLE) USING delta")
+    spark.sql("INSERT INTO sales VALUES (1, 'eu', 10.0), (2, 'eu', 5.0), (3, 'us', 7.0)")
+    return db
+
+
+def error_class(e: Exception) -> str:
+    return e.getCondition() if hasattr(e, "getCondition") else ""  # type: ignore[no-any-return]
+
+
+def test_keywords_case_names_quotes_and_comments(spark: SparkSession, sales: str) -> None:
+    spark.sql(f"""
+        -- a line comment
+        create /* a block /* nested */ comment */ Materialized VIEW if NOT exists `{sales}`.`By Region`
+        COMMENT 'totals per region'
+        TBLPROPERTIES ('team' = 'finance', ivm.refresh = 'incremental')
+        AS SELECT region, sum(amount) AS total FROM sales GROUP BY region;
+    """)
+    assert sorted(tuple(r) for r in spark.table("`By Region`").collect()) == [("eu", 15.0), ("us", 7.0)]
+    # IF NOT EXISTS on an existing view is a no-op
+    spark.sql("CREATE MATERIALIZED VIEW IF NOT EXISTS `By Region` AS SELECT 1 AS one")
+    assert spark.table("`By Region`").columns == ["region", "total"]
+    shown = spark.sql(f"SHOW MATERIALIZED VIEWS IN {sales}").collect()
+    assert [(r.viewName, r.refreshMode) for r in shown] == [("by region", "incremental")]
+    spark.sql(f"refresh materialized view {sales}.`By Region` full")
+    info = MaterializedView.for_name(spark, "`By Region`").describe()["info"]
+    assert info["Comment"] == "totals per region"
+    assert info["Table property"] == "team=finance"
+    spark.sql("DROP MATERIALIZED VIEW `By Region`")
+    spark.sql("DROP MATERIALIZED VIEW IF EXISTS `By Region`")
+    assert spark.sql("SHOW MATERIALIZED VIEWS").count() == 0
+    assert not [t for t in spark.catalog.listTables(sales) if t.name.startswith("__ivm")]
+
+
+def test_column_list_and_or_replace(spark: SparkSession, sales: str) -> None:
+    spark.sql("CREATE MATERIALIZED VIEW v (r, n) AS SELECT region, count(*) FROM sales GROUP BY region")
+    assert spark.table("v").columns == ["r", "n"]
+    spark.sql("CREATE OR REPLACE MATERIALIZED VIEW v AS SELECT DISTINCT region FROM sales")
+    assert sorted(r[0] for r in spark.table("v").collect()) == ["eu", "us"]
+
+
+@pytest.mark.parametrize(
+    "sql, line, pos, fragment",
+    [
+        ("CREATE MATERIALIZED VIEW v SELECT 1", 1, 27, "expected COMMENT, TBLPROPERTIES or AS"),
+        ("CREATE MATERIALIZED VIEW v AS", 1, 29, "expected the view's query after AS"),
+        ("REFRESH MATERIALIZED VIEW v PARTIAL", 1, 28, "expected end of statement"),
+        ("DROP MATERIALIZED VIEW IF v", 1, 26, "expected EXISTS"),
+        ("SHOW MATERIALIZED VIEWS IN", 1, 26, "expected a name"),
+        ("CREATE MATERIALIZED VIEW v\n  TBLPROPERTIES ('a' 'b')\nAS SELECT 1", 2, 21, "expected ')'"),
+        ("ALTER MATERIALIZED VIEW v RENAME TO w", 1, 26, "expected SET TBLPROPERTIES"),
+        ("CREATE MATERIALIZED VIEW v COMMENT 'x' COMMENT 'y' AS SELECT 1", 1, 39, "COMMENT is given twice"),
+        ("CREATE MATERIALIZED VIEW `v AS SELECT 1", 1, 25, "unclosed back-quoted identifier"),
+    ],
+)
+def test_parse_errors_have_line_and_position(spark: SparkSession, sql: str, line: int, pos: int,
+                                             fragment: str) -> None:
+    with pytest.raises(ParseException) as info:
+        spark.sql(sql)
+    message = str(info.value)
+    assert fragment in message
+    assert f"line {line}, pos {pos}" in message
+    assert error_class(info.value) == "PARSE_SYNTAX_ERROR"
+
+
+def test_parse_error_in_the_query_points_into_the_statement(spark: SparkSession, sales: str) -> None:
+    with pytest.raises(ParseException) as info:
+        spark.sql("CREATE MATERIALIZED VIEW v AS\nSELECT region FROM sales WHERE")
+    assert "line 2" in str(info.value)
+
+
+def test_spark_statements_keep_working(spark: SparkSession, sales: str) -> None:
+    spark.sql("CREATE VIEW plain AS SELECT * FROM sales")
+    assert spark.table("plain").count() == 3
+    spark.sql("REFRESH TABLE sales")  # Spark's own REFRESH
+    assert spark.sql("SELECT count(*) FROM sales").collect()[0][0] == 3
+    # Spark's pipeline-only forms still go to Spark, which refuses them outside a pipeline.
+    with pytest.raises(Exception) as info:
+        spark.sql("CREATE STREAMING TABLE st AS SELECT * FROM STREAM sales")
+    assert "IVM" not in str(info.value)
+    spark.sql("DROP VIEW plain")
+
+
+def test_unknown_view_and_not_a_view(spark: SparkSession, sales: str) -> None:
+    for stmt in ("REFRESH MATERIALIZED VIEW nope", "DESCRIBE MATERIALIZED VIEW nope",
+                 "EXPLAIN REFRESH MATERIALIZED VIEW nope", "DROP MATERIALIZED VIEW nope"):
+        with pytest.raises(AnalysisException) as info:
+            spark.sql(stmt)
+        assert error_class(info.value) == "IVM_VIEW_NOT_FOUND", stmt
+    with pytest.raises(AnalysisException) as info:
+        spark.sql("DROP MATERIALIZED VIEW sales")
+    assert error_class(info.value) == "IVM_NOT_A_MATERIALIZED_VIEW"
+    with pytest.raises(AnalysisException) as info:
+        spark.sql("CREATE MATERIALIZED VIEW sales AS SELECT 1 AS one")
+    assert error_class(info.value) == "IVM_VIEW_ALREADY_EXISTS"
+
+
+def test_describe_and_explain(spark: SparkSession, sales: str) -> None:
+    spark.sql("CREATE MATERIALIZED VIEW agg AS SELECT region, avg(amount) AS a, max(id) AS m "
+              "FROM sales GROUP BY region")
+    d = MaterializedView.for_name(spark, "agg").describe()
+    assert d["columns"] == [("region", "string"), ("a", "double"), ("m", "int")]
+    info = d["info"]
+    assert info["Refresh mode"] == "incremental"
+    assert "grouped aggregate" in info["Maintenance"]
+    assert info["Source"].endswith("consumed version 2, current version 2") or "consumed version" in info["Source"]
+    assert info["Last refresh"].startswith("#0 (create)")
+    spark.sql("INSERT INTO sales VALUES (4, 'us', 1.0)")
+    text = MaterializedView.for_name(spark, "agg").explain_refresh()
+    assert "D(spark_catalog." in text and "Post(" not in text  # one table, one branch
+    assert "MERGE INTO" in text and "== Spark plan of the rows to merge ==" in text
+    # EXPLAIN changed nothing: the refresh still sees the change
+    assert MaterializedView.for_name(spark, "agg").refresh().source_rows_changed == 1
+
+
+def test_alter_properties_and_refresh_mode(spark: SparkSession, sales: str) -> None:
+    q = "SELECT region, count(*) AS n FROM sales GROUP BY region"
+    spark.sql(f"CREATE MATERIALIZED VIEW m AS {q}")
+    spark.sql("ALTER MATERIALIZED VIEW m SET TBLPROPERTIES ('owner' = 'me')")
+    mv = MaterializedView.for_name(spark, "m")
+    assert mv.describe()["info"]["Table property"] == "owner=me"
+    spark.sql("ALTER MATERIALIZED VIEW m SET TBLPROPERTIES ('ivm.refresh' = 'full')")
+    assert mv.describe()["info"]["Refresh mode"] == "full"
+    spark.sql("INSERT INTO sales VALUES (5, 'apac', 2.0)")
+    assert mv.refresh().mode == "full"
+    spark.sql("ALTER MATERIALIZED VIEW m SET TBLPROPERTIES ('ivm.refresh' = 'incremental')")
+    spark.sql("INSERT INTO sales VALUES (6, 'apac', 2.0)")
+    assert mv.refresh().mode == "incremental"
+    assert sorted(tuple(r) for r in spark.table("m").collect()) == sorted(
+        tuple(r) for r in spark.sql(q).collect())
+    with pytest.raises(AnalysisException) as info:
+        spark.sql("ALTER MATERIALIZED VIEW m SET TBLPROPERTIES ('ivm.refresh' = 'sometimes')")
+    assert error_class(info.value) == "IVM_INVALID_PROPERTY"
+    with pytest.raises(AnalysisException) as info:
+        spark.sql("ALTER MATERIALIZED VIEW m SET TBLPROPERTIES ('ivm.query' = 'SELECT 1')")
+    assert error_class(info.value) == "IVM_INVALID_PROPERTY"
+    spark.sql("ALTER MATERIALIZED VIEW m UNSET TBLPROPERTIES ('owner')")
+    assert "Table property" not in mv.describe()["info"]
