@@ -49,8 +49,16 @@ object ViewCatalog extends Logging {
         s"in the session catalog ($SessionCatalogName), as [database.]name.")
   }
 
-  def backingTable(view: TableIdentifier): TableIdentifier =
-    view.copy(table = BackingPrefix + view.table.toLowerCase(Locale.ROOT))
+  /**
+   * `__ivm_backing_<view>`. Metastores accept only [a-z0-9_] in table names, so other
+   * characters become `_`, with a hash of the real name appended to keep names apart.
+   */
+  def backingTable(view: TableIdentifier): TableIdentifier = {
+    val lower = view.table.toLowerCase(Locale.ROOT)
+    val safe = lower.map(c => if (c.isLetterOrDigit && c < 128 || c == '_') c else '_')
+    val suffix = if (safe == lower) "" else "_" + Integer.toHexString(lower.hashCode)
+    view.copy(table = BackingPrefix + safe + suffix)
+  }
 
   private def catalogTable(spark: SparkSession, id: TableIdentifier): Option[CatalogTable] = {
     val catalog = SessionInternals.catalog(spark)

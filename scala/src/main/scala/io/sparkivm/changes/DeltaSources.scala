@@ -56,23 +56,25 @@ object DeltaSources extends Logging {
    */
   def netChanges(spark: SparkSession, table: TableIdentifier, fromVersion: Long,
       toVersion: Long, viewName: String): DataFrame = {
-    val feed = try {
-      spark.read.format("delta")
+    // Delta checks that the feed covers the versions when the read is analyzed (here) and
+    // when it runs (PinnedReader.changeCounts); both report IVM_CHANGES_UNAVAILABLE.
+    try {
+      val feed = spark.read.format("delta")
         .option("readChangeFeed", "true")
         .option("startingVersion", fromVersion + 1)
         .option("endingVersion", toVersion)
         .table(table.quotedString)
+      val dataCols = feed.columns.toSeq.filterNot(_.startsWith("_commit_")).filterNot(_ == ChangeType)
+      val sign = when(col(ChangeType).isin("insert", "update_postimage"), lit(1L)).otherwise(lit(-1L))
+      val net = "__ivm_net"
+      feed.groupBy(dataCols.map(quoted): _*)
+        .agg(sum(sign).as(net))
+        .where(col(net) =!= 0)
+        .select(dataCols.map(quoted) :+
+          explode(array_repeat(signum(col(net)).cast("int"), abs(col(net)).cast("int"))).as(Multiplicity): _*)
     } catch {
       case NonFatal(e) => throw IvmErrors.changeFeedUnavailable(viewName, table.quotedString, e)
     }
-    val dataCols = feed.columns.filterNot(_.startsWith("_commit_")).filterNot(_ == ChangeType)
-    val sign = when(col(ChangeType).isin("insert", "update_postimage"), lit(1L)).otherwise(lit(-1L))
-    val net = "__ivm_net"
-    feed.groupBy(dataCols.toSeq.map(quoted): _*)
-      .agg(sum(sign).as(net))
-      .where(col(net) =!= 0)
-      .select(dataCols.toSeq.map(quoted) :+
-        explode(array_repeat(signum(col(net)).cast("int"), abs(col(net)).cast("int"))).as(Multiplicity): _*)
   }
 
   /** Checks a pinned table against what the view consumed last time. */

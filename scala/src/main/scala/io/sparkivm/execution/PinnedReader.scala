@@ -1,7 +1,9 @@
 package io.sparkivm.execution
 
 import scala.collection.mutable
+import scala.util.control.NonFatal
 
+import io.sparkivm.IvmErrors
 import io.sparkivm.changes.{DeltaSources, PinnedSource}
 import io.sparkivm.planner.{LeafReader, SourceLeaf}
 import org.apache.spark.sql.{DataFrame, SparkSession}
@@ -39,12 +41,23 @@ class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
     val from = consumed.getOrElse(leaf.name, pinned(leaf.name).version)
     val to = pinned(leaf.name).version
     if (from == to) None
-    else Some(DeltaSources.netChanges(spark, leaf.table, from, to, view)
-      .persist(StorageLevel.MEMORY_AND_DISK))
+    else {
+      val net = DeltaSources.netChanges(spark, leaf.table, from, to, view)
+      // Caching plans the read, where Delta checks again that the feed covers the versions.
+      try Some(net.persist(StorageLevel.MEMORY_AND_DISK)) catch {
+        case NonFatal(e) => throw IvmErrors.changeFeedUnavailable(view, leaf.name, e)
+      }
+    }
   })
 
   /** Rows of each changed table's net change (runs the cached change plans). */
-  def changeCounts(): Map[String, Long] = changes.collect { case (t, Some(df)) => t -> df.count() }.toMap
+  def changeCounts(): Map[String, Long] = changes.collect { case (t, Some(df)) =>
+    // The change feed is read here first; Delta reports a gap in it (disabled for a while,
+    // or vacuumed) only when it is read.
+    try t -> df.count() catch {
+      case NonFatal(e) => throw IvmErrors.changeFeedUnavailable(view, t, e)
+    }
+  }.toMap
 
   def release(): Unit = changes.values.flatten.foreach(_.unpersist(blocking = false))
 

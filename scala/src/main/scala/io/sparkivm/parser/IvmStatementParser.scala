@@ -26,7 +26,7 @@ object IvmStatementParser {
 
   /** The statement, if it is one of spark-ivm's; throws ParseException if it is but is malformed. */
   def recognise(sql: String): Option[IvmStatement] = {
-    val heads = try firstWords(sql, 4) catch { case _: TokenizeError => Nil }
+    val heads = firstWords(sql, 4)
     val ours = heads match {
       case "CREATE" :: "MATERIALIZED" :: "VIEW" :: _ => true
       case "CREATE" :: "OR" :: "REPLACE" :: "MATERIALIZED" :: _ => true
@@ -45,8 +45,10 @@ object IvmStatementParser {
     var count = 0
     var stop = false
     while (count < n && !stop) {
-      Tokenizer.next(sql, pos) match {
-        case (Word(w, false, _), p) => out += w.toUpperCase(java.util.Locale.ROOT); pos = p; count += 1
+      // A malformed token ends the head; the statement's own parser reports it if it is ours.
+      (try Some(Tokenizer.next(sql, pos)) catch { case _: TokenizeError => None }) match {
+        case Some((Word(w, false, _), p)) =>
+          out += w.toUpperCase(java.util.Locale.ROOT); pos = p; count += 1
         case _ => stop = true
       }
     }
@@ -125,8 +127,14 @@ object IvmStatementParser {
       parts.result()
     }
 
+    /** A string literal; adjacent literals concatenate, as in Spark ('it''s' is 'its'). */
     private def stringLiteral(what: String): String = peek match {
-      case StringLit(v, _) => advance(); v
+      case StringLit(_, _) =>
+        val sb = new StringBuilder
+        while (peek match { case StringLit(_, _) => true; case _ => false }) {
+          sb ++= advance().asInstanceOf[StringLit].value
+        }
+        sb.toString
       case t => unexpected(t, s"expected $what as a quoted string")
     }
 
@@ -146,7 +154,7 @@ object IvmStatementParser {
         val value = if (!withValues) "" else {
           acceptSymbol("=")
           peek match {
-            case StringLit(v, _) => advance(); v
+            case StringLit(_, _) => stringLiteral("a value")
             case NumberLit(n, _) => advance(); n
             case Word(w, false, _) => advance(); w
             case t => unexpected(t, s"expected a value for property '$key'")

@@ -30,6 +30,7 @@ class IvmStatementParserSuite extends AnyFunSuite {
     assert(c.columnNames == Seq("x", "y"))
     assert(c.properties == Map("ivm.refresh" -> "full", "owner.team" -> "data", "n" -> "3"))
     assert(c.queryText == "SELECT a, b FROM t")
+    assert(c.comment.contains("its"))
     // The query keeps its place: line 4 of the statement, after blanks.
     assert(c.queryTextInPlace.linesIterator.toSeq(3).trim == "AS SELECT a, b FROM t".drop(3))
     assert(c.queryTextInPlace.length == sql.trim.length - 1 ||
