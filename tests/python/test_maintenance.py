@@ -143,3 +143,20 @@ def test_view_over_view_and_mv_over_mv(spark: SparkSession, db: str) -> None:
     MaterializedView.for_name(spark, "agg2").refresh()
     assert_matches_query(spark, "agg1", "SELECT k, sum(w) AS sw FROM plain GROUP BY k")
     assert_matches_query(spark, "agg2", "SELECT sw > 20 AS big, count(*) AS n FROM agg1 GROUP BY sw > 20")
+
+
+def test_extreme_inserted_and_deleted_in_one_batch(spark: SparkSession, db: str) -> None:
+    """Pre(r) x D(t) inserts r's a=0 into the new group while D(r) x Post(t) deletes it: the
+    folded minimum 0 was deleted in the same batch and must not survive (found by the kill
+    tests)."""
+    spark.sql("CREATE TABLE r (a INT, b INT) USING delta")
+    spark.sql("CREATE TABLE t (b INT, c INT) USING delta")
+    spark.sql("INSERT INTO r VALUES (0, 0), (3, 0), (6, 0), (1, 1)")
+    spark.sql("INSERT INTO t VALUES (0, 0), (1, 10)")
+    q = "SELECT t.c, min(r.a) AS lo, max(r.a) AS hi, count(*) AS n FROM r JOIN t ON r.b = t.b GROUP BY t.c"
+    spark.sql(f"CREATE MATERIALIZED VIEW x AS {q}")
+    spark.sql("DELETE FROM r WHERE a IN (0, 6)")
+    spark.sql("UPDATE t SET c = 1 WHERE b = 0")
+    MaterializedView.for_name(spark, "x").refresh()
+    assert sorted(tuple(r) for r in spark.table("x").collect()) == [(1, 3, 3, 1), (10, 1, 1, 1)]
+    assert_matches_query(spark, "x", q)

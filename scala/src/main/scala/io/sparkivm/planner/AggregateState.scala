@@ -127,15 +127,22 @@ case class ExtremeState(index: Int, expr: AggregateExpression, input: Expression
     fold(only(GreaterThan(m, Literal(0)))), // extreme among inserted values
     fold(only(LessThan(m, Literal(0)))), // extreme among deleted values
     countOf(m, masked(input)))
+  /** The extreme of the old values and the inserted ones (NULLs skipped). */
+  private def folded(old: Seq[Expression], d: Seq[Expression]): Expression =
+    if (isMin) Least(Seq(old.head, d.head)) else Greatest(Seq(old.head, d.head))
+  /**
+   * A deleted value that reaches the folded extreme may be that extreme: recompute. The
+   * comparison is with old *and inserted* values, since one batch can insert and delete the
+   * same value (an update of a joined row does).
+   */
   def needsRecompute(old: Seq[Expression], d: Seq[Expression]): Option[Expression] = {
-    val deletedReachesExtreme =
-      if (isMin) LessThanOrEqual(d(1), old.head) else GreaterThanOrEqual(d(1), old.head)
-    Some(And(And(IsNotNull(d(1)), IsNotNull(old.head)), deletedReachesExtreme))
+    val candidate = folded(old, d)
+    val reaches = if (isMin) LessThanOrEqual(d(1), candidate) else GreaterThanOrEqual(d(1), candidate)
+    Some(And(IsNotNull(d(1)), Or(IsNull(candidate), reaches)))
   }
   def merge(old: Seq[Expression], d: Seq[Expression], rec: Option[Expression]): Seq[Expression] = {
     val n = plus(old(1), d(2), LongType)
-    val folded = if (isMin) Least(Seq(old.head, d.head)) else Greatest(Seq(old.head, d.head))
-    val v = rec.map(r => If(needsRecompute(old, d).get, r, folded)).getOrElse(folded)
+    val v = rec.map(r => If(needsRecompute(old, d).get, r, folded(old, d))).getOrElse(folded(old, d))
     Seq(If(EqualTo(n, Literal(0L)), Literal(null, t), v), n)
   }
   def recompute: Option[Expression] = Some(fold(masked(input)))
