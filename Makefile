@@ -45,7 +45,7 @@ test-cluster: install
 	$(VENV)/bin/pytest -q tests/cluster
 
 bench: install
-	$(PY) benchmarks/run.py --help
+	$(PY) benchmarks/run.py q10 --sf 1 --rounds 3
 
 clean:
 	rm -rf target project/target project/project $(VENV) python/spark_ivm/jars/*.jar

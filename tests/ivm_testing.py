@@ -20,7 +20,8 @@ from spark_ivm import configure_spark_with_ivm
 
 
 def make_session(master: str = "local[2]", warehouse: Optional[str] = None,
-                 hive: bool = False, app: str = "spark-ivm-tests") -> SparkSession:
+                 hive: bool = False, app: str = "spark-ivm-tests",
+                 extra: Optional[dict] = None) -> SparkSession:
     """A small, quiet SparkSession with spark-ivm; one per test run."""
     warehouse = warehouse or tempfile.mkdtemp(prefix="ivm-warehouse-")
     builder = (
@@ -35,6 +36,8 @@ def make_session(master: str = "local[2]", warehouse: Optional[str] = None,
         .config("spark.ivm.test", "true")
         .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={warehouse}")
     )
+    for key, value in (extra or {}).items():
+        builder = builder.config(key, value)
     if hive:
         builder = builder.enableHiveSupport().config(
             "javax.jdo.option.ConnectionURL",

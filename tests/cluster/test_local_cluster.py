@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from pyspark.sql import SparkSession
 
 from ivm_testing import assert_matches_query
@@ -17,7 +19,11 @@ QUERIES = {
 
 def test_views_on_a_cluster(spark: SparkSession) -> None:
     assert spark.sparkContext.master.startswith("local-cluster")
-    assert len(spark.sparkContext._jsc.sc().getExecutorMemoryStatus()) >= 2  # type: ignore[union-attr]
+    deadline = time.time() + 120
+    # the driver and two executor JVMs
+    while spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size() < 3:  # type: ignore[union-attr]
+        assert time.time() < deadline, "executors did not register"
+        time.sleep(1)
     spark.sql("CREATE TABLE r (a INT, b INT, x DOUBLE) USING delta")
     spark.sql("CREATE TABLE t (b INT, c INT) USING delta")
     spark.sql("INSERT INTO r SELECT id, id % 7, id / 3.0 FROM range(200)")
