@@ -67,7 +67,10 @@ def refresh_functions(spark: SparkSession, fraction: float, seed: int) -> Dict[s
         ORDER BY hash(o_orderkey, {seed}) LIMIT {n}""")
     spark.sql("CACHE TABLE rf_old")
     deleted = spark.table("rf_old").count()
-    spark.sql("DELETE FROM lineitem WHERE l_orderkey IN (SELECT o_orderkey FROM rf_old)")
-    spark.sql("DELETE FROM orders WHERE o_orderkey IN (SELECT o_orderkey FROM rf_old)")
+    # Delta's DELETE takes no subquery; MERGE ... DELETE is its way to delete by a key list.
+    spark.sql("MERGE INTO lineitem USING rf_old ON l_orderkey = rf_old.o_orderkey "
+              "WHEN MATCHED THEN DELETE")
+    spark.sql("MERGE INTO orders USING rf_old ON orders.o_orderkey = rf_old.o_orderkey "
+              "WHEN MATCHED THEN DELETE")
     spark.sql("UNCACHE TABLE rf_old")
     return {"orders_inserted": inserted, "orders_deleted": deleted}
