@@ -77,9 +77,16 @@ def main() -> None:
               "(with their lineitems), raised some discounts, renamed some customers")
         print("== REFRESH MATERIALIZED VIEW ==")
         for name, query in views.items():
-            report = MaterializedView.for_name(spark, name).refresh()
-            print(f"   {report}")
-            print(f"   matches recomputation: {matches(spark, name, query)}")
+            r = MaterializedView.for_name(spark, name).refresh()
+            print(f"   {name}: {r.mode} refresh #{r.refresh_number} in {r.total_ms} ms "
+                  f"({', '.join(f'{k} {v}' for k, v in r.phases_ms.items())})")
+            for s in r.sources:
+                if s.changed_rows:
+                    print(f"      read {s.changed_rows} changed rows of {s.table} "
+                          f"(versions {s.from_version + 1}..{s.to_version})")
+            print(f"      delta branches: {len(r.branches)}; view rows inserted {r.rows_inserted}, "
+                  f"updated {r.rows_updated}, deleted {r.rows_deleted}")
+            print(f"      matches recomputation: {matches(spark, name, query)}")
 
     mv = MaterializedView.for_name(spark, "revenue_by_customer")
     top = spark.table("revenue_by_customer").orderBy("revenue", ascending=False).first()
