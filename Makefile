@@ -10,7 +10,7 @@ JAR       := python/spark_ivm/jars/$(JAR_NAME)
 SCALA_SRC := $(shell find scala -name '*.scala' 2>/dev/null)
 STAMP     := $(VENV)/.installed
 
-.PHONY: install jar demo test test-scala test-python test-cluster bench clean
+.PHONY: install jar demo test lint test-scala test-python test-cluster bench clean
 
 install: $(STAMP) $(JAR)
 
@@ -33,7 +33,11 @@ $(JAR): $(SCALA_SRC) build.sbt project/build.properties pyproject.toml
 demo: install
 	$(PY) examples/quickstart.py
 
-test: install test-scala test-python test-cluster
+test: install lint test-scala test-python test-cluster
+
+lint: install
+	$(VENV)/bin/ruff check python tests examples benchmarks
+	$(VENV)/bin/mypy python/spark_ivm
 
 test-scala: install
 	build/sbt test

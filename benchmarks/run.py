@@ -145,7 +145,8 @@ def plot(name: str, runs: List[Dict[str, Any]], out: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("benchmark", choices=["q10"])
     parser.add_argument("--sf", type=float, action="append", help="scale factor (repeatable)")
     parser.add_argument("--rounds", type=int, default=3)

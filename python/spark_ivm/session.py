@@ -27,9 +27,7 @@ def ivm_jar_path() -> str:
 
 def delta_package() -> str:
     """Maven coordinates of the Delta jar matching the installed pyspark and delta-spark."""
-    import pyspark
-
-    spark_minor = ".".join(pyspark.__version__.split(".")[:2])
+    spark_minor = ".".join(metadata.version("pyspark").split(".")[:2])
     return f"io.delta:delta-spark_{spark_minor}_2.13:{metadata.version('delta-spark')}"
 
 

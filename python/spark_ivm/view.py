@@ -98,7 +98,8 @@ class MaterializedView:
 
     def explain_refresh(self) -> str:
         """What the next refresh would run, in words and as Spark's plan. Changes nothing."""
-        return self.spark.sql(f"EXPLAIN REFRESH MATERIALIZED VIEW {self._sql_name}").collect()[0][0]
+        text: str = self.spark.sql(f"EXPLAIN REFRESH MATERIALIZED VIEW {self._sql_name}").collect()[0][0]
+        return text
 
     def to_df(self) -> DataFrame:
         """The view as a DataFrame (the same as ``spark.table(name)``)."""

@@ -20,7 +20,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from ivm_testing import diff, multiset  # noqa: E402
 
 VIEWS = {
-    "agg": "SELECT t.c, count(*) AS n, sum(r.x) AS sx, min(r.a) AS mn FROM r JOIN t ON r.b = t.b GROUP BY t.c",
+    "agg": "SELECT t.c, count(*) AS n, sum(r.x) AS sx, min(r.a) AS mn "
+           "FROM r JOIN t ON r.b = t.b GROUP BY t.c",
     "rows": "SELECT r.a, t.c FROM r JOIN t ON r.b = t.b",
 }
 

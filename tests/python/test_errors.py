@@ -117,7 +117,8 @@ def test_recreated_or_retyped_base_table(spark: SparkSession, tables: str) -> No
     spark.sql("CREATE MATERIALIZED VIEW s AS SELECT k, sum(v) AS sv FROM a GROUP BY k")
     before = _snapshot(spark, "s")
     spark.sql("DROP TABLE a")
-    spark.sql("CREATE TABLE a (k INT, v BIGINT) USING delta TBLPROPERTIES (delta.enableChangeDataFeed = true)")
+    spark.sql("CREATE TABLE a (k INT, v BIGINT) USING delta "
+              "TBLPROPERTIES (delta.enableChangeDataFeed = true)")
     spark.sql("INSERT INTO a VALUES (7, 70)")
     with pytest.raises(AnalysisException) as info:
         MaterializedView.for_name(spark, "s").refresh()

@@ -10,7 +10,6 @@ import threading
 from pathlib import Path
 from typing import List
 
-import pytest
 from pyspark.sql import SparkSession
 
 from ivm_testing import assert_matches_query
@@ -125,7 +124,8 @@ def test_kill_during_create_leaves_no_half_view(tmp_path: Path) -> None:
         "spark.sql('CREATE MATERIALIZED VIEW k AS SELECT b, count(*) AS n FROM r GROUP BY b')\n"
         "print('ROWS', spark.table('k').count())\n"
     )
-    killed = subprocess.run([sys.executable, str(script), "kill"], capture_output=True, text=True, timeout=600)
+    killed = subprocess.run([sys.executable, str(script), "kill"], capture_output=True, text=True,
+                            timeout=600)
     assert killed.returncode != 0 and "create-after-backing" in killed.stderr
     again = subprocess.run([sys.executable, str(script), "ok"], capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import re
 
-from typing import List, Sequence
+from typing import List
 
-import pytest
 from pyspark.sql import SparkSession
 
 from ivm_testing import assert_matches_query
@@ -137,7 +136,8 @@ def test_view_over_view_and_mv_over_mv(spark: SparkSession, db: str) -> None:
     spark.sql("INSERT INTO base VALUES (1, 1), (1, 2), (2, 3)")
     spark.sql("CREATE VIEW plain AS SELECT k, v * 10 AS w FROM base")
     spark.sql("CREATE MATERIALIZED VIEW agg1 AS SELECT k, sum(w) AS sw FROM plain GROUP BY k")
-    spark.sql("CREATE MATERIALIZED VIEW agg2 AS SELECT sw > 20 AS big, count(*) AS n FROM agg1 GROUP BY sw > 20")
+    spark.sql("CREATE MATERIALIZED VIEW agg2 AS "
+              "SELECT sw > 20 AS big, count(*) AS n FROM agg1 GROUP BY sw > 20")
     spark.sql("INSERT INTO base VALUES (2, 5), (3, 1)")
     MaterializedView.for_name(spark, "agg1").refresh()
     MaterializedView.for_name(spark, "agg2").refresh()
@@ -153,7 +153,8 @@ def test_extreme_inserted_and_deleted_in_one_batch(spark: SparkSession, db: str)
     spark.sql("CREATE TABLE t (b INT, c INT) USING delta")
     spark.sql("INSERT INTO r VALUES (0, 0), (3, 0), (6, 0), (1, 1)")
     spark.sql("INSERT INTO t VALUES (0, 0), (1, 10)")
-    q = "SELECT t.c, min(r.a) AS lo, max(r.a) AS hi, count(*) AS n FROM r JOIN t ON r.b = t.b GROUP BY t.c"
+    q = ("SELECT t.c, min(r.a) AS lo, max(r.a) AS hi, count(*) AS n "
+         "FROM r JOIN t ON r.b = t.b GROUP BY t.c")
     spark.sql(f"CREATE MATERIALIZED VIEW x AS {q}")
     spark.sql("DELETE FROM r WHERE a IN (0, 6)")
     spark.sql("UPDATE t SET c = 1 WHERE b = 0")

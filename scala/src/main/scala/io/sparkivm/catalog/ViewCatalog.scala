@@ -185,7 +185,7 @@ object ViewCatalog extends Logging {
 
   /** Operations on a backing table that do not change its rows. */
   private val MaintenanceOperations = Set("OPTIMIZE", "VACUUM START", "VACUUM END",
-    "SET TBLPROPERTIES", "UNSET TBLPROPERTIES", "REORG", "CLUSTER BY", "SET TBLPROPERTIES",
+    "SET TBLPROPERTIES", "UNSET TBLPROPERTIES", "REORG", "CLUSTER BY",
     "CHANGE COLUMN", "UPGRADE PROTOCOL", "ADD CONSTRAINT", "DROP CONSTRAINT", "DROP FEATURE",
     "COMPUTE STATS", "ANALYZE")
 

@@ -8,13 +8,12 @@ import org.apache.spark.sql.SparkSession
  * while a refresh runs go to the next one:
  *  - `spark.ivm.testing.killAt = <point>` halts the JVM there;
  *  - `spark.ivm.testing.sqlAt = <point>:<statement>` runs a statement there (once).
- * Unset (the default) each point costs two conf lookups.
+ * The points: refresh-start, after-pin, after-changes, before-commit, after-commit (REFRESH)
+ * and create-after-backing (CREATE). Unset (the default) each costs two conf lookups.
  */
 object FaultInjection {
   val KillConf = "spark.ivm.testing.killAt"
   val SqlConf = "spark.ivm.testing.sqlAt"
-  val Points: Seq[String] = Seq("refresh-start", "after-pin", "after-changes", "before-commit",
-    "after-commit", "create-after-backing")
 
   def point(spark: SparkSession, name: String): Unit = {
     spark.conf.getOption(SqlConf).filter(_.startsWith(name + ":")).foreach { spec =>

@@ -5,7 +5,7 @@ import scala.util.control.NonFatal
 import io.sparkivm.{IvmErrors, IvmException}
 import io.sparkivm.catalog.{ViewCatalog, ViewMetadata}
 import io.sparkivm.changes.{DeltaSources, PinnedSource}
-import io.sparkivm.planner.{PlanValidator, SourceLeaf, ViewMaintenance, ViewShape}
+import io.sparkivm.planner.{PlanValidator, RowsShape, SourceLeaf, ViewMaintenance, ViewShape}
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.ivm.{SessionInternals, SparkInternals}
@@ -40,7 +40,7 @@ object ViewAnalysis {
     } else {
       val leaves = plan.collect { case SourceLeaf(l) if l.provider.exists(_.equalsIgnoreCase("delta")) => l }
       AnalyzedView(plan, leaves, new ViewMaintenance(
-        io.sparkivm.planner.RowsShape(plan, plan, distinct = false), columns))
+        RowsShape(plan, plan, distinct = false), columns))
     }
   }
 
