@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 import pytest
 from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
@@ -12,6 +14,13 @@ from spark_ivm import MaterializedView
 
 def condition(e: BaseException) -> str:
     return e.getCondition()  # type: ignore[attr-defined,no-any-return]
+
+
+def refused(action: Callable[[], object]) -> AnalysisException:
+    """The AnalysisException that ``action`` raises (the test fails if it raises none)."""
+    with pytest.raises(AnalysisException) as info:
+        action()
+    return info.value
 
 
 @pytest.fixture()
@@ -39,11 +48,10 @@ UNSUPPORTED = [
 @pytest.mark.parametrize("query, operator", UNSUPPORTED)
 def test_unsupported_operator_is_named_and_nothing_is_created(spark: SparkSession, tables: str,
                                                              query: str, operator: str) -> None:
-    with pytest.raises(AnalysisException) as info:
-        spark.sql(f"CREATE MATERIALIZED VIEW bad AS {query}")
-    assert condition(info.value) == "IVM_UNSUPPORTED_OPERATOR"
-    assert operator.lower() in str(info.value).lower()
-    assert "'ivm.refresh' = 'full'" in str(info.value)
+    error = refused(lambda: spark.sql(f"CREATE MATERIALIZED VIEW bad AS {query}"))
+    assert condition(error) == "IVM_UNSUPPORTED_OPERATOR"
+    assert operator.lower() in str(error).lower()
+    assert "'ivm.refresh' = 'full'" in str(error)
     assert not spark.catalog.tableExists("bad")
     assert not spark.catalog.tableExists("__ivm_backing_bad")
 
@@ -61,28 +69,25 @@ def test_full_refresh_views_accept_any_query(spark: SparkSession, tables: str) -
 
 def test_non_delta_source_is_refused(spark: SparkSession, tables: str) -> None:
     spark.sql("CREATE TABLE pq (k INT) USING parquet")
-    with pytest.raises(AnalysisException) as info:
-        spark.sql("CREATE MATERIALIZED VIEW p AS SELECT k FROM pq")
-    assert condition(info.value) == "IVM_SOURCE_NOT_DELTA"
-    assert "CONVERT TO DELTA" in str(info.value)
+    error = refused(lambda: spark.sql("CREATE MATERIALIZED VIEW p AS SELECT k FROM pq"))
+    assert condition(error) == "IVM_SOURCE_NOT_DELTA"
+    assert "CONVERT TO DELTA" in str(error)
 
 
 def test_temp_view_source_is_refused(spark: SparkSession, tables: str) -> None:
     spark.sql("CREATE TEMPORARY VIEW tv AS SELECT * FROM a")
-    with pytest.raises(AnalysisException) as info:
-        spark.sql("CREATE MATERIALIZED VIEW p AS SELECT k FROM tv")
-    assert condition(info.value) == "IVM_UNSUPPORTED_OPERATOR"
-    assert "Temporary view" in str(info.value)
+    error = refused(lambda: spark.sql("CREATE MATERIALIZED VIEW p AS SELECT k FROM tv"))
+    assert condition(error) == "IVM_UNSUPPORTED_OPERATOR"
+    assert "Temporary view" in str(error)
 
 
 def test_change_data_feed_is_enabled_or_refused(spark: SparkSession, tables: str) -> None:
     spark.sql("CREATE TABLE nocdf (k INT) USING delta")
     spark.conf.set("spark.ivm.autoEnableChangeDataFeed", "false")
     try:
-        with pytest.raises(AnalysisException) as info:
-            spark.sql("CREATE MATERIALIZED VIEW c AS SELECT k FROM nocdf")
-        assert condition(info.value) == "IVM_CHANGE_FEED_DISABLED"
-        assert "delta.enableChangeDataFeed" in str(info.value)
+        error = refused(lambda: spark.sql("CREATE MATERIALIZED VIEW c AS SELECT k FROM nocdf"))
+        assert condition(error) == "IVM_CHANGE_FEED_DISABLED"
+        assert "delta.enableChangeDataFeed" in str(error)
     finally:
         spark.conf.unset("spark.ivm.autoEnableChangeDataFeed")
     spark.sql("CREATE MATERIALIZED VIEW c AS SELECT k FROM nocdf")
@@ -91,9 +96,9 @@ def test_change_data_feed_is_enabled_or_refused(spark: SparkSession, tables: str
 
 
 def test_invalid_property_changes_nothing(spark: SparkSession, tables: str) -> None:
-    with pytest.raises(AnalysisException) as info:
-        spark.sql("CREATE MATERIALIZED VIEW x TBLPROPERTIES ('ivm.refresh' = 'lazy') AS SELECT k FROM a")
-    assert condition(info.value) == "IVM_INVALID_PROPERTY"
+    error = refused(lambda: spark.sql(
+        "CREATE MATERIALIZED VIEW x TBLPROPERTIES ('ivm.refresh' = 'lazy') AS SELECT k FROM a"))
+    assert condition(error) == "IVM_INVALID_PROPERTY"
     assert not spark.catalog.tableExists("x")
 
 
@@ -106,10 +111,9 @@ def test_dropped_base_table(spark: SparkSession, tables: str) -> None:
     before = _snapshot(spark, "j")
     spark.sql("DROP TABLE b")
     for full in (False, True):
-        with pytest.raises(AnalysisException) as info:
-            MaterializedView.for_name(spark, "j").refresh(full=full)
-        assert condition(info.value) == "IVM_SOURCE_MISSING"
-        assert "b" in str(info.value)
+        error = refused(lambda: MaterializedView.for_name(spark, "j").refresh(full=full))
+        assert condition(error) == "IVM_SOURCE_MISSING"
+        assert "b" in str(error)
     assert _snapshot(spark, "j") == before
 
 
@@ -120,10 +124,9 @@ def test_recreated_or_retyped_base_table(spark: SparkSession, tables: str) -> No
     spark.sql("CREATE TABLE a (k INT, v BIGINT) USING delta "
               "TBLPROPERTIES (delta.enableChangeDataFeed = true)")
     spark.sql("INSERT INTO a VALUES (7, 70)")
-    with pytest.raises(AnalysisException) as info:
-        MaterializedView.for_name(spark, "s").refresh()
-    assert condition(info.value) == "IVM_SOURCE_CHANGED"
-    assert "REFRESH MATERIALIZED VIEW" in str(info.value) and "FULL" in str(info.value)
+    error = refused(lambda: MaterializedView.for_name(spark, "s").refresh())
+    assert condition(error) == "IVM_SOURCE_CHANGED"
+    assert "REFRESH MATERIALIZED VIEW" in str(error) and "FULL" in str(error)
     assert _snapshot(spark, "s") == before
     # REFRESH ... FULL rebuilds from the new table, after which refreshes are incremental again
     assert MaterializedView.for_name(spark, "s").refresh(full=True).mode == "full"
@@ -137,10 +140,9 @@ def test_column_retyped_or_dropped_in_place(spark: SparkSession, tables: str) ->
     before = _snapshot(spark, "s2")
     spark.sql("ALTER TABLE a SET TBLPROPERTIES ('delta.enableTypeWidening' = 'true')")
     spark.sql("ALTER TABLE a CHANGE COLUMN v TYPE BIGINT")
-    with pytest.raises(AnalysisException) as info:
-        MaterializedView.for_name(spark, "s2").refresh()
-    assert condition(info.value) == "IVM_SOURCE_CHANGED"
-    assert "column v changed type from int to bigint" in str(info.value)
+    error = refused(lambda: MaterializedView.for_name(spark, "s2").refresh())
+    assert condition(error) == "IVM_SOURCE_CHANGED"
+    assert "column v changed type from int to bigint" in str(error)
     assert _snapshot(spark, "s2") == before
 
     spark.sql("CREATE MATERIALIZED VIEW s3 AS SELECT k FROM b")
@@ -148,10 +150,9 @@ def test_column_retyped_or_dropped_in_place(spark: SparkSession, tables: str) ->
               "'delta.minReaderVersion' = '2', 'delta.minWriterVersion' = '5')")
     spark.sql("ALTER TABLE b DROP COLUMN w")
     spark.sql("INSERT INTO b VALUES (5)")
-    with pytest.raises(AnalysisException) as info:
-        MaterializedView.for_name(spark, "s3").refresh()
-    assert condition(info.value) == "IVM_SOURCE_CHANGED"
-    assert "column w was dropped" in str(info.value)
+    error = refused(lambda: MaterializedView.for_name(spark, "s3").refresh())
+    assert condition(error) == "IVM_SOURCE_CHANGED"
+    assert "column w was dropped" in str(error)
 
 
 def test_backing_table_altered_by_hand(spark: SparkSession, tables: str) -> None:
@@ -159,10 +160,9 @@ def test_backing_table_altered_by_hand(spark: SparkSession, tables: str) -> None
     spark.sql(f"CREATE MATERIALIZED VIEW h AS {q}")
     spark.sql("DELETE FROM __ivm_backing_h WHERE __ivm_g0 = 1")
     spark.sql("INSERT INTO a VALUES (9, 90)")
-    with pytest.raises(AnalysisException) as info:
-        MaterializedView.for_name(spark, "h").refresh()
-    assert condition(info.value) == "IVM_BACKING_TABLE_ALTERED"
-    assert "DELETE" in str(info.value)
+    error = refused(lambda: MaterializedView.for_name(spark, "h").refresh())
+    assert condition(error) == "IVM_BACKING_TABLE_ALTERED"
+    assert "DELETE" in str(error)
     assert MaterializedView.for_name(spark, "h").refresh(full=True).mode == "full"
     assert_matches_query(spark, "h", q)
     spark.sql("INSERT INTO a VALUES (9, 91)")
@@ -176,15 +176,14 @@ def test_change_feed_gap_asks_for_full_refresh(spark: SparkSession, tables: str)
     spark.sql("ALTER TABLE a SET TBLPROPERTIES (delta.enableChangeDataFeed = false)")
     spark.sql("INSERT INTO a VALUES (5, 50)")
     spark.sql("ALTER TABLE a SET TBLPROPERTIES (delta.enableChangeDataFeed = true)")
-    with pytest.raises(AnalysisException) as info:
-        MaterializedView.for_name(spark, "g").refresh()
-    assert condition(info.value) == "IVM_CHANGES_UNAVAILABLE", str(info.value)[:600]
+    error = refused(lambda: MaterializedView.for_name(spark, "g").refresh())
+    assert condition(error) == "IVM_CHANGES_UNAVAILABLE", str(error)[:600]
     assert _snapshot(spark, "g") == before
     MaterializedView.for_name(spark, "g").refresh(full=True)
     assert_matches_query(spark, "g", "SELECT k FROM a")
 
 
 def test_duplicate_output_names_are_refused(spark: SparkSession, tables: str) -> None:
-    with pytest.raises(AnalysisException) as info:
-        spark.sql("CREATE MATERIALIZED VIEW d AS SELECT a.k, b.k FROM a JOIN b ON a.k = b.k")
-    assert condition(info.value) == "IVM_DUPLICATE_COLUMN"
+    error = refused(lambda: spark.sql(
+        "CREATE MATERIALIZED VIEW d AS SELECT a.k, b.k FROM a JOIN b ON a.k = b.k"))
+    assert condition(error) == "IVM_DUPLICATE_COLUMN"

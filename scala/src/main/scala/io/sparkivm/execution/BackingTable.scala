@@ -55,6 +55,10 @@ object BackingTable {
    * MERGE the changed groups: a group whose count reached 0 is deleted (a global aggregate
    * keeps its one row), others are updated or inserted whole. Keys match null-safely.
    */
+  /** The backing table's current rows, as a plan (the old state a refresh merges into). */
+  def current(spark: SparkSession, meta: ViewMetadata): LogicalPlan =
+    SparkInternals.analyzed(spark.table(meta.backing.quotedString))
+
   /**
    * The rows to merge, computed once: MERGE reads its source twice (to find the files to
    * rewrite, then to write them) and the rows come from a deep plan. A local checkpoint also

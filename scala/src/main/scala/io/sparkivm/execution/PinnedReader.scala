@@ -5,11 +5,12 @@ import scala.util.control.NonFatal
 
 import io.sparkivm.IvmErrors
 import io.sparkivm.changes.{DeltaSources, PinnedSource}
-import io.sparkivm.planner.{LeafReader, SourceLeaf}
+import io.sparkivm.planner.{DeltaRules, LeafReader, SourceLeaf, ViewMaintenance}
 import org.apache.spark.sql.{DataFrame, SparkSession}
-import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute}
+import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, AttributeReference}
 import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, Project}
 import org.apache.spark.sql.ivm.SparkInternals
+import org.apache.spark.sql.types.IntegerType
 import org.apache.spark.storage.StorageLevel
 
 /**
@@ -19,7 +20,18 @@ import org.apache.spark.storage.StorageLevel
  * self-join reads it once per occurrence); `release` frees it.
  */
 class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
-    pinned: Map[String, PinnedSource], m: Attribute, view: String) extends LeafReader {
+    pinned: Map[String, PinnedSource], view: String) extends LeafReader {
+
+  /** The sign column of delta rows, shared by this reader's deltas and its rules. */
+  private val m: Attribute =
+    AttributeReference(DeltaSources.Multiplicity, IntegerType, nullable = false)()
+
+  /** The delta rules over this reader's leaves. */
+  val rules: DeltaRules = new DeltaRules(this, m)
+
+  /** The view's rows from scratch, at the pinned versions. */
+  def fullRows(maintenance: ViewMaintenance): DataFrame =
+    SparkInternals.dataFrame(spark, maintenance.fullPlan(rules))
 
   private val changes = mutable.LinkedHashMap[String, Option[DataFrame]]()
 

@@ -7,13 +7,10 @@ import scala.annotation.tailrec
 import io.sparkivm.IvmErrors
 import io.sparkivm.catalog.{RefreshMode, RefreshRecord, ViewCatalog, ViewMetadata}
 import io.sparkivm.changes.{DeltaSources, PinnedSource}
-import io.sparkivm.planner.DeltaRules
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.{DataFrame, SparkSession}
-import org.apache.spark.sql.catalyst.expressions.AttributeReference
 import org.apache.spark.sql.delta.DeltaConcurrentModificationException
 import org.apache.spark.sql.ivm.SparkInternals
-import org.apache.spark.sql.types.IntegerType
 
 /**
  * REFRESH MATERIALIZED VIEW. One refresh:
@@ -70,13 +67,11 @@ object Refresher extends Logging {
     val pinned = ViewAnalysis.pin(spark, meta.viewName, analyzed, incremental, autoEnable(spark))
     val number = last.number + 1
     val attemptId = UUID.randomUUID().toString
-    val m = AttributeReference(DeltaSources.Multiplicity, IntegerType, nullable = false)()
     val versions = pinned.map { case (t, p) => t -> p.version }
 
     if (recompute) {
       timer.mark("prepare")
-      val reader = new PinnedReader(spark, Map.empty, pinned, m, meta.viewName)
-      val rows = SparkInternals.dataFrame(spark, analyzed.maintenance.fullPlan(new DeltaRules(reader, m)))
+      val rows = new PinnedReader(spark, Map.empty, pinned, meta.viewName).fullRows(analyzed.maintenance)
       val record = RefreshRecord(number, "full", versions, attemptId, -1, 0)
       FaultInjection.point(spark, "before-commit")
       BackingTable.overwrite(spark, meta, rows, record)
@@ -97,16 +92,16 @@ object Refresher extends Logging {
         "no base table changed since the last refresh")
     }
     FaultInjection.point(spark, "after-pin")
-    val reader = new PinnedReader(spark, last.sourceVersions, pinned, m, meta.viewName)
+    val reader = new PinnedReader(spark, last.sourceVersions, pinned, meta.viewName)
     try {
       analyzed.tables.foreach(reader.changesOf)
       val counts = reader.changeCounts()
       timer.mark("changes")
       FaultInjection.point(spark, "after-changes")
-      val rules = new DeltaRules(reader, m)
+      val rules = reader.rules
       val branches = analyzed.maintenance.branches(rules).map(_.describe)
       val source: DataFrame = BackingTable.materialize(analyzed.maintenance
-        .mergeSource(rules, () => SparkInternals.analyzed(spark.table(meta.backing.quotedString)),
+        .mergeSource(rules, () => BackingTable.current(spark, meta),
           new BackingTable.Checkpoints(spark))
         .map(SparkInternals.dataFrame(spark, _))
         .getOrElse(spark.table(meta.backing.quotedString).limit(0)))

@@ -6,11 +6,9 @@ import scala.util.control.NonFatal
 
 import io.sparkivm.catalog.{RefreshMode, ViewCatalog}
 import io.sparkivm.changes.DeltaSources
-import io.sparkivm.planner.{AggregateState, DeltaRules, PlanOnly}
+import io.sparkivm.planner.{AggregateState, PlanOnly}
 import org.apache.spark.sql.SparkSession
-import org.apache.spark.sql.catalyst.expressions.AttributeReference
 import org.apache.spark.sql.ivm.{SessionInternals, SparkInternals}
-import org.apache.spark.sql.types.IntegerType
 
 /** DESCRIBE MATERIALIZED VIEW and EXPLAIN REFRESH MATERIALIZED VIEW. */
 object ViewExplainer {
@@ -59,7 +57,6 @@ object ViewExplainer {
     val incremental = meta.mode == RefreshMode.Incremental
     val analyzed = ViewAnalysis.reanalyze(spark, meta, incremental)
     val pinned = ViewAnalysis.pin(spark, meta.viewName, analyzed, incremental = false, autoEnable = false)
-    val m = AttributeReference(DeltaSources.Multiplicity, IntegerType, nullable = false)()
     val out = new StringBuilder
     def line(s: String): Unit = out ++= s ++ "\n"
     line(s"== Refresh of materialized view ${meta.viewName} ==")
@@ -77,8 +74,7 @@ object ViewExplainer {
     val maintenance = analyzed.maintenance
     if (!incremental) {
       line("Plan: recompute the query and overwrite the backing table (ivm.refresh = full).")
-      val reader = new PinnedReader(spark, Map.empty, pinned, m, meta.viewName)
-      val rows = SparkInternals.dataFrame(spark, maintenance.fullPlan(new DeltaRules(reader, m)))
+      val rows = new PinnedReader(spark, Map.empty, pinned, meta.viewName).fullRows(maintenance)
       line("== Spark plan ==")
       line(rows.queryExecution.optimizedPlan.treeString)
       return out.toString
@@ -86,9 +82,9 @@ object ViewExplainer {
     line(s"View shape: ${maintenance.shape.kind}; backing keys: " +
       (if (maintenance.keyNames.isEmpty) "none (one row)" else maintenance.keyNames.mkString(", ")))
     maintenance.states.foreach(s => line(s"Aggregate ${AggregateState.describe(s)}"))
-    val reader = new PinnedReader(spark, last.sourceVersions, pinned, m, meta.viewName)
+    val reader = new PinnedReader(spark, last.sourceVersions, pinned, meta.viewName)
     try {
-      val rules = new DeltaRules(reader, m)
+      val rules = reader.rules
       val branches = maintenance.branches(rules)
       val occurrences = analyzed.leaves.size
       line("Delta rule: D(V) = sum_i Pre(R1..Ri-1) x D(Ri) x Post(Ri+1..Rn) " +
@@ -104,7 +100,7 @@ object ViewExplainer {
           (if (maintenance.global) "" else "; rows whose __ivm_count reaches 0 are deleted") +
           s"; one Delta commit with txn (view id, ${last.number + 1})")
         maintenance.mergeSource(rules,
-          () => SparkInternals.analyzed(spark.table(meta.backing.quotedString)), PlanOnly).foreach { plan =>
+          () => BackingTable.current(spark, meta), PlanOnly).foreach { plan =>
           line("== Spark plan of the rows to merge ==")
           line(SparkInternals.dataFrame(spark, plan).queryExecution.optimizedPlan.treeString)
         }

@@ -4,14 +4,11 @@ import java.util.{Locale, UUID}
 
 import io.sparkivm.{IvmErrors, IvmException}
 import io.sparkivm.catalog.{RefreshMode, RefreshRecord, ViewCatalog, ViewMetadata}
-import io.sparkivm.changes.DeltaSources
 import io.sparkivm.parser.{AlterMaterializedViewProperties, CreateMaterializedView}
-import io.sparkivm.planner.{DeltaRules, ViewMaintenance}
+import io.sparkivm.planner.ViewMaintenance
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.TableIdentifier
-import org.apache.spark.sql.catalyst.expressions.AttributeReference
-import org.apache.spark.sql.ivm.{SessionInternals, SparkInternals}
-import org.apache.spark.sql.types.IntegerType
+import org.apache.spark.sql.ivm.SessionInternals
 
 /** CREATE, DROP, ALTER and SHOW MATERIALIZED VIEW(S). */
 object ViewLifecycle {
@@ -53,9 +50,7 @@ object ViewLifecycle {
     val analyzed = ViewAnalysis.prepare(plan, columns, incremental)
     val pinned = ViewAnalysis.pin(spark, id.quotedString, analyzed, incremental,
       Refresher.autoEnable(spark))
-    val m = AttributeReference(DeltaSources.Multiplicity, IntegerType, nullable = false)()
-    val reader = new PinnedReader(spark, Map.empty, pinned, m, id.quotedString)
-    val rows = SparkInternals.dataFrame(spark, analyzed.maintenance.fullPlan(new DeltaRules(reader, m)))
+    val rows = new PinnedReader(spark, Map.empty, pinned, id.quotedString).fullRows(analyzed.maintenance)
     val meta = ViewMetadata(id, backing, UUID.randomUUID().toString, stmt.queryText, database, mode,
       pinned.values.toSeq.sortBy(_.name).map(_.info),
       stmt.properties.filter { case (k, _) => !k.startsWith("ivm.") }, stmt.comment, columns)
