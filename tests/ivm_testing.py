@@ -12,7 +12,10 @@ import os
 import tempfile
 from collections import Counter
 from decimal import Decimal
-from typing import Any, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Iterable, List, Optional, Tuple
+
+import pytest
+from pyspark.errors import AnalysisException
 
 from pyspark.sql import SparkSession
 
@@ -82,3 +85,15 @@ def assert_matches_query(spark: SparkSession, view: str, query: str) -> int:
         f"\n  ({len(missing)} missing, {len(extra)} extra, {sum(expected.values())} expected)"
     )
     return sum(expected.values())
+
+
+def condition(e: BaseException) -> str:
+    """The error class of a Spark error (``IVM_*`` for spark-ivm's own)."""
+    return e.getCondition()  # type: ignore[attr-defined,no-any-return]
+
+
+def refused(action: Callable[[], object]) -> AnalysisException:
+    """The AnalysisException that ``action`` raises (the test fails if it raises none)."""
+    with pytest.raises(AnalysisException) as info:
+        action()
+    return info.value

@@ -2,25 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Callable
 
 import pytest
-from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 
-from ivm_testing import assert_matches_query
+from ivm_testing import assert_matches_query, condition, refused
 from spark_ivm import MaterializedView
 
 
-def condition(e: BaseException) -> str:
-    return e.getCondition()  # type: ignore[attr-defined,no-any-return]
-
-
-def refused(action: Callable[[], object]) -> AnalysisException:
-    """The AnalysisException that ``action`` raises (the test fails if it raises none)."""
-    with pytest.raises(AnalysisException) as info:
-        action()
-    return info.value
 
 
 @pytest.fixture()
