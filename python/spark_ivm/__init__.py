@@ -4,6 +4,7 @@
 handle on one view (refresh, describe, explain, enumerate its rows).
 """
 
+from spark_ivm.constraints import add_foreign_key, add_primary_key, constraints, drop_constraint
 from spark_ivm.errors import IvmError
 from spark_ivm.report import RefreshReport, SourceChange
 from spark_ivm.session import (
@@ -21,8 +22,12 @@ __all__ = [
     "MaterializedView",
     "RefreshReport",
     "SourceChange",
+    "add_foreign_key",
+    "add_primary_key",
+    "constraints",
     "configure_spark_with_ivm",
     "delta_package",
+    "drop_constraint",
     "ivm_jar_path",
     "spark_sql_args",
 ]

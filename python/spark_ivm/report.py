@@ -36,6 +36,8 @@ class RefreshReport:
     phases_ms: Dict[str, int] = field(default_factory=dict)
     backing_version: int = -1
     message: str = ""
+    plan_notes: List[str] = field(default_factory=list)
+    """FK graph, components, FK-Guard and integrity outcomes, and key probes of the delta plan."""
 
     @property
     def source_rows_changed(self) -> int:
@@ -68,6 +70,7 @@ class RefreshReport:
             phases_ms={k: int(v) for k, v in d["phases_ms"].items()},
             backing_version=int(d["backing_version"]),
             message=d["message"],
+            plan_notes=list(d.get("plan_notes", [])),
         )
 
     def __str__(self) -> str:

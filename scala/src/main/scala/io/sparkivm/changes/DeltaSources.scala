@@ -12,7 +12,8 @@ import org.apache.spark.sql.functions._
 import org.apache.spark.sql.types.StructType
 
 /** A Delta base table as pinned for one refresh: its identity and the version read. */
-case class PinnedSource(table: TableIdentifier, tableId: String, version: Long, schema: StructType) {
+case class PinnedSource(table: TableIdentifier, tableId: String, version: Long, schema: StructType,
+    sizeInBytes: Long = Long.MaxValue) {
   def name: String = table.unquotedString
   def info: SourceInfo =
     SourceInfo(name, tableId, schema.fields.toSeq.map(f => f.name -> f.dataType.catalogString))
@@ -42,7 +43,7 @@ object DeltaSources extends Logging {
       spark.sql(s"ALTER TABLE ${table.quotedString} SET TBLPROPERTIES ($CdfProperty = true)")
       snapshot = DeltaLog.forTable(spark, table).update()
     }
-    PinnedSource(table, snapshot.metadata.id, snapshot.version, snapshot.schema)
+    PinnedSource(table, snapshot.metadata.id, snapshot.version, snapshot.schema, snapshot.sizeInBytes)
   }
 
   /** The table as of a version. */

@@ -1,11 +1,12 @@
 package io.sparkivm.execution
 
 import io.sparkivm.catalog.{RefreshRecord, ViewCatalog, ViewMetadata}
-import io.sparkivm.planner.{PlanSteps, ViewMaintenance}
-import org.apache.spark.sql.catalyst.expressions.Alias
-import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, Project}
+import io.sparkivm.planner.{KeyProbe, PlanSteps, ProbeSettings, ViewMaintenance}
+import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, IsNotNull}
+import org.apache.spark.sql.catalyst.plans.logical.{Filter, LogicalPlan, Project}
 import org.apache.spark.sql.ivm.SparkInternals
 import io.delta.tables.DeltaTable
+import org.apache.spark.sql.delta.DeltaLog
 import org.apache.spark.sql.{DataFrame, SparkSession}
 
 /** Rows a commit changed in a backing table. */
@@ -67,34 +68,66 @@ object BackingTable {
   def materialize(rows: DataFrame): DataFrame = rows.localCheckpoint(eager = true)
 
   /** Intermediate results of a refresh, computed once each (see [[materialize]]). */
-  class Checkpoints(spark: SparkSession) extends PlanSteps {
+  class Checkpoints(spark: SparkSession, override val probe: ProbeSettings) extends PlanSteps {
     def materialize(plan: LogicalPlan): LogicalPlan = {
       val done = SparkInternals.analyzed(BackingTable.materialize(SparkInternals.dataFrame(spark, plan)))
       Project(plan.output.zip(done.output).map { case (o, n) => Alias(n, o.name)(exprId = o.exprId) }, done)
     }
     def isEmpty(plan: LogicalPlan): Boolean = SparkInternals.dataFrame(spark, plan).isEmpty
+    override def collects: Boolean = true
+    override def distinctValues(plan: LogicalPlan, key: Attribute, max: Int): Option[Seq[Any]] =
+      BackingTable.distinctValues(SparkInternals.dataFrame(spark,
+        Project(Seq(key), Filter(IsNotNull(key), plan))), max)
+  }
+
+  def sizeInBytes(spark: SparkSession, meta: ViewMetadata): Long =
+    DeltaLog.forTable(spark, meta.backing).update().sizeInBytes
+
+  /** Runs checks but materializes nothing and collects no keys (EXPLAIN). */
+  class Checks(spark: SparkSession, probe: ProbeSettings) extends Checkpoints(spark, probe) {
+    override def materialize(plan: LogicalPlan): LogicalPlan = plan
+    override def distinctValues(plan: LogicalPlan, key: Attribute, max: Int): Option[Seq[Any]] = None
+    override def collects: Boolean = false
+  }
+
+  /** Sorted distinct values of a one-column DataFrame, or None if there are more than `max`. */
+  def distinctValues(df: DataFrame, max: Int): Option[Seq[Any]] = {
+    val rows = df.distinct().orderBy(df.columns.toIndexedSeq.map(c => df.col(c)): _*).limit(max + 1).collect()
+    if (rows.length > max) None else Some(rows.map(_.get(0)).toSeq)
   }
 
   /** MERGE rows from [[materialize]] into the backing table, in one commit. */
   def merge(spark: SparkSession, meta: ViewMetadata, maintenance: ViewMaintenance,
-      source: DataFrame, record: RefreshRecord): MergeMetrics = inCommit(spark, meta, record) {
+      source: DataFrame, record: RefreshRecord, probe: ProbeSettings): MergeMetrics = inCommit(spark, meta, record) {
     val previous = spark.conf.getOption(MaterializeSource)
     try {
       // Already materialized, and deterministic: Delta need not copy it again.
       spark.conf.set(MaterializeSource, "none")
-      runMerge(spark, meta, maintenance, source)
+      runMerge(spark, meta, maintenance, source, probe)
     } finally {
       previous.map(spark.conf.set(MaterializeSource, _)).getOrElse(spark.conf.unset(MaterializeSource))
     }
   }
 
   private def runMerge(spark: SparkSession, meta: ViewMetadata, maintenance: ViewMaintenance,
-      source: DataFrame): MergeMetrics = {
+      source: DataFrame, probe: ProbeSettings): MergeMetrics = {
     val count = ViewMaintenance.CountColumn
-    val on = if (maintenance.keyNames.isEmpty) "true" else maintenance.keyNames.map { k =>
+    val keyMatch = if (maintenance.keyNames.isEmpty) "true" else maintenance.keyNames.map { k =>
       val q = ViewMaintenance.quote(k)
       s"t.$q <=> s.$q"
     }.mkString(" AND ")
+    // Key probing of the target: a condition on the target's key alone lets Delta's MERGE skip
+    // the files that hold none of the changed groups. NULL keys need the files with nulls.
+    val on = maintenance.keyNames.headOption.filter(_ => probe.enabled)
+      .filter(k => KeyProbe.probeable(source.schema(k).dataType))
+      .flatMap { k =>
+        val col = source.col(ViewMaintenance.quote(k))
+        distinctValues(source.select(col).where(col.isNotNull), probe.maxKeys).map { keys =>
+          val t = s"t.${ViewMaintenance.quote(k)}"
+          val nulls = if (source.where(col.isNull).isEmpty) "" else s" OR $t IS NULL"
+          s"($keyMatch) AND (${KeyProbe.sqlFilter(t, source.schema(k).dataType, keys, probe.maxRanges)}$nulls)"
+        }
+      }.getOrElse(keyMatch)
     val builder = DeltaTable.forName(spark, meta.backing.quotedString).as("t")
       .merge(source.as("s"), on)
     val withDelete = if (maintenance.global) builder

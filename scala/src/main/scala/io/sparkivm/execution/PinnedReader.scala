@@ -5,10 +5,10 @@ import scala.util.control.NonFatal
 
 import io.sparkivm.IvmErrors
 import io.sparkivm.changes.{DeltaSources, PinnedSource}
-import io.sparkivm.planner.{DeltaRules, LeafReader, SourceLeaf, ViewMaintenance}
+import io.sparkivm.planner.{DeltaRules, LeafReader, PlanOnly, PlanSteps, SourceLeaf, ViewMaintenance}
 import org.apache.spark.sql.{DataFrame, SparkSession}
-import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, AttributeReference}
-import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, Project}
+import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, AttributeReference, LessThan, Literal}
+import org.apache.spark.sql.catalyst.plans.logical.{Filter, LogicalPlan, Project, Union}
 import org.apache.spark.sql.ivm.SparkInternals
 import org.apache.spark.sql.types.IntegerType
 import org.apache.spark.storage.StorageLevel
@@ -20,14 +20,14 @@ import org.apache.spark.storage.StorageLevel
  * self-join reads it once per occurrence); `release` frees it.
  */
 class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
-    pinned: Map[String, PinnedSource], view: String) extends LeafReader {
+    pinned: Map[String, PinnedSource], view: String, steps: PlanSteps = PlanOnly) extends LeafReader {
 
   /** The sign column of delta rows, shared by this reader's deltas and its rules. */
   private val m: Attribute =
     AttributeReference(DeltaSources.Multiplicity, IntegerType, nullable = false)()
 
   /** The delta rules over this reader's leaves. */
-  val rules: DeltaRules = new DeltaRules(this, m)
+  val rules: DeltaRules = new DeltaRules(this, m, PlanningConf.fk(spark, steps))
 
   /** The view's rows from scratch, at the pinned versions. */
   def fullRows(maintenance: ViewMaintenance): DataFrame =
@@ -47,6 +47,17 @@ class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
 
   def delta(leaf: SourceLeaf): Option[LogicalPlan] =
     changesOf(leaf).map(df => bind(leaf, df, Some(m)))
+
+  override def sizeInBytes(leaf: SourceLeaf): Long =
+    pinned.get(leaf.name).map(_.sizeInBytes).getOrElse(Long.MaxValue)
+
+  def preDel(leaf: SourceLeaf): LogicalPlan = changesOf(leaf) match {
+    case None => post(leaf)
+    case Some(df) =>
+      val d = bind(leaf, df, Some(m))
+      val deleted = Project(leaf.output, Filter(LessThan(m, Literal(0)), d))
+      Union(post(leaf), deleted)
+  }
 
   /** The cached net change of a table, None when it did not change. */
   def changesOf(leaf: SourceLeaf): Option[DataFrame] = changes.getOrElseUpdate(leaf.name, {

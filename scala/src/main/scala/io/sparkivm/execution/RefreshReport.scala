@@ -16,6 +16,8 @@ case class RefreshReport(
     refreshNumber: Long,
     sources: Seq[SourceReport],
     branches: Seq[String],
+    /** FK graph, components, guard and integrity outcomes, key probes (see FkDeltaPlanner). */
+    planNotes: Seq[String],
     rowsInserted: Long,
     rowsUpdated: Long,
     rowsDeleted: Long,
@@ -35,6 +37,7 @@ case class RefreshReport(
       "table" -> JString(s.table), "from_version" -> JLong(s.fromVersion),
       "to_version" -> JLong(s.toVersion), "changed_rows" -> JLong(s.changedRows)))),
     "branches" -> JArray(branches.toList.map(JString(_))),
+    "plan_notes" -> JArray(planNotes.toList.map(JString(_))),
     "rows_inserted" -> JLong(rowsInserted),
     "rows_updated" -> JLong(rowsUpdated),
     "rows_deleted" -> JLong(rowsDeleted),

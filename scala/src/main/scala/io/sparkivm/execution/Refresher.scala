@@ -79,7 +79,7 @@ object Refresher extends Logging {
       FaultInjection.point(spark, "after-commit")
       val updated = meta.copy(sources = pinned.values.toSeq.sortBy(_.name).map(_.info))
       ViewCatalog.updateSources(spark, updated)
-      return report(spark, meta, number, attemptId, "full", last, pinned, Map.empty, Nil,
+      return report(spark, meta, number, attemptId, "full", last, pinned, Map.empty, Nil, Nil,
         MergeMetrics(-1, -1, -1), timer)
     }
 
@@ -88,11 +88,14 @@ object Refresher extends Logging {
     timer.mark("prepare")
     if (changed.isEmpty) {
       return RefreshReport(meta.viewName, "noop", last.number, sourceReports(last, pinned, Map.empty),
-        Nil, 0, 0, 0, timer.result, last.backingVersion,
+        Nil, Nil, 0, 0, 0, timer.result, last.backingVersion,
         "no base table changed since the last refresh")
     }
     FaultInjection.point(spark, "after-pin")
-    val reader = new PinnedReader(spark, last.sourceVersions, pinned, meta.viewName)
+    val probe = PlanningConf.probe(spark)
+    val steps = new BackingTable.Checkpoints(spark,
+      probe.copy(enabled = probe.worth(BackingTable.sizeInBytes(spark, meta))))
+    val reader = new PinnedReader(spark, last.sourceVersions, pinned, meta.viewName, steps)
     try {
       analyzed.tables.foreach(reader.changesOf)
       val counts = reader.changeCounts()
@@ -100,18 +103,20 @@ object Refresher extends Logging {
       FaultInjection.point(spark, "after-changes")
       val rules = reader.rules
       val branches = analyzed.maintenance.branches(rules).map(_.describe)
+      timer.mark("delta-plan")
       val source: DataFrame = BackingTable.materialize(analyzed.maintenance
         .mergeSource(rules, () => BackingTable.current(spark, meta),
-          new BackingTable.Checkpoints(spark))
+          steps)
         .map(SparkInternals.dataFrame(spark, _))
         .getOrElse(spark.table(meta.backing.quotedString).limit(0)))
       timer.mark("delta")
       val record = RefreshRecord(number, "incremental", versions, attemptId, -1, 0)
       FaultInjection.point(spark, "before-commit")
-      val metrics = BackingTable.merge(spark, meta, analyzed.maintenance, source, record)
+      val metrics = BackingTable.merge(spark, meta, analyzed.maintenance, source, record, steps.probe)
       timer.mark("merge")
       FaultInjection.point(spark, "after-commit")
-      report(spark, meta, number, attemptId, "incremental", last, pinned, counts, branches, metrics, timer)
+      report(spark, meta, number, attemptId, "incremental", last, pinned, counts, branches,
+        rules.fk.notes, metrics, timer)
     } finally {
       reader.release()
     }
@@ -141,14 +146,14 @@ object Refresher extends Logging {
 
   private def report(spark: SparkSession, meta: ViewMetadata, number: Long, attemptId: String,
       mode: String, last: RefreshRecord, pinned: Map[String, PinnedSource], counts: Map[String, Long],
-      branches: Seq[String], metrics: MergeMetrics, timer: PhaseTimer): RefreshReport = {
+      branches: Seq[String], notes: Seq[String], metrics: MergeMetrics, timer: PhaseTimer): RefreshReport = {
     val (committed, _) = ViewCatalog.lastRefresh(spark, meta)
     val skipped = committed.attempt != attemptId
     val (ins, upd, del) = if (metrics.inserted >= 0) (metrics.inserted, metrics.updated, metrics.deleted)
       else (spark.table(meta.backing.quotedString).count(), 0L, 0L)
     timer.mark("report")
     RefreshReport(meta.viewName, if (skipped) "skipped" else mode, committed.number,
-      sourceReports(last, pinned, counts), branches, ins, upd, del, timer.result,
+      sourceReports(last, pinned, counts), branches, notes, ins, upd, del, timer.result,
       committed.backingVersion,
       if (skipped) s"refresh ${committed.number} was committed by a concurrent refresh; " +
         "nothing was applied twice" else s"refresh $number committed")

@@ -82,10 +82,15 @@ object ViewExplainer {
     line(s"View shape: ${maintenance.shape.kind}; backing keys: " +
       (if (maintenance.keyNames.isEmpty) "none (one row)" else maintenance.keyNames.mkString(", ")))
     maintenance.states.foreach(s => line(s"Aggregate ${AggregateState.describe(s)}"))
-    val reader = new PinnedReader(spark, last.sourceVersions, pinned, meta.viewName)
+    // Checks run (they are small and say which branches are pruned); nothing is materialized.
+    val reader = new PinnedReader(spark, last.sourceVersions, pinned, meta.viewName,
+      new BackingTable.Checks(spark, PlanningConf.probe(spark)))
     try {
       val rules = reader.rules
       val branches = maintenance.branches(rules)
+      line(s"FK pruning: ${if (PlanningConf.fk(spark, PlanOnly).pruning) "on" else s"off (${PlanningConf.FkPruning})"}" +
+        s"; key probing: ${if (PlanningConf.probe(spark).enabled) "on" else s"off (${PlanningConf.KeyProbing})"}")
+      rules.fk.notes.foreach(n => line(s"  $n"))
       val occurrences = analyzed.leaves.size
       line("Delta rule: D(V) = sum_i Pre(R1..Ri-1) x D(Ri) x Post(Ri+1..Rn) " +
         "(counting IVM, fk-ivm.md section 2)")

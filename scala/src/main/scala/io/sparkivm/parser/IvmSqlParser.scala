@@ -1,6 +1,6 @@
 package io.sparkivm.parser
 
-import io.sparkivm.commands.MaterializedViewCommands
+import io.sparkivm.commands.{KeyConstraintCommands, MaterializedViewCommands}
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.{FunctionIdentifier, TableIdentifier}
 import org.apache.spark.sql.catalyst.expressions.Expression
@@ -13,11 +13,15 @@ class IvmSqlParser(session: SparkSession, delegate: ParserInterface) extends Par
 
   override def parsePlan(sqlText: String): LogicalPlan =
     IvmStatementParser.recognise(sqlText).map(MaterializedViewCommands.plan)
-      .getOrElse(delegate.parsePlan(sqlText))
+      .getOrElse(withKeys(delegate.parsePlan(sqlText)))
 
   override def parsePlanWithParameters(sqlText: String, context: ParameterContext): LogicalPlan =
     IvmStatementParser.recognise(sqlText).map(MaterializedViewCommands.plan)
-      .getOrElse(delegate.parsePlanWithParameters(sqlText, context))
+      .getOrElse(withKeys(delegate.parsePlanWithParameters(sqlText, context)))
+
+  /** PK/FK constraints, which Spark parses and Delta refuses, are kept by spark-ivm. */
+  private def withKeys(plan: LogicalPlan): LogicalPlan =
+    KeyConstraintCommands.intercept(plan).getOrElse(plan)
 
   override def parseExpression(sqlText: String): Expression = delegate.parseExpression(sqlText)
   override def parseTableIdentifier(sqlText: String): TableIdentifier =

@@ -12,6 +12,13 @@ trait LeafReader {
   def post(leaf: SourceLeaf): LogicalPlan
   /** The net change, output `leaf.output :+ m`; None when the table did not change. */
   def delta(leaf: SourceLeaf): Option[LogicalPlan]
+  /**
+   * Every row the table held since the view's last refresh, PreDel = Post + Del (fk-ivm.md
+   * section 1.4); output attributes are `leaf.output`.
+   */
+  def preDel(leaf: SourceLeaf): LogicalPlan
+  /** The size of the table at the pinned version (Long.MaxValue if unknown). */
+  def sizeInBytes(leaf: SourceLeaf): Long = Long.MaxValue
 }
 
 /** One term of the delta union: a plan whose rows carry a sign `m`, and how it was built. */
@@ -30,10 +37,14 @@ case class Branch(plan: LogicalPlan, terms: Seq[String]) {
  * Every plan returned outputs the attributes (same expression ids) of the node it stands for,
  * plus `m` for delta branches, so the expressions of the parents apply to it unchanged.
  */
-class DeltaRules(reader: LeafReader, val m: Attribute) {
+class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = FkSettings.Off) {
+
+  /** Delta plans of join blocks with foreign keys and key probing (None when both are off). */
+  val fk: FkDeltaPlanner = new FkDeltaPlanner(this, reader, fkSettings)
 
   def pre(plan: LogicalPlan): LogicalPlan = substitute(plan, reader.pre)
   def post(plan: LogicalPlan): LogicalPlan = substitute(plan, reader.post)
+  def preDel(plan: LogicalPlan): LogicalPlan = substitute(plan, reader.preDel)
 
   private def substitute(plan: LogicalPlan, read: SourceLeaf => LogicalPlan): LogicalPlan =
     plan match {
@@ -44,7 +55,9 @@ class DeltaRules(reader: LeafReader, val m: Attribute) {
     }
 
   /** The delta of `plan` as a union of branches (empty when nothing under it changed). */
-  def delta(plan: LogicalPlan): Seq[Branch] = plan match {
+  def delta(plan: LogicalPlan): Seq[Branch] = fk.delta(plan).getOrElse(generic(plan))
+
+  private def generic(plan: LogicalPlan): Seq[Branch] = plan match {
     case SourceLeaf(leaf) =>
       reader.delta(leaf).map(p => Branch(p, Seq(s"D(${leaf.name})"))).toSeq
     case leaf: LeafNode if SourceLeaf.isConstant(leaf) => Nil

@@ -100,7 +100,7 @@ class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String]) {
     // The delta, folded per key: small, and read once or twice below.
     val folded = steps.materialize(Aggregate(keyExprs, keys ++ (dCount +: dStates.flatten),
       rules.unionAll(changed.map(_.plan))))
-    val backing = old()
+    val backing = probeBacking(old(), folded, keys, steps)
     def col(name: String) = backing.output.find(_.name == name).getOrElse(
       throw new IllegalStateException(s"backing table has no column $name"))
     val cond = keys.zip(keyNames).map { case (k, n) => EqualNullSafe(k.toAttribute, col(n)): Expression }
@@ -135,6 +135,21 @@ class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String]) {
       s.merge(oldOf(s), dOf(s), recOf(s)).zip(s.columns).map { case (e, (n, _)) => Alias(e, n)() }
     }
     Some(finish(Project(keys.map(_.toAttribute) ++ (Alias(newCount, CountColumn)() +: stateCols), withRec)))
+  }
+
+  /** The backing table restricted to the files that may hold the changed groups' first key. */
+  private def probeBacking(backing: LogicalPlan, folded: LogicalPlan, keys: Seq[Alias],
+      steps: PlanSteps): LogicalPlan = {
+    val p = steps.probe
+    (keys.headOption, keyNames.headOption) match {
+      case (Some(k), Some(n)) if p.enabled && KeyProbe.probeable(k.dataType) =>
+        val target = backing.output.find(_.name == n).get
+        steps.distinctValues(folded, k.toAttribute, p.maxKeys).map { values =>
+          // A NULL key matches null-safely: keep the rows with NULL keys too.
+          Filter(Or(IsNull(target), KeyProbe.filter(target, values, p.maxRanges)), backing)
+        }.getOrElse(backing)
+      case _ => backing
+    }
   }
 
   private def keyAliases(): Seq[Alias] =
@@ -198,6 +213,15 @@ trait PlanSteps {
   def materialize(plan: LogicalPlan): LogicalPlan
   /** True if the plan has no rows; a planner that runs nothing answers false. */
   def isEmpty(plan: LogicalPlan): Boolean
+  /**
+   * The distinct non-null values of `key` in `plan`, sorted, or None if there are more than
+   * `max` (or the planner runs nothing).
+   */
+  def distinctValues(plan: LogicalPlan, key: Attribute, max: Int): Option[Seq[Any]] = None
+  /** False if `distinctValues` never runs anything (EXPLAIN). */
+  def collects: Boolean = false
+  /** Whether and how to probe large inputs with the keys of small ones. */
+  def probe: ProbeSettings = ProbeSettings.Off
 }
 
 /** Keeps everything as one plan and runs nothing (EXPLAIN). */

@@ -37,6 +37,7 @@ class PlannerSuite extends AnyFunSuite with BeforeAndAfterAll {
   private class MarkingReader(changed: Set[String]) extends LeafReader {
     def pre(leaf: SourceLeaf): LogicalPlan = leaf.plan
     def post(leaf: SourceLeaf): LogicalPlan = leaf.plan
+    def preDel(leaf: SourceLeaf): LogicalPlan = leaf.plan
     def delta(leaf: SourceLeaf): Option[LogicalPlan] =
       if (changed.contains(leaf.table.table)) Some(leaf.plan) else None
   }

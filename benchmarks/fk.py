@@ -1,0 +1,331 @@
+"""FK-pruned delta plans and key probing on TPC-H (issue 3's benchmark).
+
+    python benchmarks/fk.py --sf 1 --sf 5 --rounds 1
+
+For each scale factor: TPC-H tables from tpchgen-cli loaded into Delta, each sorted by its
+primary key into files of about 100k-200k rows (the layout a warehouse keeps), with primary and
+foreign keys declared. Every view exists three times, maintained by the generic delta rule
+(spark.ivm.fkPruning.enabled=false, spark.ivm.keyProbing.enabled=false), by FK-pruned plans
+without probing, and by FK-pruned plans with key probing; a Delta table holds its full
+recomputation (INSERT OVERWRITE). Each round applies RI-consistent refresh functions (insert
+and delete --fraction of the orders with their lineitems, new customers who place some of the
+new orders, and removal of customers without orders), then refreshes every copy side by side in
+one session and checks that each equals the recomputation. Per view and mode it records the
+whole refresh time, the delta-computation time (phases delta-plan + delta), and bytes read
+(Spark's input metrics). Results: benchmarks/results/fk.json, plots: docs/img/fk_*.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import time
+from collections import Counter
+from typing import Any, Callable, Dict, List
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+
+from pyspark.sql import SparkSession  # noqa: E402
+
+from spark_ivm import MaterializedView, configure_spark_with_ivm  # noqa: E402
+from tpch_data import generate  # noqa: E402
+
+TABLES = {  # table: (primary key, rows per file)
+    "region": ("r_regionkey", 100_000), "nation": ("n_nationkey", 100_000),
+    "customer": ("c_custkey", 100_000), "supplier": ("s_suppkey", 100_000),
+    "part": ("p_partkey", 100_000), "orders": ("o_orderkey", 150_000),
+    "lineitem": ("l_orderkey", 200_000),
+}
+FKS = [
+    ("nation", "n_regionkey", "region", "r_regionkey"),
+    ("customer", "c_nationkey", "nation", "n_nationkey"),
+    ("supplier", "s_nationkey", "nation", "n_nationkey"),
+    ("orders", "o_custkey", "customer", "c_custkey"),
+    ("lineitem", "l_orderkey", "orders", "o_orderkey"),
+    ("lineitem", "l_suppkey", "supplier", "s_suppkey"),
+    ("lineitem", "l_partkey", "part", "p_partkey"),
+]
+
+VIEWS = {
+    "q3": """SELECT l_orderkey, o_orderdate, o_shippriority,
+                    sum(l_extendedprice * (1 - l_discount)) AS revenue, count(*) AS n
+             FROM customer JOIN orders ON c_custkey = o_custkey JOIN lineitem ON l_orderkey = o_orderkey
+             WHERE c_mktsegment = 'BUILDING' AND o_orderdate < DATE '1995-03-15'
+               AND l_shipdate > DATE '1995-03-15'
+             GROUP BY l_orderkey, o_orderdate, o_shippriority""",
+    "q5": """SELECT n_name, sum(l_extendedprice * (1 - l_discount)) AS revenue, count(*) AS n
+             FROM customer, orders, lineitem, supplier, nation, region
+             WHERE c_custkey = o_custkey AND l_orderkey = o_orderkey AND l_suppkey = s_suppkey
+               AND c_nationkey = s_nationkey AND s_nationkey = n_nationkey
+               AND n_regionkey = r_regionkey AND r_name = 'ASIA'
+               AND o_orderdate >= DATE '1994-01-01' AND o_orderdate < DATE '1995-01-01'
+             GROUP BY n_name""",
+    "q10": """SELECT c_custkey, c_name, c_acctbal, n_name, sum(l_extendedprice * (1 - l_discount)) AS revenue
+              FROM customer JOIN orders ON c_custkey = o_custkey JOIN lineitem ON l_orderkey = o_orderkey
+                            JOIN nation ON c_nationkey = n_nationkey
+              WHERE o_orderdate >= DATE '1993-10-01' AND o_orderdate < DATE '1994-01-01'
+                AND l_returnflag = 'R'
+              GROUP BY c_custkey, c_name, c_acctbal, n_name""",
+    "star1": """SELECT o_orderpriority, count(*) AS n, sum(l_quantity) AS q
+                FROM lineitem JOIN orders ON l_orderkey = o_orderkey GROUP BY o_orderpriority""",
+    "star2": """SELECT o_orderpriority, s_nationkey, count(*) AS n, sum(l_quantity) AS q
+                FROM lineitem JOIN orders ON l_orderkey = o_orderkey JOIN supplier ON l_suppkey = s_suppkey
+                GROUP BY o_orderpriority, s_nationkey""",
+    "star3": """SELECT o_orderpriority, s_nationkey, p_brand, count(*) AS n, sum(l_quantity) AS q
+                FROM lineitem JOIN orders ON l_orderkey = o_orderkey JOIN supplier ON l_suppkey = s_suppkey
+                JOIN part ON l_partkey = p_partkey GROUP BY o_orderpriority, s_nationkey, p_brand""",
+    "snowflake": """SELECT r_name, p_brand, count(*) AS n, sum(l_extendedprice) AS price
+                    FROM lineitem JOIN orders ON l_orderkey = o_orderkey
+                    JOIN customer ON o_custkey = c_custkey JOIN nation ON c_nationkey = n_nationkey
+                    JOIN region ON n_regionkey = r_regionkey JOIN part ON l_partkey = p_partkey
+                    GROUP BY r_name, p_brand""",
+}
+MODES = {  # mode: confs set for its refresh
+    "generic": {"spark.ivm.fkPruning.enabled": "false", "spark.ivm.keyProbing.enabled": "false"},
+    "fk": {"spark.ivm.fkPruning.enabled": "true", "spark.ivm.keyProbing.enabled": "false"},
+    "fk_probe": {"spark.ivm.fkPruning.enabled": "true", "spark.ivm.keyProbing.enabled": "true"},
+}
+
+
+def session(warehouse: str, memory: str) -> SparkSession:
+    builder = (SparkSession.builder.master("local[*]").appName("spark-ivm fk benchmark")
+               .config("spark.driver.memory", memory)
+               .config("spark.sql.warehouse.dir", warehouse)
+               .config("spark.sql.shuffle.partitions", "8")
+               .config("spark.ui.enabled", "false"))
+    spark = configure_spark_with_ivm(builder).getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def load(spark: SparkSession, parquet_dir: str) -> Dict[str, int]:
+    """Delta tables sorted by primary key, a file per `rows per file` rows, keys declared."""
+    counts = {}
+    for t, (pk, per_file) in TABLES.items():
+        df = spark.read.parquet(os.path.join(parquet_dir, f"{t}.parquet"))
+        n = df.count()
+        (df.repartitionByRange(max(1, n // per_file), pk).sortWithinPartitions(pk)
+         .write.format("delta").option("delta.enableChangeDataFeed", "true").saveAsTable(t))
+        counts[t] = n
+        if t != "lineitem":
+            spark.sql(f"ALTER TABLE {t} ADD CONSTRAINT {t}_pk PRIMARY KEY ({pk})")
+    for child, col, parent, pcol in FKS:
+        spark.sql(f"ALTER TABLE {child} ADD CONSTRAINT {child}_{col}_fk FOREIGN KEY ({col}) "
+                  f"REFERENCES {parent} ({pcol})")
+    return counts
+
+
+def refresh_functions(spark: SparkSession, fraction: float, seed: int) -> Dict[str, int]:
+    """RF1/RF2 with customers: new orders (half of them by new customers) with their lineitems,
+    deleted orders with their lineitems, and customers without orders removed."""
+    max_o = spark.sql("SELECT max(o_orderkey) FROM orders").first()[0]
+    max_c = spark.sql("SELECT max(c_custkey) FROM customer").first()[0]
+    n = max(1, int(spark.table("orders").count() * fraction))
+    nc = max(1, int(spark.table("customer").count() * fraction))
+    spark.sql(f"""CREATE OR REPLACE TEMPORARY VIEW rf_new AS
+        SELECT o_orderkey AS old_key, {max_o} + row_number() OVER (ORDER BY o_orderkey) AS new_key,
+               row_number() OVER (ORDER BY o_orderkey) AS i
+        FROM orders TABLESAMPLE ({fraction * 100 * 1.5:.6f} PERCENT) REPEATABLE ({seed}) LIMIT {n}""")
+    spark.sql("CACHE TABLE rf_new")
+    spark.sql(f"""INSERT INTO customer SELECT {max_c} + row_number() OVER (ORDER BY c_custkey), c_name,
+        c_address, c_nationkey, c_phone, c_acctbal, c_mktsegment, c_comment
+        FROM customer WHERE c_custkey % 997 = {seed % 997} LIMIT {nc}""")
+    spark.sql("""INSERT INTO lineitem SELECT /*+ BROADCAST(rf_new) */ rf_new.new_key, l.l_partkey,
+        l.l_suppkey, l.l_linenumber, l.l_quantity, l.l_extendedprice, l.l_discount, l.l_tax,
+        l.l_returnflag, l.l_linestatus, l.l_shipdate, l.l_commitdate, l.l_receiptdate,
+        l.l_shipinstruct, l.l_shipmode, l.l_comment
+        FROM lineitem l JOIN rf_new ON l.l_orderkey = rf_new.old_key""")
+    # Every other new order is placed by one of the new customers (Ins x Ins at customer).
+    spark.sql(f"""INSERT INTO orders SELECT /*+ BROADCAST(rf_new) */ rf_new.new_key,
+        CASE WHEN rf_new.i % 2 = 0 THEN {max_c} + 1 + (rf_new.i % {nc}) ELSE o.o_custkey END,
+        o.o_orderstatus, o.o_totalprice, o.o_orderdate, o.o_orderpriority, o.o_clerk,
+        o.o_shippriority, o.o_comment FROM orders o JOIN rf_new ON o.o_orderkey = rf_new.old_key""")
+    spark.sql("UNCACHE TABLE rf_new")
+    spark.sql(f"""CREATE OR REPLACE TEMPORARY VIEW rf_old AS
+        SELECT o_orderkey FROM orders WHERE o_orderkey <= {max_o}
+        ORDER BY hash(o_orderkey, {seed}) LIMIT {n}""")
+    spark.sql("CACHE TABLE rf_old")
+    spark.sql("MERGE INTO lineitem USING rf_old ON l_orderkey = rf_old.o_orderkey WHEN MATCHED THEN DELETE")
+    spark.sql("MERGE INTO orders USING rf_old ON orders.o_orderkey = rf_old.o_orderkey "
+              "WHEN MATCHED THEN DELETE")
+    spark.sql("UNCACHE TABLE rf_old")
+    spark.sql(f"""CREATE OR REPLACE TEMPORARY VIEW rf_gone AS
+        SELECT c_custkey FROM customer LEFT ANTI JOIN orders ON c_custkey = o_custkey
+        WHERE c_custkey <= {max_c} ORDER BY hash(c_custkey, {seed}) LIMIT {nc}""")
+    spark.sql("CACHE TABLE rf_gone")
+    spark.sql("MERGE INTO customer USING rf_gone ON customer.c_custkey = rf_gone.c_custkey "
+              "WHEN MATCHED THEN DELETE")
+    spark.sql("UNCACHE TABLE rf_gone")
+    return {"orders_inserted": n, "orders_deleted": n, "customers_inserted": nc, "customers_deleted": nc}
+
+
+class BytesRead:
+    """Bytes read by the tasks that ran inside a block (Spark's input metrics)."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        self.sc = spark.sparkContext
+
+    def measure(self, fn: Callable[[], Any]) -> tuple:
+        tracker = self.sc.statusTracker()
+        group = f"bench-{time.perf_counter_ns()}"
+        self.sc.setJobGroup(group, group)
+        t0 = time.perf_counter()
+        result = fn()
+        elapsed = time.perf_counter() - t0
+        self.sc.setJobGroup("", "")
+        total = 0
+        status = self.sc._jsc.sc().statusStore()  # type: ignore[union-attr]
+        for job in tracker.getJobIdsForGroup(group):
+            info = tracker.getJobInfo(job)
+            for stage in (info.stageIds if info else []):
+                try:
+                    data = status.stageData(stage, False, None, None, None)
+                    for i in range(data.size()):
+                        total += data.apply(i).inputBytes()
+                except Exception:  # noqa: BLE001 - a skipped stage has no data
+                    pass
+        return result, elapsed, total
+
+
+def bag(spark: SparkSession, t: str) -> Counter:
+    return Counter(tuple(round(float(v), 2) if hasattr(v, "as_tuple") or isinstance(v, float) else v
+                         for v in r) for r in spark.table(t).collect())
+
+
+def run(sf: float, rounds: int, fraction: float, views: List[str], work: str, memory: str) -> Dict[str, Any]:
+    warehouse = os.path.join(work, f"warehouse-fk-sf{sf:g}")
+    shutil.rmtree(warehouse, ignore_errors=True)
+    spark = session(warehouse, memory)
+    t0 = time.perf_counter()
+    counts = load(spark, generate(sf, os.path.join(work, "tpch"), list(TABLES)))
+    print(f"  loaded in {time.perf_counter() - t0:.0f} s: {counts}", flush=True)
+    for v in views:
+        spark.sql(f"CREATE TABLE {v}_full USING delta AS {VIEWS[v]}")
+        for mode in MODES:
+            spark.sql(f"CREATE MATERIALIZED VIEW {v}_{mode} AS {VIEWS[v]}")
+    meter = BytesRead(spark)
+    results: List[Dict[str, Any]] = []
+    for i in range(rounds):
+        rf = refresh_functions(spark, fraction, seed=i + 1)
+        for v in views:
+            row: Dict[str, Any] = {"round": i + 1, "view": v, **rf}
+            _, row["full_s"], row["full_bytes"] = meter.measure(
+                lambda: spark.sql(f"INSERT OVERWRITE {v}_full {VIEWS[v]}"))
+            expected = bag(spark, f"{v}_full")
+            for mode, confs in MODES.items():
+                for k, val in confs.items():
+                    spark.conf.set(k, val)
+                mv = MaterializedView.for_name(spark, f"{v}_{mode}")
+                report, secs, read = meter.measure(mv.refresh)
+                same = bag(spark, f"{v}_{mode}") == expected
+                if not same:
+                    raise SystemExit(f"{v}_{mode} differs from recomputation")
+                row[mode] = {"refresh_s": secs, "bytes": read, "phases_ms": report.phases_ms,
+                             "delta_s": (report.phases_ms.get("delta-plan", 0)
+                                         + report.phases_ms.get("delta", 0)) / 1000,
+                             "branches": report.branches, "plan_notes": report.plan_notes}
+            for k in MODES["fk_probe"]:
+                spark.conf.unset(k)
+            print(f"  sf {sf:g} round {i + 1} {v}: full {row['full_s']:.1f} s; " + "; ".join(
+                f"{m} {row[m]['refresh_s']:.1f} s (delta {row[m]['delta_s']:.1f} s, "
+                f"{row[m]['bytes'] / 1e6:.0f} MB, {len(row[m]['branches'])} branches)" for m in MODES),
+                flush=True)
+            results.append(row)
+    spark.stop()
+    return {"scale_factor": sf, "rows": counts, "fraction": fraction, "rounds": results}
+
+
+def summary(runs: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    out = []
+    for r in runs:
+        for v in sorted({x["view"] for x in r["rounds"]}):
+            rows = [x for x in r["rounds"] if x["view"] == v]
+            med = {m: {k: statistics.median(x[m][k] for x in rows) for k in ("refresh_s", "delta_s", "bytes")}
+                   for m in MODES}
+            full = statistics.median(x["full_s"] for x in rows)
+            out.append({"sf": r["scale_factor"], "view": v, "full_s": full,
+                        "full_bytes": statistics.median(x["full_bytes"] for x in rows), **med,
+                        "delta_speedup_fk": med["generic"]["delta_s"] / max(med["fk"]["delta_s"], 1e-3),
+                        "refresh_speedup_fk": med["generic"]["refresh_s"] / med["fk"]["refresh_s"],
+                        "probe_vs_full": full / med["fk_probe"]["refresh_s"]})
+    return out
+
+
+def plot(table: List[Dict[str, Any]], out_dir: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    views = sorted({t["view"] for t in table}, key=list(VIEWS).index)
+    sfs = sorted({t["sf"] for t in table})
+    fig, axes = plt.subplots(1, len(sfs), figsize=(6 * len(sfs), 4), squeeze=False)
+    for ax, sf in zip(axes[0], sfs):
+        rows = {t["view"]: t for t in table if t["sf"] == sf}
+        xs = list(range(len(views)))
+        width = 0.2
+        series = [("full", lambda t: t["full_s"])] + [(m, lambda t, m=m: t[m]["refresh_s"]) for m in MODES]
+        for j, (label, get) in enumerate(series):
+            ax.bar([x + (j - 1.5) * width for x in xs], [get(rows[v]) if v in rows else 0 for v in views],
+                   width, label=label)
+        ax.set_xticks(xs, views)
+        ax.set_yscale("log")
+        ax.set_ylabel("seconds per refresh (log)")
+        ax.set_title(f"TPC-H SF {sf:g}, 0.1% of orders in and out")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, "fk_views.png"), dpi=110)
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    lines = [("full", lambda t: t["full_s"])] + [(m, lambda t, m=m: t[m]["refresh_s"]) for m in MODES]
+    for label, get in lines:
+        ys = [statistics.median(get(t) for t in table if t["sf"] == sf) for sf in sfs]
+        ax.plot(sfs, ys, marker="o", label=label)
+    ax.set_xlabel("scale factor")
+    ax.set_ylabel("median seconds per refresh over the views")
+    ax.set_yscale("log")
+    ax.set_title("refresh time against scale factor")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, "fk_scale.png"), dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sf", type=float, action="append", help="scale factor (repeatable)")
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--fraction", type=float, default=0.001)
+    parser.add_argument("--views", default=",".join(VIEWS))
+    parser.add_argument("--memory", default="12g")
+    parser.add_argument("--work", default=os.path.join(ROOT, "work"))
+    parser.add_argument("--out", default="fk")
+    args = parser.parse_args()
+    views = args.views.split(",")
+    runs = []
+    for sf in args.sf or [1.0]:
+        print(f"== fk benchmark at scale factor {sf:g}: {', '.join(views)} ==", flush=True)
+        runs.append(run(sf, args.rounds, args.fraction, views, args.work, args.memory))
+    table = summary(runs)
+    path = os.path.join(HERE, "results", f"{args.out}.json")
+    with open(path, "w") as f:
+        json.dump({"command": " ".join(sys.argv), "machine": {"cpus": os.cpu_count(),
+                   "python": platform.python_version()}, "summary": table, "runs": runs}, f, indent=2)
+    plot(table, os.path.join(ROOT, "docs", "img"))
+    for t in table:
+        print(f"SF {t['sf']:g} {t['view']}: full {t['full_s']:.1f} s, "
+              f"generic {t['generic']['refresh_s']:.1f} s, "
+              f"fk {t['fk']['refresh_s']:.1f} s, fk+probe {t['fk_probe']['refresh_s']:.1f} s; delta speed-up "
+              f"{t['delta_speedup_fk']:.1f}x, refresh speed-up {t['refresh_speedup_fk']:.1f}x, "
+              f"fk+probe vs full {t['probe_vs_full']:.1f}x")
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,254 @@
+package io.sparkivm.planner
+
+import scala.collection.mutable
+
+import org.apache.spark.sql.catalyst.expressions._
+import org.apache.spark.sql.catalyst.expressions.aggregate.{Max, Min}
+import org.apache.spark.sql.catalyst.plans.Inner
+import org.apache.spark.sql.catalyst.plans.logical._
+import org.apache.spark.sql.types.LongType
+
+/** What FK-aware delta planning needs from the layers around the planner. */
+case class FkSettings(pruning: Boolean, probe: ProbeSettings, keys: SourceLeaf => TableKeys,
+    /** Runs small plans: the guard and integrity checks, probe keys, materialized steps. */
+    steps: PlanSteps)
+
+object FkSettings {
+  val Off: FkSettings = FkSettings(pruning = false, ProbeSettings.Off, _ => TableKeys.None, PlanOnly)
+}
+
+/**
+ * Delta plans for join blocks that use declared foreign keys (fk-ivm.md section 3) and key
+ * probing. For one block:
+ *  1. the FK graph of its units (FkGraph.of);
+ *  2. for every edge x -> y whose dimension y changed, the FK-Guard (no key of y both deleted
+ *     and inserted, Theorem 5.3) and the integrity check below; a dimension failing the guard
+ *     loses all its incoming edges, an edge failing integrity is dropped, for this refresh only
+ *     (the paper's dynamic variant, section 4.1);
+ *  3. Algorithm 1 on what is left: per rooted component C, D(C) = D(root) x PreDel(dims) in BFS
+ *     order (Theorem 5.7, joined along PK-FK edges as Wang & Yi's Theorem 11 asks); components,
+ *     and units outside every edge, combine by the generic rule
+ *     D = sum_i Pre(C1..Ci-1) x D(Ci) x Post(Ci+1..Ck).
+ *
+ * Integrity. For V = x join y on x.f = y.p, D(x) x PreDel(y) minus the exact delta is
+ * Post(x) x Del(y) - Pre(x) x Ins(y) (expand PreDel = Post + Del = Pre + Ins). So pruning is
+ * exact when no Post(x) row references a deleted key of y and no Pre(x) row an inserted one;
+ * the same holds at every step of a component, since each joined row carries its x row. The
+ * paper derives this from referential integrity and the guard; Delta does not enforce foreign
+ * keys, so every refresh checks it directly, probing x with the changed keys of y. A failing
+ * check costs only the pruning of that edge, never a wrong view.
+ */
+class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings) {
+  private val built = mutable.Map[LogicalPlan, Option[Seq[Branch]]]()
+  private val checked = mutable.Map[(String, String, Seq[String]), Option[String]]()
+  private val lines = mutable.LinkedHashSet[String]()
+
+  /** What the planner decided, in words: graph, components, checks, probes. */
+  def notes: Seq[String] = lines.toSeq
+
+  /** The branches of `plan` if it is a join block this planner handles. */
+  def delta(plan: LogicalPlan): Option[Seq[Branch]] =
+    if (!settings.pruning && !settings.probe.enabled) None
+    else built.getOrElseUpdate(plan, JoinBlock.of(plan).flatMap(plan1))
+
+  private def plan1(block: JoinBlock): Option[Seq[Branch]] = {
+    val declared = if (settings.pruning) FkGraph.of(block, settings.keys) else FkGraph(block.units.size, Nil)
+    if (declared.edges.isEmpty && !block.units.indices.exists(probes(block, _))) return None
+    val name = block.units.indices.map(unitName(block, _))
+    def edgeName(e: FkEdge) = s"${name(e.from)} -> ${name(e.to)} (${e.fk})"
+    if (declared.edges.nonEmpty) lines += "FK graph: " + declared.edges.map(edgeName).mkString(", ")
+
+    // The guard per dimension, then integrity per edge, for dimensions that changed.
+    val guardFails = declared.edges.map(_.to).distinct.filter { y =>
+      guard(block, y).exists { why => lines += s"FK-Guard fails on ${name(y)}: $why; its " +
+        "incoming edges fall back to the generic rule for this refresh"; true }
+    }.toSet
+    val integrityFails = declared.edges.filterNot(e => guardFails(e.to)).filter { e =>
+      integrity(block, e).exists { why => lines += s"integrity fails on ${edgeName(e)}: $why; the " +
+        "edge falls back to the generic rule for this refresh"; true }
+    }.toSet
+    declared.edges.map(_.to).distinct.filterNot(guardFails).filter(y => changed(block, y)).foreach { y =>
+      lines += s"FK-Guard and integrity hold on ${name(y)}"
+    }
+    val graph = declared.without(e => guardFails(e.to) || integrityFails(e))
+    val components = graph.components
+    components.filter(_.order.size > 1).foreach { c =>
+      lines += s"component rooted at ${name(c.root)}: D(${name(c.root)}) x " +
+        c.order.tail.map(n => s"PreDel(${name(n)})").mkString(" x ") + " (pruned: " +
+        c.order.tail.map(name).mkString(", ") + ")"
+    }
+    val componentOf = components.zipWithIndex.flatMap { case (c, i) => c.order.map(_ -> i) }.toMap
+
+    val branches = components.zipWithIndex.flatMap { case (c, i) =>
+      rules.delta(block.units(c.root)).map { b =>
+        // Name the delta of a table occurrence as the view does (its alias), like the others.
+        val start = if (block.leafOf(c.root).isDefined) b.copy(terms = Seq(s"D(${name(c.root)})")) else b
+        val side: Int => (LogicalPlan, String) = u =>
+          if (c.nodes(u)) (rules.preDel(block.units(u)), s"PreDel(${name(u)})")
+          else if (componentOf(u) < i) (rules.pre(block.units(u)), s"Pre(${name(u)})")
+          else (rules.post(block.units(u)), s"Post(${name(u)})")
+        // The component in BFS order first, then the other units, each one joined to what is
+        // already joined where the conjuncts allow.
+        val rest = block.units.indices.filterNot(c.nodes)
+        val order = c.order.tail ++ connectedOrder(block, c.order.toSet, rest)
+        joinAll(block, start, c.root, order, side)
+      }
+    }
+    Some(branches)
+  }
+
+  /** Units in an order where each one, if possible, shares a conjunct with those before it. */
+  private def connectedOrder(block: JoinBlock, joined: Set[Int], rest: Seq[Int]): Seq[Int] = {
+    var have = joined.flatMap(u => block.units(u).outputSet.toSeq.map(_.exprId))
+    var left = rest
+    val out = Seq.newBuilder[Int]
+    while (left.nonEmpty) {
+      val next = left.find { u =>
+        val ids = block.units(u).outputSet.toSeq.map(_.exprId).toSet
+        block.conditions.exists { c =>
+          val refs = c.references.map(_.exprId)
+          refs.exists(ids.contains) && refs.exists(have.contains)
+        }
+      }.getOrElse(left.head)
+      out += next
+      have ++= block.units(next).outputSet.toSeq.map(_.exprId)
+      left = left.filterNot(_ == next)
+    }
+    out.result()
+  }
+
+  /** Joins the delta branch of unit `first` with the others, then applies the block's output. */
+  private def joinAll(block: JoinBlock, start: Branch, first: Int, order: Seq[Int],
+      side: Int => (LogicalPlan, String)): Branch = {
+    var acc = start.plan
+    var terms = start.terms
+    var pending = block.conditions
+    order.foreach { u =>
+      val (raw, term) = side(u)
+      val unitOut = block.units(u).outputSet
+      val avail = acc.outputSet ++ unitOut
+      val (now, later) = pending.partition(_.references.subsetOf(avail))
+      pending = later
+      val equi = now.collect {
+        case EqualTo(a: Attribute, b: Attribute) if acc.outputSet.contains(a) && unitOut.contains(b) => (a, b)
+        case EqualTo(b: Attribute, a: Attribute) if acc.outputSet.contains(a) && unitOut.contains(b) => (a, b)
+      }
+      val probed = if (equi.isEmpty || !probes(block, u)) raw else {
+        // The keys are read from what is joined so far, which the join reads again: compute it once.
+        acc = settings.steps.materialize(acc)
+        probe(acc, equi, raw, term)
+      }
+      acc = Join(acc, probed, Inner, now.reduceOption(And), JoinHint.NONE)
+      terms :+= term
+    }
+    val filtered = pending.reduceOption(And).map(Filter(_, acc)).getOrElse(acc)
+    Branch(Project(block.outputs :+ rules.m, filtered), terms)
+  }
+
+  /** `large` filtered to the keys `small` has on the first equi-join column, if that pays. */
+  private def probe(small: LogicalPlan, equi: Seq[(Attribute, Attribute)], large: LogicalPlan,
+      term: String): LogicalPlan = {
+    val p = settings.probe
+    equi.find { case (_, b) => KeyProbe.probeable(b.dataType) } match {
+      case Some((a, b)) if p.enabled =>
+        settings.steps.distinctValues(small, a, p.maxKeys) match {
+          case Some(keys) =>
+            lines += s"probe $term on ${b.name}: ${keys.size} keys" +
+              (if (keys.size > p.maxRanges) s" in ${p.maxRanges} ranges" else "")
+            KeyProbe.probe(large, b, keys, p.maxRanges)
+          case None if settings.steps.collects =>
+            lines += s"probe $term on ${b.name}: more than ${p.maxKeys} keys; plain join"
+            large
+          case None =>
+            lines += s"probe $term on ${b.name}: keys of the rows joined so far, collected when the refresh runs"
+            large
+        }
+      case _ => large
+    }
+  }
+
+  /** True if unit u reads a table large enough for probing to pay. */
+  private def probes(block: JoinBlock, u: Int): Boolean =
+    block.leafOf(u).exists { case (leaf, _) => settings.probe.worth(reader.sizeInBytes(leaf)) }
+
+  private def changed(block: JoinBlock, u: Int): Boolean =
+    block.leafOf(u).exists { case (leaf, _) => reader.delta(leaf).isDefined }
+
+  /** The leaf attributes of the named columns of a unit's table. */
+  private def leafAttrs(leaf: SourceLeaf, cols: Seq[String]): Seq[Attribute] =
+    cols.map(c => leaf.output.find(_.name.equalsIgnoreCase(c)).getOrElse(
+      throw new IllegalStateException(s"${leaf.name} has no column $c")))
+
+  /** Why the FK-Guard fails on dimension unit y (a key deleted and inserted), if it does. */
+  private def guard(block: JoinBlock, y: Int): Option[String] = {
+    val (leaf, cols) = block.leafOf(y).get
+    val pk = settings.keys(leaf).primaryKey.getOrElse(Nil)
+    reader.delta(leaf).flatMap { d =>
+      checked.getOrElseUpdate((leaf.name, "guard", pk), {
+        val keys = leafAttrs(leaf, pk)
+        val lo = Alias(Min(rules.m).toAggregateExpression(), "__ivm_lo")()
+        val hi = Alias(Max(rules.m).toAggregateExpression(), "__ivm_hi")()
+        val both = Filter(And(LessThan(lo.toAttribute, Literal(0)), GreaterThan(hi.toAttribute, Literal(0))),
+          Aggregate(keys, keys ++ Seq(lo, hi), d))
+        if (settings.steps.isEmpty(both)) None
+        else Some(s"a key of ${leaf.name} was both deleted and inserted (an update of the row)")
+      })
+    }
+  }
+
+  /**
+   * Why pruning edge x -> y would not be exact on these changes, if so: a row of Post(x)
+   * references a deleted key of y, or a row of Pre(x) an inserted one (see the class comment).
+   * Pre(x) counts are Post(x) counts minus the net change of x.
+   */
+  private def integrity(block: JoinBlock, e: FkEdge): Option[String] = {
+    val (yLeaf, yCols) = block.leafOf(e.to).get
+    val (xLeaf, xCols) = block.leafOf(e.from).get
+    reader.delta(yLeaf).flatMap { dy =>
+      val fkCols = e.pairs.map { case (a, _) => xCols(a.exprId) }
+      val pkCols = e.pairs.map { case (_, b) => yCols(b.exprId) }
+      checked.getOrElseUpdate((xLeaf.name + "->" + yLeaf.name, "integrity", fkCols), {
+        val pk = leafAttrs(yLeaf, pkCols)
+        val dir = Alias(Max(rules.m).toAggregateExpression(), "__ivm_dir")()
+        val changedKeys = settings.steps.materialize(Aggregate(pk, pk :+ dir, dy))
+        // Post(x) rows count +1 in both Post and Pre; the net change of x moves Pre by -m.
+        val fk = leafAttrs(xLeaf, fkCols)
+        val postX = reader.post(xLeaf)
+        val probedPost = pk.headOption
+          .filter(k => settings.probe.worth(reader.sizeInBytes(xLeaf)) && KeyProbe.probeable(k.dataType))
+          .flatMap(k => settings.steps.distinctValues(changedKeys, k, settings.probe.maxKeys))
+          .map(keys => KeyProbe.probe(postX, fk.head, keys, settings.probe.maxRanges)).getOrElse(postX)
+        val refs = fk.indices.map(i => s"__ivm_f$i")
+        def counts(p: LogicalPlan, post: Expression, pre: Expression): LogicalPlan =
+          Project(fk.zip(refs).map { case (f, n) => Alias(f, n)() } ++
+            Seq(Alias(post, "__ivm_post")(), Alias(pre, "__ivm_pre")()), p)
+        val fromPost = counts(probedPost, Literal(1L), Literal(1L))
+        val fromDelta = reader.delta(xLeaf).map(dx =>
+          counts(dx, Literal(0L), UnaryMinus(Cast(rules.m, LongType)))).toSeq
+        val all = rules.unionAll(fromPost +: fromDelta)
+        val fAttrs = fromPost.output.take(fk.size)
+        val post = Alias(aggregate.Sum(fromPost.output(fk.size)).toAggregateExpression(), "__ivm_np")()
+        val pre = Alias(aggregate.Sum(fromPost.output(fk.size + 1)).toAggregateExpression(), "__ivm_nq")()
+        val perKey = Aggregate(fAttrs, fAttrs ++ Seq(post, pre), all)
+        val on = fAttrs.zip(pk).map { case (f, k) => EqualTo(f, k): Expression }.reduce(And)
+        val bad = Filter(Or(
+            And(LessThan(dir.toAttribute, Literal(0)), GreaterThan(post.toAttribute, Literal(0L))),
+            And(GreaterThan(dir.toAttribute, Literal(0)), GreaterThan(pre.toAttribute, Literal(0L)))),
+          Join(changedKeys, perKey, Inner, Some(on), JoinHint.NONE))
+        if (settings.steps.isEmpty(bad)) None
+        else Some(s"rows of ${xLeaf.name} reference keys of ${yLeaf.name} that this refresh deletes " +
+          "or inserts (deleted parents with remaining children, or late-arriving parents)")
+      })
+    }
+  }
+
+  private def unitName(block: JoinBlock, u: Int): String = {
+    def alias(p: LogicalPlan): Option[String] = p match {
+      case SubqueryAlias(id, _) => Some(id.name)
+      case Filter(_, c) => alias(c)
+      case Project(_, c) => alias(c)
+      case _ => None
+    }
+    alias(block.units(u)).orElse(block.leafOf(u).map(_._1.table.table)).getOrElse(block.units(u).nodeName)
+  }
+}
