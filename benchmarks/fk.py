@@ -26,7 +26,7 @@ import statistics
 import sys
 import time
 from collections import Counter
-from typing import Any, Callable, Dict, List
+from typing import Any, Dict, List
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -166,32 +166,12 @@ def refresh_functions(spark: SparkSession, fraction: float, seed: int) -> Dict[s
     return {"orders_inserted": n, "orders_deleted": n, "customers_inserted": nc, "customers_deleted": nc}
 
 
-class BytesRead:
-    """Bytes read by the tasks that ran inside a block (Spark's input metrics)."""
-
-    def __init__(self, spark: SparkSession) -> None:
-        self.sc = spark.sparkContext
-
-    def measure(self, fn: Callable[[], Any]) -> tuple:
-        tracker = self.sc.statusTracker()
-        group = f"bench-{time.perf_counter_ns()}"
-        self.sc.setJobGroup(group, group)
-        t0 = time.perf_counter()
-        result = fn()
-        elapsed = time.perf_counter() - t0
-        self.sc.setJobGroup("", "")
-        total = 0
-        status = self.sc._jsc.sc().statusStore()  # type: ignore[union-attr]
-        for job in tracker.getJobIdsForGroup(group):
-            info = tracker.getJobInfo(job)
-            for stage in (info.stageIds if info else []):
-                try:
-                    data = status.stageData(stage, False, None, None, None)
-                    for i in range(data.size()):
-                        total += data.apply(i).inputBytes()
-                except Exception:  # noqa: BLE001 - a skipped stage has no data
-                    pass
-        return result, elapsed, total
+def full_recompute(spark: SparkSession, sql: str) -> tuple:
+    """Seconds and bytes read of a statement (spark-ivm's read metrics, as in its reports)."""
+    metrics = spark.sparkContext._jvm.org.apache.spark.sql.ivm.ReadMetrics  # type: ignore[union-attr]
+    t0 = time.perf_counter()
+    read = metrics.bytesReadBy(spark._jsparkSession, sql)
+    return time.perf_counter() - t0, int(read)
 
 
 def bag(spark: SparkSession, t: str) -> Counter:
@@ -210,20 +190,20 @@ def run(sf: float, rounds: int, fraction: float, views: List[str], work: str, me
         spark.sql(f"CREATE TABLE {v}_full USING delta AS {VIEWS[v]}")
         for mode in MODES:
             spark.sql(f"CREATE MATERIALIZED VIEW {v}_{mode} AS {VIEWS[v]}")
-    meter = BytesRead(spark)
     results: List[Dict[str, Any]] = []
     for i in range(rounds):
         rf = refresh_functions(spark, fraction, seed=i + 1)
         for v in views:
             row: Dict[str, Any] = {"round": i + 1, "view": v, **rf}
-            _, row["full_s"], row["full_bytes"] = meter.measure(
-                lambda: spark.sql(f"INSERT OVERWRITE {v}_full {VIEWS[v]}"))
+            row["full_s"], row["full_bytes"] = full_recompute(spark, f"INSERT OVERWRITE {v}_full {VIEWS[v]}")
             expected = bag(spark, f"{v}_full")
             for mode, confs in MODES.items():
                 for k, val in confs.items():
                     spark.conf.set(k, val)
                 mv = MaterializedView.for_name(spark, f"{v}_{mode}")
-                report, secs, read = meter.measure(mv.refresh)
+                t0 = time.perf_counter()
+                report = mv.refresh()
+                secs, read = time.perf_counter() - t0, report.bytes_read
                 same = bag(spark, f"{v}_{mode}") == expected
                 if not same:
                     raise SystemExit(f"{v}_{mode} differs from recomputation")

@@ -1,6 +1,10 @@
 package io.sparkivm.execution
 
+import java.util.concurrent.Executors
+
 import scala.collection.mutable
+import scala.concurrent.{Await, ExecutionContext, Future}
+import scala.concurrent.duration.Duration
 import scala.util.control.NonFatal
 
 import io.sparkivm.IvmErrors
@@ -74,13 +78,23 @@ class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
   })
 
   /** Rows of each changed table's net change (runs the cached change plans). */
-  def changeCounts(): Map[String, Long] = changes.collect { case (t, Some(df)) =>
-    // The change feed is read here first; Delta reports a gap in it (disabled for a while,
-    // or vacuumed) only when it is read.
-    try t -> df.count() catch {
-      case NonFatal(e) => throw IvmErrors.changeFeedUnavailable(view, t, e)
-    }
-  }.toMap
+  def changeCounts(): Map[String, Long] = {
+    val changed = changes.collect { case (t, Some(df)) => (t, df) }.toSeq
+    // One small job per table, latency-bound: run them side by side. Pool threads are created
+    // here, so they inherit this thread's Spark local properties (job group, read metrics).
+    val pool = Executors.newFixedThreadPool(math.max(1, math.min(4, changed.size)))
+    implicit val ec: ExecutionContext = ExecutionContext.fromExecutorService(pool)
+    try {
+      val counts = changed.map { case (t, df) => Future {
+        // The change feed is read here first; Delta reports a gap in it (disabled for a
+        // while, or vacuumed) only when it is read.
+        try t -> df.count() catch {
+          case NonFatal(e) => throw IvmErrors.changeFeedUnavailable(view, t, e)
+        }
+      } }
+      Await.result(Future.sequence(counts), Duration.Inf).toMap
+    } finally pool.shutdown()
+  }
 
   def release(): Unit = changes.values.flatten.foreach(_.unpersist(blocking = false))
 

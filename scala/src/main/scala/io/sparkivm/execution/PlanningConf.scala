@@ -22,7 +22,7 @@ object PlanningConf {
 
   def probe(spark: SparkSession): ProbeSettings =
     ProbeSettings(flag(spark, KeyProbing, default = true), int(spark, MaxProbeKeys, 100000),
-      int(spark, MaxProbeRanges, 256),
+      int(spark, MaxProbeRanges, 64),
       spark.conf.getOption(MinProbeTableBytes).map(_.trim.toLong).getOrElse(16L << 20))
 
   /** FK pruning and probing for one refresh; keys are read once per table. */

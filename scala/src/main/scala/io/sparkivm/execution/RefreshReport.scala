@@ -23,7 +23,9 @@ case class RefreshReport(
     rowsDeleted: Long,
     phasesMs: Seq[(String, Long)],
     backingVersion: Long,
-    message: String) {
+    message: String,
+    /** Bytes the refresh's Spark jobs read from storage (tasks' input metrics). */
+    bytesRead: Long = 0L) {
 
   def sourceRowsChanged: Long = sources.map(_.changedRows).sum
   def viewRowsChanged: Long = rowsInserted + rowsUpdated + rowsDeleted
@@ -43,7 +45,8 @@ case class RefreshReport(
     "rows_deleted" -> JLong(rowsDeleted),
     "phases_ms" -> JObject(phasesMs.toList.map { case (k, v) => k -> JLong(v) }),
     "backing_version" -> JLong(backingVersion),
-    "message" -> JString(message))))
+    "message" -> JString(message),
+    "bytes_read" -> JLong(bytesRead))))
 }
 
 /** Wall time per named phase. */

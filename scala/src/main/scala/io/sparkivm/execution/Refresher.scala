@@ -10,7 +10,7 @@ import io.sparkivm.changes.{DeltaSources, PinnedSource}
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.delta.DeltaConcurrentModificationException
-import org.apache.spark.sql.ivm.SparkInternals
+import org.apache.spark.sql.ivm.{ReadMetrics, SparkInternals}
 
 /**
  * REFRESH MATERIALIZED VIEW. One refresh:
@@ -32,7 +32,10 @@ object Refresher extends Logging {
   def autoEnable(spark: SparkSession): Boolean =
     spark.conf.getOption(AutoEnableConf).forall(_.trim.equalsIgnoreCase("true"))
 
-  def refresh(spark: SparkSession, name: Seq[String], full: Boolean): RefreshReport = attempt(spark, name, full, 1)
+  def refresh(spark: SparkSession, name: Seq[String], full: Boolean): RefreshReport = {
+    val (report, bytes) = ReadMetrics.measure(spark)(attempt(spark, name, full, 1))
+    report.copy(bytesRead = bytes)
+  }
 
   @tailrec
   private def attempt(spark: SparkSession, name: Seq[String], full: Boolean, n: Int): RefreshReport = {
