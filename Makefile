@@ -10,7 +10,7 @@ JAR       := python/spark_ivm/jars/$(JAR_NAME)
 SCALA_SRC := $(shell find scala -name '*.scala' 2>/dev/null)
 STAMP     := $(VENV)/.installed
 
-.PHONY: install jar demo test lint test-scala test-python test-cluster bench clean
+.PHONY: install jar demo test lint test-scala test-python test-cluster bench bench-fk clean
 
 install: $(STAMP) $(JAR)
 
@@ -50,6 +50,9 @@ test-cluster: install
 
 bench: install
 	$(PY) benchmarks/run.py q10 --sf 1 --rounds 3
+
+bench-fk: install
+	$(PY) benchmarks/fk.py --sf 1 --sf 5 --rounds 1
 
 clean:
 	rm -rf target project/target project/project $(VENV) python/spark_ivm/jars/*.jar

@@ -31,10 +31,12 @@ from typing import Any, Dict, List
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "examples"))
+sys.path.insert(0, HERE)
 
 from pyspark.sql import SparkSession  # noqa: E402
 
-from spark_ivm import MaterializedView, configure_spark_with_ivm  # noqa: E402
+from bench_session import session  # noqa: E402
+from spark_ivm import MaterializedView  # noqa: E402
 from tpch_data import generate  # noqa: E402
 
 TABLES = {  # table: (primary key, rows per file)
@@ -92,17 +94,6 @@ MODES = {  # mode: confs set for its refresh
     "fk": {"spark.ivm.fkPruning.enabled": "true", "spark.ivm.keyProbing.enabled": "false"},
     "fk_probe": {"spark.ivm.fkPruning.enabled": "true", "spark.ivm.keyProbing.enabled": "true"},
 }
-
-
-def session(warehouse: str, memory: str) -> SparkSession:
-    builder = (SparkSession.builder.master("local[*]").appName("spark-ivm fk benchmark")
-               .config("spark.driver.memory", memory)
-               .config("spark.sql.warehouse.dir", warehouse)
-               .config("spark.sql.shuffle.partitions", "8")
-               .config("spark.ui.enabled", "false"))
-    spark = configure_spark_with_ivm(builder).getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
 
 
 def load(spark: SparkSession, parquet_dir: str) -> Dict[str, int]:
@@ -182,7 +173,7 @@ def bag(spark: SparkSession, t: str) -> Counter:
 def run(sf: float, rounds: int, fraction: float, views: List[str], work: str, memory: str) -> Dict[str, Any]:
     warehouse = os.path.join(work, f"warehouse-fk-sf{sf:g}")
     shutil.rmtree(warehouse, ignore_errors=True)
-    spark = session(warehouse, memory)
+    spark = session(warehouse, memory, "spark-ivm fk benchmark")
     t0 = time.perf_counter()
     counts = load(spark, generate(sf, os.path.join(work, "tpch"), list(TABLES)))
     print(f"  loaded in {time.perf_counter() - t0:.0f} s: {counts}", flush=True)

@@ -27,10 +27,12 @@ from typing import Any, Dict, List
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "examples"))
+sys.path.insert(0, HERE)
 
 from pyspark.sql import SparkSession  # noqa: E402
 
-from spark_ivm import MaterializedView, configure_spark_with_ivm  # noqa: E402
+from bench_session import session  # noqa: E402
+from spark_ivm import MaterializedView  # noqa: E402
 from tpch_data import generate, load, refresh_functions  # noqa: E402
 
 Q10 = """
@@ -44,17 +46,6 @@ WHERE o_orderdate >= DATE '1993-10-01' AND o_orderdate < DATE '1994-01-01'
 GROUP BY c_custkey, c_name, c_acctbal, c_phone, n_name, c_address, c_comment"""
 
 TABLES = ["nation", "customer", "orders", "lineitem"]
-
-
-def session(warehouse: str, memory: str) -> SparkSession:
-    builder = (SparkSession.builder.master("local[*]").appName("spark-ivm benchmark")
-               .config("spark.driver.memory", memory)
-               .config("spark.sql.warehouse.dir", warehouse)
-               .config("spark.sql.shuffle.partitions", "8")
-               .config("spark.ui.enabled", "false"))
-    spark = configure_spark_with_ivm(builder).getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
 
 
 def same_rows(spark: SparkSession, a: str, b: str) -> bool:

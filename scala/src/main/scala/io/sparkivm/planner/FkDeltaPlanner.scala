@@ -67,7 +67,8 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
       integrity(block, e).exists { why => lines += s"integrity fails on ${edgeName(e)}: $why; the " +
         "edge falls back to the generic rule for this refresh"; true }
     }.toSet
-    declared.edges.map(_.to).distinct.filterNot(guardFails).filter(y => changed(block, y)).foreach { y =>
+    declared.edges.map(_.to).distinct.filterNot(guardFails).filterNot(y => integrityFails.exists(_.to == y))
+      .filter(y => changed(block, y)).foreach { y =>
       lines += s"FK-Guard and integrity hold on ${name(y)}"
     }
     val graph = declared.without(e => guardFails(e.to) || integrityFails(e))
