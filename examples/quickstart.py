@@ -39,6 +39,19 @@ FROM orders JOIN customer ON o_custkey = c_custkey JOIN nation ON c_nationkey = 
 WHERE o_totalprice > 300000"""
 
 
+KEYS = [
+    "ALTER TABLE nation ADD CONSTRAINT nation_pk PRIMARY KEY (n_nationkey)",
+    "ALTER TABLE customer ADD CONSTRAINT customer_pk PRIMARY KEY (c_custkey)",
+    "ALTER TABLE orders ADD CONSTRAINT orders_pk PRIMARY KEY (o_orderkey)",
+    "ALTER TABLE customer ADD CONSTRAINT customer_nation FOREIGN KEY (c_nationkey) "
+    "REFERENCES nation (n_nationkey)",
+    "ALTER TABLE orders ADD CONSTRAINT orders_customer FOREIGN KEY (o_custkey) "
+    "REFERENCES customer (c_custkey)",
+    "ALTER TABLE lineitem ADD CONSTRAINT lineitem_order FOREIGN KEY (l_orderkey) "
+    "REFERENCES orders (o_orderkey)",
+]
+
+
 def matches(spark: SparkSession, view: str, query: str) -> str:
     def bag(rows: list) -> Counter:
         return Counter(tuple(round(v, 6) if isinstance(v, float) else v for v in r) for r in rows)
@@ -60,6 +73,11 @@ def main() -> None:
                                   ["nation", "customer", "orders", "lineitem"]),
                   ["nation", "customer", "orders", "lineitem"])
     print("   " + ", ".join(f"{t}: {n} rows" for t, n in counts.items()))
+
+    print("\n== Primary and foreign keys (Spark's syntax; checked on the data when declared) ==")
+    for ddl in KEYS:
+        spark.sql(ddl)
+        print(f"   {ddl}")
 
     print("\n== CREATE MATERIALIZED VIEW (computed once, in full) ==")
     for name, query in (("revenue_by_customer", REVENUE), ("busy_priorities", PRIORITIES)):
@@ -84,8 +102,12 @@ def main() -> None:
                 if s.changed_rows:
                     print(f"      read {s.changed_rows} changed rows of {s.table} "
                           f"(versions {s.from_version + 1}..{s.to_version})")
-            print(f"      delta branches: {len(r.branches)}; view rows inserted {r.rows_inserted}, "
-                  f"updated {r.rows_updated}, deleted {r.rows_deleted}")
+            print(f"      delta branches: {'; '.join(r.branches)}")
+            for note in r.plan_notes:
+                if not note.startswith("FK graph"):
+                    print(f"      {note}")
+            print(f"      view rows inserted {r.rows_inserted}, updated {r.rows_updated}, "
+                  f"deleted {r.rows_deleted}")
             print(f"      matches recomputation: {matches(spark, name, query)}")
 
     mv = MaterializedView.for_name(spark, "revenue_by_customer")
@@ -95,7 +117,7 @@ def main() -> None:
         print(f"   {row.asDict()}")
     print("\n== EXPLAIN REFRESH MATERIALIZED VIEW revenue_by_customer (after one more change) ==")
     spark.sql("DELETE FROM lineitem WHERE l_orderkey % 501 = 0")
-    print("\n".join(mv.explain_refresh().splitlines()[:16]))
+    print("\n".join(mv.explain_refresh().splitlines()[:20]))
     print("\n== SHOW MATERIALIZED VIEWS ==")
     for r in spark.sql("SHOW MATERIALIZED VIEWS").collect():
         print(f"   {r.namespace}.{r.viewName} ({r.refreshMode})")
