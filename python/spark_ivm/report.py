@@ -38,8 +38,8 @@ class RefreshReport:
     message: str = ""
     plan_notes: List[str] = field(default_factory=list)
     """FK graph, components, FK-Guard and integrity outcomes, and key probes of the delta plan."""
-    bytes_read: int = 0
-    """Bytes the refresh's Spark jobs read from storage (tasks' input metrics)."""
+    rows_read: int = 0
+    """Rows the refresh's Spark jobs read from storage (after file skipping and Parquet filtering)."""
 
     @property
     def source_rows_changed(self) -> int:
@@ -73,7 +73,7 @@ class RefreshReport:
             backing_version=int(d["backing_version"]),
             message=d["message"],
             plan_notes=list(d.get("plan_notes", [])),
-            bytes_read=int(d.get("bytes_read", 0)),
+            rows_read=int(d.get("rows_read", 0)),
         )
 
     def __str__(self) -> str:

@@ -24,8 +24,8 @@ case class RefreshReport(
     phasesMs: Seq[(String, Long)],
     backingVersion: Long,
     message: String,
-    /** Bytes the refresh's Spark jobs read from storage (tasks' input metrics). */
-    bytesRead: Long = 0L) {
+    /** Rows the refresh's Spark jobs read from storage (tasks' input metrics). */
+    rowsRead: Long = 0L) {
 
   def sourceRowsChanged: Long = sources.map(_.changedRows).sum
   def viewRowsChanged: Long = rowsInserted + rowsUpdated + rowsDeleted
@@ -46,7 +46,7 @@ case class RefreshReport(
     "phases_ms" -> JObject(phasesMs.toList.map { case (k, v) => k -> JLong(v) }),
     "backing_version" -> JLong(backingVersion),
     "message" -> JString(message),
-    "bytes_read" -> JLong(bytesRead))))
+    "rows_read" -> JLong(rowsRead))))
 }
 
 /** Wall time per named phase. */

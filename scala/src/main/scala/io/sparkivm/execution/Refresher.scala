@@ -33,8 +33,8 @@ object Refresher extends Logging {
     spark.conf.getOption(AutoEnableConf).forall(_.trim.equalsIgnoreCase("true"))
 
   def refresh(spark: SparkSession, name: Seq[String], full: Boolean): RefreshReport = {
-    val (report, bytes) = ReadMetrics.measure(spark)(attempt(spark, name, full, 1))
-    report.copy(bytesRead = bytes)
+    val (report, rows) = ReadMetrics.measure(spark)(attempt(spark, name, full, 1))
+    report.copy(rowsRead = rows)
   }
 
   @tailrec
