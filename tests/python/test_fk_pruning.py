@@ -71,11 +71,13 @@ class Twins:
             assert generic.mode in ("incremental", "noop"), generic
             assert_matches_query(self.spark, self.generic.name, self.query)
         # Probe every table, however small, so that the tests exercise probing (it costs jobs).
+        self.spark.conf.set(PROBING, "true")
         self.spark.conf.set(MIN_BYTES, "0" if self.probe_all else str(1 << 40))
         try:
             report = self.fk.refresh()
         finally:
             self.spark.conf.unset(MIN_BYTES)
+            self.spark.conf.unset(PROBING)
         assert report.mode in ("incremental", "noop"), report
         assert_matches_query(self.spark, self.fk.name, self.query)
         return report
@@ -108,10 +110,12 @@ def test_star_is_one_branch_and_fact_changes_need_no_guard(spark: SparkSession, 
         assert "PreDel" in r.branches[0] and "FK-Guard fails" not in notes(r)
     run(spark, ["INSERT INTO fact VALUES (10, 2, 1, 'y', 1.0)"])
     spark.conf.set(MIN_BYTES, "0")
+    spark.conf.set(PROBING, "true")
     try:
         plan = views[0].fk.explain_refresh()
     finally:
         spark.conf.unset(MIN_BYTES)
+        spark.conf.unset(PROBING)
     for expected in ["FK graph: f -> a (fact_a)", "a -> r (dim_a_region)", "f -> b (fact_b)",
                      "component rooted at f", "1. D(f) x PreDel(", "probe PreDel(a) on ak"]:
         assert expected in plan, plan
