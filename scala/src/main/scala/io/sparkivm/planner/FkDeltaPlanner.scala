@@ -4,7 +4,7 @@ import scala.collection.mutable
 
 import org.apache.spark.sql.catalyst.expressions._
 import org.apache.spark.sql.catalyst.expressions.aggregate.{Max, Min}
-import org.apache.spark.sql.catalyst.plans.Inner
+import org.apache.spark.sql.catalyst.plans.{Inner, LeftSemi}
 import org.apache.spark.sql.catalyst.plans.logical._
 import org.apache.spark.sql.types.LongType
 
@@ -209,21 +209,28 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
       val fkCols = e.pairs.map { case (a, _) => xCols(a.exprId) }
       val pkCols = e.pairs.map { case (_, b) => yCols(b.exprId) }
       checked.getOrElseUpdate((xLeaf.name + "->" + yLeaf.name, "integrity", fkCols), {
+        // The changed keys under fresh names: x and y may be the same table (a self-reference).
         val pk = leafAttrs(yLeaf, pkCols)
+        val keyAliases = pk.zipWithIndex.map { case (k, i) => Alias(k, s"__ivm_k$i")() }
+        val ck = keyAliases.map(_.toAttribute)
         val dir = Alias(Max(rules.m).toAggregateExpression(), "__ivm_dir")()
-        val changedKeys = settings.steps.materialize(Aggregate(pk, pk :+ dir, dy))
+        val changedKeys = settings.steps.materialize(Aggregate(pk, keyAliases :+ dir, dy))
         // Post(x) rows count +1 in both Post and Pre; the net change of x moves Pre by -m.
         val fk = leafAttrs(xLeaf, fkCols)
         val postX = reader.post(xLeaf)
-        val probedPost = pk.headOption
+        val probedPost = ck.headOption
           .filter(k => settings.probe.worth(reader.sizeInBytes(xLeaf)) && KeyProbe.probeable(k.dataType))
           .flatMap(k => settings.steps.distinctValues(changedKeys, k, settings.probe.maxKeys))
           .map(keys => KeyProbe.probe(postX, fk.head, keys, settings.probe.maxRanges)).getOrElse(postX)
+        // Only the rows of x that reference a changed key are counted: a (broadcast) semi-join
+        // before the aggregate, so the fact table is scanned but never grouped.
+        val referencing = Join(probedPost, changedKeys, LeftSemi,
+          Some(fk.zip(ck).map { case (f, k) => EqualTo(f, k): Expression }.reduce(And)), JoinHint.NONE)
         val refs = fk.indices.map(i => s"__ivm_f$i")
         def counts(p: LogicalPlan, post: Expression, pre: Expression): LogicalPlan =
           Project(fk.zip(refs).map { case (f, n) => Alias(f, n)() } ++
             Seq(Alias(post, "__ivm_post")(), Alias(pre, "__ivm_pre")()), p)
-        val fromPost = counts(probedPost, Literal(1L), Literal(1L))
+        val fromPost = counts(referencing, Literal(1L), Literal(1L))
         val fromDelta = reader.delta(xLeaf).map(dx =>
           counts(dx, Literal(0L), UnaryMinus(Cast(rules.m, LongType)))).toSeq
         val all = rules.unionAll(fromPost +: fromDelta)
@@ -231,7 +238,7 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
         val post = Alias(aggregate.Sum(fromPost.output(fk.size)).toAggregateExpression(), "__ivm_np")()
         val pre = Alias(aggregate.Sum(fromPost.output(fk.size + 1)).toAggregateExpression(), "__ivm_nq")()
         val perKey = Aggregate(fAttrs, fAttrs ++ Seq(post, pre), all)
-        val on = fAttrs.zip(pk).map { case (f, k) => EqualTo(f, k): Expression }.reduce(And)
+        val on = fAttrs.zip(ck).map { case (f, k) => EqualTo(f, k): Expression }.reduce(And)
         val bad = Filter(Or(
             And(LessThan(dir.toAttribute, Literal(0)), GreaterThan(post.toAttribute, Literal(0L))),
             And(GreaterThan(dir.toAttribute, Literal(0)), GreaterThan(pre.toAttribute, Literal(0L)))),
