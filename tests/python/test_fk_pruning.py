@@ -9,7 +9,8 @@ The scenarios are those of section 6 of fk-ivm.md, negative ones included.
 from __future__ import annotations
 
 import random
-from typing import Dict, List, Sequence
+from contextlib import contextmanager
+from typing import Dict, Iterator, List, Sequence
 
 import pytest
 from pyspark.sql import SparkSession
@@ -61,26 +62,28 @@ class Twins:
     def refresh(self) -> RefreshReport:
         """Refreshes both and checks both; returns the FK-pruned refresh's report."""
         if self.generic is not None:
-            self.spark.conf.set(PRUNING, "false")
-            self.spark.conf.set(PROBING, "false")
-            try:
+            with confs(self.spark, {PRUNING: "false", PROBING: "false"}):
                 generic = self.generic.refresh()
-            finally:
-                self.spark.conf.unset(PRUNING)
-                self.spark.conf.unset(PROBING)
             assert generic.mode in ("incremental", "noop"), generic
             assert_matches_query(self.spark, self.generic.name, self.query)
         # Probe every table, however small, so that the tests exercise probing (it costs jobs).
-        self.spark.conf.set(PROBING, "true")
-        self.spark.conf.set(MIN_BYTES, "0" if self.probe_all else str(1 << 40))
-        try:
+        with confs(self.spark, {PROBING: "true", MIN_BYTES: "0" if self.probe_all else str(1 << 40)}):
             report = self.fk.refresh()
-        finally:
-            self.spark.conf.unset(MIN_BYTES)
-            self.spark.conf.unset(PROBING)
         assert report.mode in ("incremental", "noop"), report
         assert_matches_query(self.spark, self.fk.name, self.query)
         return report
+
+
+@contextmanager
+def confs(spark: SparkSession, values: Dict[str, str]) -> Iterator[None]:
+    """Session confs set for the duration of a block."""
+    for k, v in values.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k in values:
+            spark.conf.unset(k)
 
 
 def run(spark: SparkSession, statements: Sequence[str]) -> None:
@@ -109,13 +112,8 @@ def test_star_is_one_branch_and_fact_changes_need_no_guard(spark: SparkSession, 
         assert len(r.branches) == 1 and r.branches[0].startswith("D(f)"), r.branches
         assert "PreDel" in r.branches[0] and "FK-Guard fails" not in notes(r)
     run(spark, ["INSERT INTO fact VALUES (10, 2, 1, 'y', 1.0)"])
-    spark.conf.set(MIN_BYTES, "0")
-    spark.conf.set(PROBING, "true")
-    try:
+    with confs(spark, {PROBING: "true", MIN_BYTES: "0"}):
         plan = views[0].fk.explain_refresh()
-    finally:
-        spark.conf.unset(MIN_BYTES)
-        spark.conf.unset(PROBING)
     for expected in ["FK graph: f -> a (fact_a)", "a -> r (dim_a_region)", "f -> b (fact_b)",
                      "component rooted at f", "1. D(f) x PreDel(", "probe PreDel(a) on ak"]:
         assert expected in plan, plan

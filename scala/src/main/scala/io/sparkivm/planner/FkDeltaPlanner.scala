@@ -92,7 +92,7 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
         // already joined where the conjuncts allow.
         val rest = block.units.indices.filterNot(c.nodes)
         val order = c.order.tail ++ connectedOrder(block, c.order.toSet, rest)
-        joinAll(block, start, c.root, order, side)
+        joinAll(block, start, order, side)
       }
     }
     Some(branches)
@@ -118,8 +118,8 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
     out.result()
   }
 
-  /** Joins the delta branch of unit `first` with the others, then applies the block's output. */
-  private def joinAll(block: JoinBlock, start: Branch, first: Int, order: Seq[Int],
+  /** Joins a delta branch with the other units in `order`, then applies the block's output. */
+  private def joinAll(block: JoinBlock, start: Branch, order: Seq[Int],
       side: Int => (LogicalPlan, String)): Branch = {
     var acc = start.plan
     var terms = start.terms
