@@ -52,10 +52,6 @@ object BackingTable {
         .saveAsTable(meta.backing.quotedString)
     }
 
-  /**
-   * MERGE the changed groups: a group whose count reached 0 is deleted (a global aggregate
-   * keeps its one row), others are updated or inserted whole. Keys match null-safely.
-   */
   /** The backing table's current rows, as a plan (the old state a refresh merges into). */
   def current(spark: SparkSession, meta: ViewMetadata): LogicalPlan =
     SparkInternals.analyzed(spark.table(meta.backing.quotedString))
@@ -96,7 +92,11 @@ object BackingTable {
     if (rows.length > max) None else Some(rows.map(_.get(0)).toSeq)
   }
 
-  /** MERGE rows from [[materialize]] into the backing table, in one commit. */
+  /**
+   * MERGE rows from [[materialize]] into the backing table, in one commit: a group whose count
+   * reached 0 is deleted (a global aggregate keeps its one row), others are updated or inserted
+   * whole. Keys match null-safely.
+   */
   def merge(spark: SparkSession, meta: ViewMetadata, maintenance: ViewMaintenance,
       source: DataFrame, record: RefreshRecord, probe: ProbeSettings): MergeMetrics = inCommit(spark, meta, record) {
     val previous = spark.conf.getOption(MaterializeSource)

@@ -20,6 +20,8 @@ object PlanningConf {
   private def int(spark: SparkSession, key: String, default: Int): Int =
     spark.conf.getOption(key).map(_.trim.toInt).getOrElse(default)
 
+  def pruning(spark: SparkSession): Boolean = flag(spark, FkPruning, default = true)
+
   def probe(spark: SparkSession): ProbeSettings =
     // Off by default: on TPC-H refresh functions, whose deletes are spread over the whole key
     // range, the ranges hit every file and the per-row filter only adds work (docs/benchmarks.md).
@@ -37,6 +39,6 @@ object PlanningConf {
         declared.collect { case f: ForeignKey =>
           ForeignKeyRef(f.name, f.columns, f.parent.unquotedString, f.parentColumns) })
     })
-    FkSettings(flag(spark, FkPruning, default = true), probe(spark), keys, steps)
+    FkSettings(pruning(spark), probe(spark), keys, steps)
   }
 }

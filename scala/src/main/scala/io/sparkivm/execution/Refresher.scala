@@ -97,7 +97,8 @@ object Refresher extends Logging {
     FaultInjection.point(spark, "after-pin")
     val probe = PlanningConf.probe(spark)
     val steps = new BackingTable.Checkpoints(spark,
-      probe.copy(enabled = probe.worth(BackingTable.sizeInBytes(spark, meta))))
+      // The backing table's size is read only when probing is on at all.
+      probe.copy(enabled = probe.enabled && probe.worth(BackingTable.sizeInBytes(spark, meta))))
     val reader = new PinnedReader(spark, last.sourceVersions, pinned, meta.viewName, steps)
     try {
       analyzed.tables.foreach(reader.changesOf)

@@ -88,7 +88,7 @@ object ViewExplainer {
     try {
       val rules = reader.rules
       val branches = maintenance.branches(rules)
-      line(s"FK pruning: ${if (PlanningConf.fk(spark, PlanOnly).pruning) "on" else s"off (${PlanningConf.FkPruning})"}" +
+      line(s"FK pruning: ${if (PlanningConf.pruning(spark)) "on" else s"off (${PlanningConf.FkPruning})"}" +
         s"; key probing: ${if (PlanningConf.probe(spark).enabled) "on" else s"off (${PlanningConf.KeyProbing})"}")
       rules.fk.notes.foreach(n => line(s"  $n"))
       val occurrences = analyzed.leaves.size
