@@ -101,8 +101,10 @@ object ViewCatalog extends Logging {
         throw IvmErrors.invalidProperty(RefreshProperty, props(RefreshProperty), "incremental or full")),
       sources = parseSources(need(SourcesProperty)),
       userProperties = props.filter { case (k, _) => !ReservedProperties.contains(k) && k != RefreshProperty &&
-        !k.startsWith("delta.") },
-      comment = props.get(CommentProperty))
+        !k.startsWith("delta.") && k != EpsilonState.Property },
+      comment = props.get(CommentProperty),
+      epsilon = props.get(EpsilonState.Property).map(v => EpsilonState.parse(v).getOrElse(
+        throw IvmErrors.invalidProperty(EpsilonState.Property, v, "a number in [0, 1]"))))
   }
 
   /** The properties that store a view's metadata on its backing table. */
@@ -112,7 +114,8 @@ object ViewCatalog extends Logging {
     QueryProperty -> meta.queryText,
     DatabaseProperty -> meta.database,
     RefreshProperty -> meta.mode.name,
-    SourcesProperty -> renderSources(meta.sources)) ++ meta.comment.map(CommentProperty -> _)
+    SourcesProperty -> renderSources(meta.sources)) ++ meta.comment.map(CommentProperty -> _) ++
+    meta.epsilon.map(e => EpsilonState.Property -> e.toString)
 
   def renderSources(sources: Seq[SourceInfo]): String = compact(render(JArray(sources.toList.map { s =>
     JObject("table" -> JString(s.table), "id" -> JString(s.tableId),
@@ -166,7 +169,8 @@ object ViewCatalog extends Logging {
       "refresh" -> JLong(r.number),
       "mode" -> JString(r.mode),
       "attempt" -> JString(r.attempt),
-      "sources" -> JObject(r.sourceVersions.toList.sortBy(_._1).map { case (t, v) => t -> JLong(v) })))))
+      "sources" -> JObject(r.sourceVersions.toList.sortBy(_._1).map { case (t, v) => t -> JLong(v) }),
+      "epsilon" -> r.epsilon.map(_.toJson).getOrElse(JNothing)))))
 
   private def parseRecord(json: String, version: Long, ts: Long): Option[RefreshRecord] =
     try {
@@ -178,7 +182,7 @@ object ViewCatalog extends Logging {
           val JObject(srcs) = obj \ "sources": @unchecked
           Some(RefreshRecord(n.toLong, mode, srcs.map { case (k, JInt(v)) => k -> v.toLong
             case (k, v) => throw new IllegalStateException(s"bad version $v for $k") }.toMap,
-            attempt, version, ts))
+            attempt, version, ts, EpsilonState.fromJson(obj \ "epsilon")))
         case _ => None
       }
     } catch { case NonFatal(_) => None }

@@ -29,8 +29,11 @@ case class ViewMetadata(
     userProperties: Map[String, String],
     comment: Option[String],
     /** The view's column names, from the catalog view (empty until it exists). */
-    columns: Seq[String] = Nil) {
+    columns: Seq[String] = Nil,
+    /** `ivm.epsilon`, if the user set it (triangle views use [[EpsilonState.Default]] otherwise). */
+    epsilon: Option[Double] = None) {
   def viewName: String = view.quotedString
+  def eps: Double = epsilon.getOrElse(EpsilonState.Default)
 }
 
 /**
@@ -44,4 +47,6 @@ case class RefreshRecord(
     sourceVersions: Map[String, Long],
     attempt: String,
     backingVersion: Long,
-    timestampMs: Long)
+    timestampMs: Long,
+    /** The IVM^eps state committed with this refresh (triangle views only). */
+    epsilon: Option[EpsilonState] = None)

@@ -9,7 +9,7 @@ import scala.util.control.NonFatal
 
 import io.sparkivm.IvmErrors
 import io.sparkivm.changes.{DeltaSources, PinnedSource}
-import io.sparkivm.planner.{DeltaRules, LeafReader, PlanOnly, PlanSteps, SourceLeaf, ViewMaintenance}
+import io.sparkivm.planner.{Branch, DeltaRules, LeafReader, PlanOnly, PlanSteps, SourceLeaf, ViewMaintenance}
 import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, AttributeReference, LessThan, Literal}
 import org.apache.spark.sql.catalyst.plans.logical.{Filter, LogicalPlan, Project, Union}
@@ -30,8 +30,14 @@ class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
   private val m: Attribute =
     AttributeReference(DeltaSources.Multiplicity, IntegerType, nullable = false)()
 
+  private val fkSettings = PlanningConf.fk(spark, steps)
+
   /** The delta rules over this reader's leaves. */
-  val rules: DeltaRules = new DeltaRules(this, m, PlanningConf.fk(spark, steps))
+  val rules: DeltaRules = new DeltaRules(this, m, fkSettings)
+
+  /** The same rules, with the branches of some subtrees computed elsewhere. */
+  def rulesWith(precomputed: LogicalPlan => Option[Seq[Branch]]): DeltaRules =
+    new DeltaRules(this, m, fkSettings, precomputed)
 
   /** The view's rows from scratch, at the pinned versions. */
   def fullRows(maintenance: ViewMaintenance): DataFrame =

@@ -53,6 +53,7 @@ object Refresher extends Logging {
   private def isConflict(e: Throwable): Boolean = e match {
     case null => false
     case _: DeltaConcurrentModificationException => true
+    case _: StateConflictException => true
     case other => isConflict(other.getCause)
   }
 
@@ -72,17 +73,27 @@ object Refresher extends Logging {
     val attemptId = UUID.randomUUID().toString
     val versions = pinned.map { case (t, p) => t -> p.version }
 
-    if (recompute) {
+    val triangle = TriangleViews.query(analyzed, incremental)
+    // A triangle view without state for its eps (eps changed, or a killed ALTER) is rebuilt.
+    val stale = triangle.isDefined && !last.epsilon.exists(_.eps == meta.eps)
+    if (recompute || stale) {
       timer.mark("prepare")
-      val rows = new PinnedReader(spark, Map.empty, pinned, meta.viewName).fullRows(analyzed.maintenance)
-      val record = RefreshRecord(number, "full", versions, attemptId, -1, 0)
+      val reader = new PinnedReader(spark, Map.empty, pinned, meta.viewName)
+      val rows = reader.fullRows(analyzed.maintenance)
+      val epsilon = triangle.map { q =>
+        val tables = new TriangleStateTables(spark, meta, attemptId)
+        val engine = new TriangleMaintenance(spark, q, reader.rules, PlanningConf.probe(spark).maxKeys)
+        TriangleViews.build(spark, engine, tables, meta.eps)
+      }
+      val record = RefreshRecord(number, "full", versions, attemptId, -1, 0, epsilon)
       FaultInjection.point(spark, "before-commit")
       BackingTable.overwrite(spark, meta, rows, record)
       timer.mark("recompute")
       FaultInjection.point(spark, "after-commit")
       val updated = meta.copy(sources = pinned.values.toSeq.sortBy(_.name).map(_.info))
       ViewCatalog.updateSources(spark, updated)
-      return report(spark, meta, number, attemptId, "full", last, pinned, Map.empty, Nil, Nil,
+      return report(spark, meta, number, attemptId, "full", last, pinned, Map.empty, Nil,
+        epsilon.map(e => s"IVM^eps state rebuilt: eps = ${e.eps}, N = ${e.n}").toSeq,
         MergeMetrics(-1, -1, -1), timer)
     }
 
@@ -105,7 +116,18 @@ object Refresher extends Logging {
       val counts = reader.changeCounts()
       timer.mark("changes")
       FaultInjection.point(spark, "after-changes")
-      val rules = reader.rules
+      // IVM^eps: the triangle block's delta from the state, then the rest of the view as usual.
+      val eps = triangle.map { q =>
+        val state = last.epsilon.get
+        val tables = new TriangleStateTables(spark, meta, attemptId)
+        tables.restore(state)
+        val engine = new TriangleMaintenance(spark, q, reader.rules, PlanningConf.probe(spark).maxKeys)
+        val block = TriangleViews.blockDelta(engine, tables, state)
+        (q, state, tables, engine, TriangleViews.branch(spark, q, engine, block, reader.rules.m))
+      }
+      val rules = eps.map { case (q, _, _, _, branch) =>
+        reader.rulesWith(p => if (p eq q.root) Some(Seq(branch)) else None)
+      }.getOrElse(reader.rules)
       val branches = analyzed.maintenance.branches(rules).map(_.describe)
       timer.mark("delta-plan")
       val source: DataFrame = BackingTable.materialize(analyzed.maintenance
@@ -114,13 +136,21 @@ object Refresher extends Logging {
         .map(SparkInternals.dataFrame(spark, _))
         .getOrElse(spark.table(meta.backing.quotedString).limit(0)))
       timer.mark("delta")
-      val record = RefreshRecord(number, "incremental", versions, attemptId, -1, 0)
+      val epsNotes = scala.collection.mutable.ArrayBuffer[String]()
+      val epsilon = eps.map { case (_, state, tables, engine, _) =>
+        epsNotes ++= engine.notes
+        val next = TriangleViews.advance(spark, engine, tables, state, epsNotes)
+        timer.mark("state")
+        FaultInjection.point(spark, "after-state")
+        next
+      }
+      val record = RefreshRecord(number, "incremental", versions, attemptId, -1, 0, epsilon)
       FaultInjection.point(spark, "before-commit")
       val metrics = BackingTable.merge(spark, meta, analyzed.maintenance, source, record, steps.probe)
       timer.mark("merge")
       FaultInjection.point(spark, "after-commit")
       report(spark, meta, number, attemptId, "incremental", last, pinned, counts, branches,
-        rules.fk.notes, metrics, timer)
+        rules.fk.notes ++ epsNotes, metrics, timer)
     } finally {
       reader.release()
     }

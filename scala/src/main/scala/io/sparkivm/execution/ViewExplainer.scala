@@ -25,7 +25,12 @@ object ViewExplainer {
       val m = a.maintenance
       Seq(("Maintenance", if (meta.mode == RefreshMode.Full) "recomputed on every refresh"
         else s"counting IVM, ${m.shape.kind}", "")) ++
-        m.states.map(s => ("Aggregate", AggregateState.describe(s), ""))
+        m.states.map(s => ("Aggregate", AggregateState.describe(s), "")) ++
+        TriangleViews.query(a, meta.mode == RefreshMode.Incremental).toSeq.flatMap { q =>
+          last.epsilon.filter(_.eps == meta.eps).map(TriangleViews.describe(_, q)).getOrElse(Seq(
+            ("Strategy", s"IVM^eps triangle (${q.describe})", ""),
+            ("Epsilon", s"${meta.eps} (state not built yet: the next refresh builds it)", "")))
+        }
     } catch {
       case NonFatal(e) => Seq(("Maintenance", s"the query does not analyze now: ${e.getMessage}", ""))
     }
@@ -82,6 +87,25 @@ object ViewExplainer {
     line(s"View shape: ${maintenance.shape.kind}; backing keys: " +
       (if (maintenance.keyNames.isEmpty) "none (one row)" else maintenance.keyNames.mkString(", ")))
     maintenance.states.foreach(s => line(s"Aggregate ${AggregateState.describe(s)}"))
+    TriangleViews.query(analyzed, incremental) match {
+      case Some(q) =>
+        line(s"Strategy: IVM^eps triangle, ${q.describe} (ivm-epsilon-triangles.md)")
+        last.epsilon.filter(_.eps == meta.eps) match {
+          case Some(state) =>
+            TriangleViews.describe(state, q).drop(1).foreach { case (k, v, _) => line(s"  $k: $v") }
+          case None => line(s"  no state for eps = ${meta.eps} yet: the next refresh rebuilds it")
+        }
+        line("Per changed occurrence X_j (X_p next, X_q previous in R, S, T; earlier ones at Post):")
+        line("  D(X_j) x X_p^L x X_q   (light neighbours, then point lookups: LH, LL)")
+        line("  D(X_j) x X_q^H x X_p^H (heavy values, then point lookups: HH)")
+        line("  D(X_j) x V_p           (auxiliary view lookup: HL)")
+        line("  then V_j += D^H x X_p^L, V_q += X_q^H x D^L, minor or major rebalancing")
+        return out.toString
+      case None =>
+        line("Strategy: " + TriangleViews.genericBecause(analyzed).map(w =>
+          s"generic delta rules (a cyclic join IVM^eps does not cover: $w)").getOrElse(
+          "generic delta rules (counting IVM, FK pruning where keys are declared)"))
+    }
     // Checks run (they are small and say which branches are pruned); nothing is materialized.
     val reader = new PinnedReader(spark, last.sourceVersions, pinned, meta.viewName,
       new BackingTable.Checks(spark, PlanningConf.probe(spark)))

@@ -3,7 +3,7 @@ package io.sparkivm.execution
 import java.util.{Locale, UUID}
 
 import io.sparkivm.{IvmErrors, IvmException}
-import io.sparkivm.catalog.{RefreshMode, RefreshRecord, ViewCatalog, ViewMetadata}
+import io.sparkivm.catalog.{EpsilonState, RefreshMode, RefreshRecord, ViewCatalog, ViewMetadata}
 import io.sparkivm.parser.{AlterMaterializedViewProperties, CreateMaterializedView}
 import io.sparkivm.planner.ViewMaintenance
 import org.apache.spark.sql.SparkSession
@@ -13,7 +13,7 @@ import org.apache.spark.sql.ivm.SessionInternals
 /** CREATE, DROP, ALTER and SHOW MATERIALIZED VIEW(S). */
 object ViewLifecycle {
   /** `ivm.*` properties a user may set; the others are spark-ivm's own bookkeeping. */
-  val SettableProperties = Set(ViewCatalog.RefreshProperty)
+  val SettableProperties = Set(ViewCatalog.RefreshProperty, EpsilonState.Property)
 
   def create(spark: SparkSession, stmt: CreateMaterializedView): Unit = {
     val id = ViewCatalog.qualify(spark, stmt.name)
@@ -50,12 +50,22 @@ object ViewLifecycle {
     val analyzed = ViewAnalysis.prepare(plan, columns, incremental)
     val pinned = ViewAnalysis.pin(spark, id.quotedString, analyzed, incremental,
       Refresher.autoEnable(spark))
-    val rows = new PinnedReader(spark, Map.empty, pinned, id.quotedString).fullRows(analyzed.maintenance)
+    val epsilon = stmt.properties.get(EpsilonState.Property).map(parseEpsilon)
+    val triangle = TriangleViews.query(analyzed, incremental)
+    if (epsilon.isDefined && triangle.isEmpty) throw notTriangle(id.quotedString, analyzed)
+    val reader = new PinnedReader(spark, Map.empty, pinned, id.quotedString)
+    val rows = reader.fullRows(analyzed.maintenance)
     val meta = ViewMetadata(id, backing, UUID.randomUUID().toString, stmt.queryText, database, mode,
       pinned.values.toSeq.sortBy(_.name).map(_.info),
-      stmt.properties.filter { case (k, _) => !k.startsWith("ivm.") }, stmt.comment, columns)
+      stmt.properties.filter { case (k, _) => !k.startsWith("ivm.") }, stmt.comment, columns,
+      epsilon)
+    val attempt = UUID.randomUUID().toString
+    val state = triangle.map { q =>
+      val engine = new TriangleMaintenance(spark, q, reader.rules, PlanningConf.probe(spark).maxKeys)
+      TriangleViews.build(spark, engine, new TriangleStateTables(spark, meta, attempt), meta.eps)
+    }
     val record = RefreshRecord(0, "create", pinned.map { case (t, p) => t -> p.version },
-      UUID.randomUUID().toString, -1, 0)
+      attempt, -1, 0, state)
     BackingTable.create(spark, meta, rows, record)
     FaultInjection.point(spark, "create-after-backing")
     createCatalogView(spark, meta, analyzed.maintenance, replace = false)
@@ -86,6 +96,7 @@ object ViewLifecycle {
     }
     if (props.get(ViewCatalog.ViewProperty).exists(_.equalsIgnoreCase(view.unquotedString))) {
       spark.sql(s"DROP TABLE IF EXISTS ${backing.quotedString}")
+      TriangleStateTables.dropFor(spark, backing)
       true
     } else if (failIfForeign) {
       throw IvmErrors.alreadyExists(backing.quotedString)
@@ -104,6 +115,7 @@ object ViewLifecycle {
         .map(b => ViewCatalog.qualify(spark, b.split('.').toSeq)).getOrElse(ViewCatalog.backingTable(id))
       spark.sql(s"DROP VIEW ${id.quotedString}")
       spark.sql(s"DROP TABLE IF EXISTS ${backing.quotedString}")
+      TriangleStateTables.dropFor(spark, backing)
     } else {
       val orphan = dropOrphanBacking(spark, id, ViewCatalog.backingTable(id), failIfForeign = false)
       if (!orphan && !ifExists) throw IvmErrors.notFound(id.quotedString)
@@ -114,8 +126,10 @@ object ViewLifecycle {
     val meta = ViewCatalog.lookup(spark, stmt.name)
     checkProperties(stmt.set)
     stmt.unset.filter(_.startsWith("ivm.")).foreach { k =>
-      if (k != ViewCatalog.RefreshProperty) throw reserved(k)
+      if (!SettableProperties.contains(k)) throw reserved(k)
     }
+    val newEpsilon = stmt.set.get(EpsilonState.Property).map(parseEpsilon)
+      .orElse(if (stmt.unset.contains(EpsilonState.Property)) Some(EpsilonState.Default) else None)
     val newMode = stmt.set.get(ViewCatalog.RefreshProperty).map(parseMode)
       .orElse(if (stmt.unset.contains(ViewCatalog.RefreshProperty)) Some(RefreshMode.Incremental) else None)
     val plain = stmt.set.filter { case (k, _) => !k.startsWith("ivm.") }
@@ -131,6 +145,16 @@ object ViewLifecycle {
         createCatalogView(spark, changed, analyzed.maintenance, replace = true)
       case None =>
         ViewCatalog.setProperties(spark, meta.backing, plain)
+    }
+    newEpsilon.filter(_ != meta.eps).foreach { eps =>
+      val analyzed = ViewAnalysis.reanalyze(spark, meta, meta.mode == RefreshMode.Incremental)
+      if (TriangleViews.query(analyzed, meta.mode == RefreshMode.Incremental).isEmpty) {
+        throw notTriangle(meta.viewName, analyzed)
+      }
+      // The state for the old eps stays valid until the rebuild commits: a killed ALTER leaves
+      // the new eps set and the old state, which the next refresh sees as stale and rebuilds.
+      ViewCatalog.setProperties(spark, meta.backing, Map(EpsilonState.Property -> eps.toString))
+      Refresher.refresh(spark, stmt.name, full = true)
     }
     val unsetPlain = stmt.unset.filterNot(_.startsWith("ivm."))
     if (unsetPlain.nonEmpty) {
@@ -149,6 +173,14 @@ object ViewLifecycle {
       (db, id.table, mode)
     }
   }
+
+  private def parseEpsilon(v: String): Double = EpsilonState.parse(v).getOrElse(
+    throw IvmErrors.invalidProperty(EpsilonState.Property, v, "a number in [0, 1]"))
+
+  private def notTriangle(view: String, analyzed: AnalyzedView) = new IvmException("IVM_INVALID_PROPERTY",
+    s"${EpsilonState.Property} applies to views that IVM^eps maintains (a triangle of three " +
+      s"relations joined in a cycle), and $view is not one" +
+      TriangleViews.genericBecause(analyzed).map(w => s": $w").getOrElse("") + ".")
 
   private def parseMode(v: String): RefreshMode = RefreshMode.parse(v).getOrElse(
     throw IvmErrors.invalidProperty(ViewCatalog.RefreshProperty, v, "'incremental' or 'full'"))

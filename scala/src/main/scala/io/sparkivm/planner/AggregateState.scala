@@ -6,7 +6,7 @@ import org.apache.spark.sql.types._
 
 /**
  * One aggregate function of a view and the state that maintains it in the backing table.
- * Inputs carry a sign `m` (+1 inserted, -1 deleted); each state is a group of columns that
+ * Inputs carry a sign `m` (+1 inserted, -1 deleted; a row standing for k rows carries +-k); each state is a group of columns that
  * `deltas` fold from signed rows and `merge` adds to the old state.
  *
  *  - COUNT: the count.  SUM and AVG: the sum and the count of non-null inputs, so that a
@@ -38,8 +38,13 @@ sealed trait AggregateState {
   /** The aggregate's input with its FILTER clause applied. */
   protected def masked(e: Expression): Expression =
     expr.filter.map(f => If(f, e, Literal(null, e.dataType))).getOrElse(e)
+  /**
+   * `e` counted m times. Delta rows carry m = +1 or -1, except rows that stand for many
+   * (IVM^eps looks up an auxiliary view that holds a count), whose m is that count.
+   */
   protected def signed(m: Expression, e: Expression): Expression =
-    If(GreaterThan(m, Literal(0)), e, UnaryMinus(e))
+    If(EqualTo(m, Literal(1)), e, If(EqualTo(m, Literal(-1)), UnaryMinus(e),
+      Cast(Multiply(e, Cast(m, e.dataType)), e.dataType)))
   protected def countOf(m: Expression, e: Expression): Expression =
     Sum(If(IsNotNull(e), Cast(m, LongType), Literal(0L))).toAggregateExpression()
   protected def plus(a: Expression, b: Expression, t: DataType): Expression =

@@ -37,7 +37,9 @@ case class Branch(plan: LogicalPlan, terms: Seq[String]) {
  * Every plan returned outputs the attributes (same expression ids) of the node it stands for,
  * plus `m` for delta branches, so the expressions of the parents apply to it unchanged.
  */
-class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = FkSettings.Off) {
+class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = FkSettings.Off,
+    /** Branches computed elsewhere for given subtrees (IVM^eps for a triangle block). */
+    precomputed: LogicalPlan => Option[Seq[Branch]] = _ => None) {
 
   /** Delta plans of join blocks with foreign keys and key probing (None when both are off). */
   val fk: FkDeltaPlanner = new FkDeltaPlanner(this, reader, fkSettings)
@@ -55,7 +57,8 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
     }
 
   /** The delta of `plan` as a union of branches (empty when nothing under it changed). */
-  def delta(plan: LogicalPlan): Seq[Branch] = fk.delta(plan).getOrElse(generic(plan))
+  def delta(plan: LogicalPlan): Seq[Branch] =
+    precomputed(plan).orElse(fk.delta(plan)).getOrElse(generic(plan))
 
   private def generic(plan: LogicalPlan): Seq[Branch] = plan match {
     case SourceLeaf(leaf) =>

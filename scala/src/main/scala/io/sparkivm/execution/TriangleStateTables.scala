@@ -1,0 +1,100 @@
+package io.sparkivm.execution
+
+import scala.util.control.NonFatal
+
+import io.sparkivm.IvmErrors
+import io.sparkivm.catalog.{EpsilonState, ViewCatalog, ViewMetadata}
+import org.apache.spark.sql.{DataFrame, SparkSession}
+import org.apache.spark.sql.catalyst.TableIdentifier
+import org.apache.spark.sql.delta.{DeltaHistoryManager, DeltaLog}
+import org.apache.spark.sql.delta.util.FileNames
+import org.apache.spark.sql.functions.col
+
+/**
+ * The Delta tables holding a triangle view's IVM^eps state (heavy keys and auxiliary views,
+ * [[EpsilonState.tables]]). They cannot commit in the view's own Delta commit, so:
+ *  - every write is tagged with the refresh attempt (commit `userMetadata`);
+ *  - the view's commit records the versions written, and readers read those versions only;
+ *  - a refresh first restores any table that has versions past the recorded one (left by a
+ *    refresh killed before its view commit), and before committing checks that every version
+ *    it built on top of is its own (a concurrent refresh of the same view makes it retry).
+ */
+class TriangleStateTables(spark: SparkSession, meta: ViewMetadata, attempt: String) {
+  val names: Seq[TableIdentifier] = EpsilonState.tables(meta.backing)
+  private val UserMetadata = "spark.databricks.delta.commitInfo.userMetadata"
+  private val tag = s"""{"ivmState":"$attempt"}"""
+
+  private def log(i: Int): DeltaLog = DeltaLog.forTable(spark, names(i))
+  def version(i: Int): Long = log(i).update().version
+
+  /** Table i as of a recorded version. */
+  def read(i: Int, version: Long): DataFrame =
+    spark.read.format("delta").option("versionAsOf", version).table(names(i).quotedString)
+
+  /** Brings every table back to the version a committed refresh recorded. */
+  def restore(state: EpsilonState): Unit = names.indices.foreach { i =>
+    val recorded = state.versions(i)
+    val current = try version(i) catch {
+      case NonFatal(e) => throw IvmErrors.backingAltered(meta.viewName,
+        s"its IVM^eps state table ${names(i).quotedString} cannot be read (${e.getMessage}); " +
+          "run REFRESH MATERIALIZED VIEW ... FULL to rebuild it")
+    }
+    if (current > recorded) {
+      spark.sql(s"RESTORE TABLE ${names(i).quotedString} TO VERSION AS OF $recorded")
+    } else if (current < recorded) {
+      throw IvmErrors.backingAltered(meta.viewName, s"its IVM^eps state table " +
+        s"${names(i).quotedString} is at version $current, older than the recorded $recorded")
+    }
+  }
+
+  private def tagged[T](body: => T): T = {
+    val previous = spark.conf.getOption(UserMetadata)
+    spark.conf.set(UserMetadata, tag)
+    try body finally previous match {
+      case Some(v) => spark.conf.set(UserMetadata, v)
+      case None => spark.conf.unset(UserMetadata)
+    }
+  }
+
+  /** Replaces table i's rows, laid out in files by `sortKey`; returns the new version. */
+  def overwrite(i: Int, rows: DataFrame, sortKey: String, rowsPerFile: Long = 200000L): Long = {
+    val files = math.max(1L, rows.sparkSession.sparkContext.defaultParallelism.toLong)
+    val laid = rows.repartitionByRange(files.toInt, col(sortKey)).sortWithinPartitions(sortKey)
+    tagged(laid.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+      .option("maxRecordsPerFile", rowsPerFile).saveAsTable(names(i).quotedString))
+    version(i)
+  }
+
+  /** Appends rows to table i; returns the new version. */
+  def append(i: Int, rows: DataFrame, sortKey: String): Long = {
+    tagged(rows.sortWithinPartitions(sortKey).write.format("delta").mode("append")
+      .saveAsTable(names(i).quotedString))
+    version(i)
+  }
+
+  /** Fails as a commit conflict if a version after `from` up to `to` is not this attempt's. */
+  def checkOwn(i: Int, from: Long, to: Long): Unit = {
+    val l = log(i)
+    val conf = l.newDeltaHadoopConf()
+    (from + 1 to to).foreach { v =>
+      val info = DeltaHistoryManager.getCommitInfoOpt(l.store, FileNames.unsafeDeltaFile(l.logPath, v), conf)
+      if (!info.exists(_.userMetadata.contains(tag))) {
+        throw new StateConflictException(s"IVM^eps state table " +
+          s"${names(i).quotedString} version $v was written by another refresh")
+      }
+    }
+  }
+
+  def drop(): Unit = names.foreach(n => spark.sql(s"DROP TABLE IF EXISTS ${n.quotedString}"))
+}
+
+/** Another refresh of the same view wrote the state concurrently: the refresh retries. */
+class StateConflictException(message: String) extends RuntimeException(message)
+
+object TriangleStateTables {
+  /** Drops the state tables of a view's backing table, if there are any. */
+  def dropFor(spark: SparkSession, backing: TableIdentifier): Unit =
+    EpsilonState.tables(backing).foreach { n =>
+      if (ViewCatalog.exists(spark, n)) spark.sql(s"DROP TABLE IF EXISTS ${n.quotedString}")
+    }
+}
