@@ -40,6 +40,8 @@ class RefreshReport:
     """FK graph, components, FK-Guard and integrity outcomes, and key probes of the delta plan."""
     rows_read: int = 0
     """Rows the refresh's Spark jobs read from storage (after file skipping and Parquet filtering)."""
+    rows_joined: int = 0
+    """Rows that entered joins in the queries the refresh ran (Delta's MERGE internals excluded)."""
 
     @property
     def source_rows_changed(self) -> int:
@@ -74,6 +76,7 @@ class RefreshReport:
             message=d["message"],
             plan_notes=list(d.get("plan_notes", [])),
             rows_read=int(d.get("rows_read", 0)),
+            rows_joined=int(d.get("rows_joined", 0)),
         )
 
     def __str__(self) -> str:

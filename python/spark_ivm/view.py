@@ -96,6 +96,26 @@ class MaterializedView:
                     info[key] = value
         return {"columns": columns, "info": info}
 
+    @property
+    def epsilon(self) -> Optional[float]:
+        """The IVM^eps dial of a triangle view (None for other views).
+
+        Setting it runs ``ALTER MATERIALIZED VIEW ... SET TBLPROPERTIES ('ivm.epsilon' = ...)``,
+        which rebuilds the heavy/light partitions and auxiliary views; a value outside [0, 1]
+        is an error that changes nothing.
+        """
+        value = self.describe()["info"].get("Epsilon")
+        if value is None:
+            return None
+        return float(str(value).split()[0])
+
+    @epsilon.setter
+    def epsilon(self, value: float) -> None:
+        self.spark.sql(
+            f"ALTER MATERIALIZED VIEW {self._sql_name} SET TBLPROPERTIES "
+            f"('ivm.epsilon' = {_sql_string(str(value))})"
+        )
+
     def explain_refresh(self) -> str:
         """What the next refresh would run, in words and as Spark's plan. Changes nothing."""
         text: str = self.spark.sql(f"EXPLAIN REFRESH MATERIALIZED VIEW {self._sql_name}").collect()[0][0]

@@ -45,13 +45,19 @@ class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
 
   private val changes = mutable.LinkedHashMap[String, Option[DataFrame]]()
 
+  // Resolving a time-travel read loads a snapshot of the Delta log: once per table and version
+  // (a self-join, and IVM^eps, read the same snapshot many times).
+  private val snapshots = mutable.Map[(String, Long), DataFrame]()
+  private def snapshot(leaf: SourceLeaf, version: Long): DataFrame =
+    snapshots.getOrElseUpdate((leaf.name, version), DeltaSources.snapshot(spark, leaf.table, version))
+
   def pre(leaf: SourceLeaf): LogicalPlan = consumed.get(leaf.name) match {
-    case Some(v) => bind(leaf, DeltaSources.snapshot(spark, leaf.table, v), None)
+    case Some(v) => bind(leaf, snapshot(leaf, v), None)
     case None => throw new IllegalStateException(s"no consumed version for ${leaf.name}")
   }
 
   def post(leaf: SourceLeaf): LogicalPlan = pinned.get(leaf.name) match {
-    case Some(p) => bind(leaf, DeltaSources.snapshot(spark, leaf.table, p.version), None)
+    case Some(p) => bind(leaf, snapshot(leaf, p.version), None)
     case None => leaf.plan // not a Delta table (views with ivm.refresh = full only): read as is
   }
 

@@ -25,7 +25,9 @@ case class RefreshReport(
     backingVersion: Long,
     message: String,
     /** Rows the refresh's Spark jobs read from storage (tasks' input metrics). */
-    rowsRead: Long = 0L) {
+    rowsRead: Long = 0L,
+    /** Rows that entered joins in the queries the refresh ran ([[JoinMetrics]]). */
+    rowsJoined: Long = 0L) {
 
   def sourceRowsChanged: Long = sources.map(_.changedRows).sum
   def viewRowsChanged: Long = rowsInserted + rowsUpdated + rowsDeleted
@@ -46,7 +48,7 @@ case class RefreshReport(
     "phases_ms" -> JObject(phasesMs.toList.map { case (k, v) => k -> JLong(v) }),
     "backing_version" -> JLong(backingVersion),
     "message" -> JString(message),
-    "rows_read" -> JLong(rowsRead))))
+    "rows_read" -> JLong(rowsRead), "rows_joined" -> JLong(rowsJoined))))
 }
 
 /** Wall time per named phase. */

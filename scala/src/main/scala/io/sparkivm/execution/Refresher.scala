@@ -10,7 +10,7 @@ import io.sparkivm.changes.{DeltaSources, PinnedSource}
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.delta.DeltaConcurrentModificationException
-import org.apache.spark.sql.ivm.{ReadMetrics, SparkInternals}
+import org.apache.spark.sql.ivm.{JoinMetrics, ReadMetrics, SparkInternals}
 
 /**
  * REFRESH MATERIALIZED VIEW. One refresh:
@@ -33,8 +33,10 @@ object Refresher extends Logging {
     spark.conf.getOption(AutoEnableConf).forall(_.trim.equalsIgnoreCase("true"))
 
   def refresh(spark: SparkSession, name: Seq[String], full: Boolean): RefreshReport = {
-    val (report, rows) = ReadMetrics.measure(spark)(attempt(spark, name, full, 1))
-    report.copy(rowsRead = rows)
+    val ((report, rows), joined) = JoinMetrics.measure(spark) {
+      ReadMetrics.measure(spark)(attempt(spark, name, full, 1))
+    }
+    report.copy(rowsRead = rows, rowsJoined = joined)
   }
 
   @tailrec
@@ -73,7 +75,7 @@ object Refresher extends Logging {
     val attemptId = UUID.randomUUID().toString
     val versions = pinned.map { case (t, p) => t -> p.version }
 
-    val triangle = TriangleViews.query(analyzed, incremental)
+    val triangle = TriangleViews.query(spark, analyzed, incremental)
     // A triangle view without state for its eps (eps changed, or a killed ALTER) is rebuilt.
     val stale = triangle.isDefined && !last.epsilon.exists(_.eps == meta.eps)
     if (recompute || stale) {

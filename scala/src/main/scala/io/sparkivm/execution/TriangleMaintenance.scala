@@ -1,6 +1,11 @@
 package io.sparkivm.execution
 
+import java.util.concurrent.Executors
+
 import scala.collection.mutable
+import scala.concurrent.{Await, ExecutionContext, Future}
+import scala.concurrent.duration.Duration
+import scala.jdk.CollectionConverters._
 
 import io.sparkivm.catalog.EpsilonState
 import io.sparkivm.planner.{DeltaRules, TriangleQuery}
@@ -75,32 +80,41 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
     val branches = rules.delta(q.sides(i).plan)
     if (branches.isEmpty) None else {
       val raw = frame(i, rules.unionAll(branches.map(_.plan)), Some(rules.m))
-      val net = raw.groupBy(cols(i).map(col): _*).agg(sum(W).as(W)).filter(col(W) =!= 0)
-        .localCheckpoint(eager = true)
-      val rows = net.collect()
-      if (rows.isEmpty) None else Some(LocalDelta(net, rows.toSeq))
+      val net = small(raw.groupBy(cols(i).map(col): _*).agg(sum(W).as(W)).filter(col(W) =!= 0))
+      if (net.isEmpty) None else Some(net)
     }
   }
 
   /** Change of |D| (rows) by this refresh. */
-  def sizeChange: Long = deltas.flatten.map(_.rows.map(_.getAs[Long](W)).sum).sum
+  def sizeChange: Long = deltas.flatten.map(_.weight).sum
 
   // ---- parts ----
 
-  /** The heavy keys of each occurrence: None when every key is heavy (eps = 0). */
-  case class HeavySet(table: Option[DataFrame], size: Long) {
+  /**
+   * The heavy keys of an occurrence: `table` is None when every key is heavy (eps = 0); `keys`
+   * holds them on the driver when there are at most maxKeys, so that splitting rows into parts
+   * is a filter in the scan (rows of the other part never enter a join), not a join.
+   */
+  case class HeavySet(table: Option[DataFrame], size: Long, keys: Option[Set[Any]] = None) {
     def empty: Boolean = table.isDefined && size == 0
   }
 
-  private def heavyPart(df: DataFrame, i: Int, h: HeavySet): DataFrame = h.table match {
-    case None => df
-    case Some(_) if h.empty => df.limit(0)
-    case Some(t) => df.join(hint(t, h.size), Seq(s"a$i"), "left_semi")
+  /** The heavy set of occurrence i read from its table, with its keys collected if few. */
+  def heavySet(i: Int, table: DataFrame, size: Long): HeavySet =
+    HeavySet(Some(table), size,
+      if (size <= maxKeys) Some(table.collect().map(_.get(0)).toSet) else None)
+
+  private def heavyPart(df: DataFrame, i: Int, h: HeavySet): DataFrame = (h.table, h.keys) match {
+    case (None, _) => df
+    case (Some(_), _) if h.empty => df.limit(0)
+    case (_, Some(keys)) => df.where(col(s"a$i").isin(keys.toSeq: _*))
+    case (Some(t), None) => df.join(hint(t, h.size), Seq(s"a$i"), "left_semi")
   }
-  private def lightPart(df: DataFrame, i: Int, h: HeavySet): DataFrame = h.table match {
-    case None => df.limit(0)
-    case Some(_) if h.empty => df
-    case Some(t) => df.join(hint(t, h.size), Seq(s"a$i"), "left_anti")
+  private def lightPart(df: DataFrame, i: Int, h: HeavySet): DataFrame = (h.table, h.keys) match {
+    case (None, _) => df.limit(0)
+    case (Some(_), _) if h.empty => df
+    case (_, Some(keys)) => df.where(!col(s"a$i").isin(keys.toSeq: _*))
+    case (Some(t), None) => df.join(hint(t, h.size), Seq(s"a$i"), "left_anti")
   }
   private def hint(t: DataFrame, size: Long) = if (size <= BroadcastKeys) broadcast(t) else t
 
@@ -118,6 +132,9 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
     val vs = rows.iterator.map(_.get(idx)).filter(_ != null).toSet
     if (vs.size > maxKeys) None else Some(vs.toSeq)
   }
+  private def keysOf(d: LocalDelta, c: String): Option[Seq[Any]] =
+    if (d.local) keysOf(d.rows, c, d.frame.schema) else keysOf(d.frame, c)
+
   private def keysOf(df: DataFrame, c: String): Option[Seq[Any]] = {
     val vs = df.select(col(c)).where(col(c).isNotNull).distinct().limit(maxKeys + 1).collect().map(_.get(0))
     if (vs.length > maxKeys) None else Some(vs.toSeq)
@@ -129,7 +146,20 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
     l.join(rr, cond).withColumn(W, col(W) * col("__w_r")).drop("__w_r")
   }
 
-  private def materialize(df: DataFrame): DataFrame = df.localCheckpoint(eager = true)
+  private def materialize(df: DataFrame): DataFrame = small(df).frame
+
+  /**
+   * `df` computed now: on the driver when it is small (the bounded sets of one batch are), so
+   * that taking its keys and joining it cost no further job; checkpointed otherwise.
+   */
+  private def small(df: DataFrame): LocalDelta = {
+    val rows = df.limit(LocalRows + 1).collect().toSeq
+    if (rows.size <= LocalRows) LocalDelta(spark.createDataFrame(rows.asJava, df.schema), rows)
+    else {
+      val done = df.localCheckpoint(eager = true)
+      LocalDelta(done, Nil, local = false)
+    }
+  }
 
   private def aggregate(df: DataFrame, keys: Seq[String]): DataFrame =
     df.groupBy(keys.map(col): _*).agg(sum(W).as(W)).filter(col(W) =!= 0)
@@ -165,52 +195,62 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
    * refresh: heavy sets and auxiliary views as of `state`, read from `tables`.
    */
   def blockDelta(state: EpsilonState, heavy: IndexedSeq[HeavySet], auxTable: Int => DataFrame): DataFrame = {
-    val out = Seq.newBuilder[DataFrame]
+    val out = mutable.ArrayBuffer[DataFrame]()
+    def emit(df: DataFrame): Unit = { val rows = small(complete(df)).frame; out.synchronized(out += rows) }
     for (j <- sides; d <- deltas(j)) {
       val p = next(j)
       val qq = next(p)
       def at(k: Int) = if (k < j) post(k) else pre(k)
-      val schema = d.frame.schema
-      val aKeys = keysOf(d.rows, s"a$j", schema)
-      val bKeys = keysOf(d.rows, s"b$j", schema)
-      val name = q.sides(j).name
+      val aKeys = keysOf(d, s"a$j")
+      val bKeys = keysOf(d, s"b$j")
       val allHeavy = heavy(p).table.isEmpty
+      val work = Seq.newBuilder[() => Unit]
       // 1. Light neighbours of each B-value (LH and LL), then point lookups in X_q.
-      if (!allHeavy) {
-        val first = materialize(join(d.frame, lightPart(probe(at(p), s"a$p" -> bKeys), p, heavy(p)),
+      if (!allHeavy) work += { () =>
+        val first = small(join(d.frame, lightPart(probe(at(p), s"a$p" -> bKeys), p, heavy(p)),
           Seq(s"b$j" -> s"a$p")))
-        out += join(first, probe(at(qq), s"a$qq" -> keysOf(first, s"b$p"), s"b$qq" -> aKeys),
-          Seq(s"b$p" -> s"a$qq", s"a$j" -> s"b$qq"))
+        emit(join(first.frame, probe(at(qq), s"a$qq" -> keysOf(first, s"b$p"), s"b$qq" -> aKeys),
+          Seq(s"b$p" -> s"a$qq", s"a$j" -> s"b$qq")))
       }
       // 2. Heavy C-values pointing at each A-value (HH), then point lookups in X_p^H.
-      if (!heavy(p).empty && !heavy(qq).empty) {
-        val second = materialize(join(d.frame, heavyPart(probe(at(qq), s"b$qq" -> aKeys), qq, heavy(qq)),
+      if (!heavy(p).empty && !heavy(qq).empty) work += { () =>
+        val second = small(join(d.frame, heavyPart(probe(at(qq), s"b$qq" -> aKeys), qq, heavy(qq)),
           Seq(s"a$j" -> s"b$qq")))
-        out += join(second, heavyPart(probe(at(p), s"a$p" -> bKeys, s"b$p" -> keysOf(second, s"a$qq")),
-          p, heavy(p)), Seq(s"b$j" -> s"a$p", s"a$qq" -> s"b$p"))
+        emit(join(second.frame, heavyPart(probe(at(p), s"a$p" -> bKeys, s"b$p" -> keysOf(second, s"a$qq")),
+          p, heavy(p)), Seq(s"b$j" -> s"a$p", s"a$qq" -> s"b$p")))
       }
       // 3. The auxiliary view V_p = X_p^H x X_q^L as of this step (HL): a lookup.
-      if (!allHeavy && !heavy(p).empty) {
+      if (!allHeavy && !heavy(p).empty) work += { () =>
         val v = (probe(auxTable(p), s"a$p" -> bKeys, s"b$qq" -> aKeys) +: pending(p))
           .reduce(_ unionByName _)
         val hit = join(d.frame, v, Seq(s"b$j" -> s"a$p", s"a$j" -> s"b$qq"))
-        out += (if (q.needsY(p)) hit.withColumn(s"a$qq", col(s"b$p")) else hit)
+        emit(if (q.needsY(p)) hit.withColumn(s"a$qq", col(s"b$p")) else hit)
       }
-      // Lines 9-11: V_j gains D^H x X_p^L; V_q gains X_q^H x D^L.
-      if (!allHeavy && !heavy(j).empty) {
-        val dh = heavyPart(d.frame, j, heavy(j))
-        pending(j) :+= materialize(aux(j, dh, lightPart(probe(at(p), s"a$p" -> bKeys), p, heavy(p))))
-      }
-      if (!allHeavy && !heavy(qq).empty) {
-        val dl = lightPart(d.frame, j, heavy(j))
-        pending(qq) :+= materialize(aux(qq, heavyPart(probe(at(qq), s"b$qq" -> aKeys), qq, heavy(qq)), dl))
-      }
-      notes += s"D($name): ${d.rows.length} changed rows"
+      // Lines 9-11: V_j gains D^H x X_p^L; V_q gains X_q^H x D^L (used by later steps).
+      val toJ = if (!allHeavy && !heavy(j).empty) Some(() => materialize(aux(j,
+        heavyPart(d.frame, j, heavy(j)), lightPart(probe(at(p), s"a$p" -> bKeys), p, heavy(p))))) else None
+      val toQ = if (!allHeavy && !heavy(qq).empty) Some(() => materialize(aux(qq,
+        heavyPart(probe(at(qq), s"b$qq" -> aKeys), qq, heavy(qq)), lightPart(d.frame, j, heavy(j))))) else None
+      toJ.foreach(f => work += { () => val v = f(); pending.synchronized(pending(j) :+= v) })
+      toQ.foreach(f => work += { () => val v = f(); pending.synchronized(pending(qq) :+= v) })
+      // The branches of one step are independent: run their (small, latency-bound) jobs side by side.
+      parallel(work.result())
+      notes += s"D(${q.sides(j).name}): ${d.count} changed rows"
     }
-    val all = out.result().map(complete)
-    if (all.isEmpty) spark.createDataFrame(spark.sparkContext.emptyRDD[Row],
+    if (out.isEmpty) spark.createDataFrame(spark.sparkContext.emptyRDD[Row],
       StructType(allCols.map(c => StructField(c, types(c))) :+ StructField(W, LongType)))
-    else materialize(aggregate(all.reduce(_ unionByName _), allCols))
+    else materialize(aggregate(out.reduce(_ unionByName _), allCols))
+  }
+
+  private def parallel(tasks: Seq[() => Unit]): Unit = tasks match {
+    case Seq() =>
+    case Seq(one) => one()
+    case many =>
+      // Threads created here inherit this thread's Spark local properties (job group, metrics).
+      val pool = Executors.newFixedThreadPool(many.size)
+      implicit val ec: ExecutionContext = ExecutionContext.fromExecutorService(pool)
+      try Await.result(Future.sequence(many.map(t => Future(t()))), Duration.Inf)
+      finally pool.shutdown()
   }
 
   /** The auxiliary views' changes from the data, one per view (after [[blockDelta]]). */
@@ -226,12 +266,13 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
   def moves(state: EpsilonState, heavy: IndexedSeq[HeavySet]): IndexedSeq[(Set[Any], Set[Any])] = sides.map { i =>
     deltas(i) match {
       case Some(d) if !state.allHeavy =>
-        val touched = keysOf(d.rows, s"a$i", d.frame.schema).getOrElse(
-          d.rows.map(_.get(0)).filter(_ != null).distinct.toSeq)
+        val touched = keysOf(d, s"a$i").getOrElse(
+          d.frame.select(s"a$i").where(col(s"a$i").isNotNull).distinct().collect().map(_.get(0)).toSeq)
         val degree = probe(post(i), s"a$i" -> Some(touched)).groupBy(s"a$i").agg(sum(W))
           .collect().map(r => r.get(0) -> r.getLong(1)).toMap
-        val wasHeavy = heavy(i).table.filterNot(_ => heavy(i).empty)
-          .map(t => probe(t, s"a$i" -> Some(touched)).collect().map(_.get(0)).toSet).getOrElse(Set.empty[Any])
+        val wasHeavy = heavy(i).keys.map(_.intersect(touched.toSet)).getOrElse(
+          heavy(i).table.filterNot(_ => heavy(i).empty)
+            .map(t => probe(t, s"a$i" -> Some(touched)).collect().map(_.get(0)).toSet).getOrElse(Set.empty[Any]))
         val theta = state.threshold
         val turnLight = wasHeavy.filter(k => degree.getOrElse(k, 0L) < 0.5 * theta)
         val turnHeavy = touched.toSet.diff(wasHeavy).filter(k => degree.getOrElse(k, 0L) >= 1.5 * theta)
@@ -296,6 +337,16 @@ object TriangleMaintenance {
   /** Heavy sets up to this many keys are broadcast to split rows into parts. */
   val BroadcastKeys = 2000000L
 
-  /** A net change, materialized, with its rows (small: one batch) on the driver. */
-  case class LocalDelta(frame: DataFrame, rows: Seq[Row])
+  /** Rows held on the driver above this many are checkpointed instead. */
+  val LocalRows = 200000
+
+  /** A computed result: its rows on the driver (`local`), or a checkpoint of them. */
+  case class LocalDelta(frame: DataFrame, rows: Seq[Row], local: Boolean = true) {
+    def isEmpty: Boolean = if (local) rows.isEmpty else frame.isEmpty
+    def count: Long = if (local) rows.size.toLong else frame.count()
+    /** The sum of the weights (the change of the relation's size). */
+    def weight: Long =
+      if (local) rows.map(_.getAs[Long](W)).sum
+      else Option(frame.agg(sum(W)).first().get(0)).map(_.asInstanceOf[Long]).getOrElse(0L)
+  }
 }

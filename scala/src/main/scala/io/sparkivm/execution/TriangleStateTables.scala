@@ -27,9 +27,11 @@ class TriangleStateTables(spark: SparkSession, meta: ViewMetadata, attempt: Stri
   private def log(i: Int): DeltaLog = DeltaLog.forTable(spark, names(i))
   def version(i: Int): Long = log(i).update().version
 
-  /** Table i as of a recorded version. */
-  def read(i: Int, version: Long): DataFrame =
-    spark.read.format("delta").option("versionAsOf", version).table(names(i).quotedString)
+  private val reads = scala.collection.mutable.Map[(Int, Long), DataFrame]()
+
+  /** Table i as of a recorded version (resolved once per refresh: it loads a Delta snapshot). */
+  def read(i: Int, version: Long): DataFrame = reads.getOrElseUpdate((i, version),
+    spark.read.format("delta").option("versionAsOf", version).table(names(i).quotedString))
 
   /** Brings every table back to the version a committed refresh recorded. */
   def restore(state: EpsilonState): Unit = names.indices.foreach { i =>

@@ -26,7 +26,7 @@ object ViewExplainer {
       Seq(("Maintenance", if (meta.mode == RefreshMode.Full) "recomputed on every refresh"
         else s"counting IVM, ${m.shape.kind}", "")) ++
         m.states.map(s => ("Aggregate", AggregateState.describe(s), "")) ++
-        TriangleViews.query(a, meta.mode == RefreshMode.Incremental).toSeq.flatMap { q =>
+        TriangleViews.query(spark, a, meta.mode == RefreshMode.Incremental).toSeq.flatMap { q =>
           last.epsilon.filter(_.eps == meta.eps).map(TriangleViews.describe(_, q)).getOrElse(Seq(
             ("Strategy", s"IVM^eps triangle (${q.describe})", ""),
             ("Epsilon", s"${meta.eps} (state not built yet: the next refresh builds it)", "")))
@@ -87,7 +87,7 @@ object ViewExplainer {
     line(s"View shape: ${maintenance.shape.kind}; backing keys: " +
       (if (maintenance.keyNames.isEmpty) "none (one row)" else maintenance.keyNames.mkString(", ")))
     maintenance.states.foreach(s => line(s"Aggregate ${AggregateState.describe(s)}"))
-    TriangleViews.query(analyzed, incremental) match {
+    TriangleViews.query(spark, analyzed, incremental) match {
       case Some(q) =>
         line(s"Strategy: IVM^eps triangle, ${q.describe} (ivm-epsilon-triangles.md)")
         last.epsilon.filter(_.eps == meta.eps) match {

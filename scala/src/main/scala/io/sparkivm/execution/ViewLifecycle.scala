@@ -51,7 +51,7 @@ object ViewLifecycle {
     val pinned = ViewAnalysis.pin(spark, id.quotedString, analyzed, incremental,
       Refresher.autoEnable(spark))
     val epsilon = stmt.properties.get(EpsilonState.Property).map(parseEpsilon)
-    val triangle = TriangleViews.query(analyzed, incremental)
+    val triangle = TriangleViews.query(spark, analyzed, incremental)
     if (epsilon.isDefined && triangle.isEmpty) throw notTriangle(id.quotedString, analyzed)
     val reader = new PinnedReader(spark, Map.empty, pinned, id.quotedString)
     val rows = reader.fullRows(analyzed.maintenance)
@@ -148,7 +148,7 @@ object ViewLifecycle {
     }
     newEpsilon.filter(_ != meta.eps).foreach { eps =>
       val analyzed = ViewAnalysis.reanalyze(spark, meta, meta.mode == RefreshMode.Incremental)
-      if (TriangleViews.query(analyzed, meta.mode == RefreshMode.Incremental).isEmpty) {
+      if (TriangleViews.query(spark, analyzed, meta.mode == RefreshMode.Incremental).isEmpty) {
         throw notTriangle(meta.viewName, analyzed)
       }
       // The state for the old eps stays valid until the rebuild commits: a killed ALTER leaves

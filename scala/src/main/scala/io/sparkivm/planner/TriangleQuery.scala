@@ -47,7 +47,9 @@ object TriangleQuery extends PredicateHelper {
     blocks.headOption match {
       case None => Right(None)
       case Some(block) =>
-        val above = referencedAbove(plan, block.root)
+        // What the view reads of the block: references above it, and the view's own output
+        // when the block is its top (a view listing the triangles).
+        val above = referencedAbove(plan, block.root) ++ plan.outputSet
         of(block, above) match {
           case Right(q) => Right(Some(q))
           case Left(why) if cyclic(block) => Left(why)
