@@ -10,7 +10,7 @@ JAR       := python/spark_ivm/jars/$(JAR_NAME)
 SCALA_SRC := $(shell find scala -name '*.scala' 2>/dev/null)
 STAMP     := $(VENV)/.installed
 
-.PHONY: install jar demo test lint test-scala test-python test-cluster bench bench-fk clean
+.PHONY: install jar demo test lint test-scala test-python test-cluster bench bench-fk bench-triangles clean
 
 install: $(STAMP) $(JAR)
 
@@ -53,6 +53,10 @@ bench: install
 
 bench-fk: install
 	$(PY) benchmarks/fk.py --sf 1 --sf 5 --rounds 1
+
+bench-triangles: install
+	$(PY) benchmarks/triangles.py --edges 10000 --edges 100000 --edges 1000000 \
+		--batch 100 --batch 1000 --rounds 1 --sweep 0.25,0.75 --sweep-max-edges 100000
 
 clean:
 	rm -rf target project/target project/project $(VENV) python/spark_ivm/jars/*.jar

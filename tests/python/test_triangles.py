@@ -41,7 +41,7 @@ def skewed_edges(rng: random.Random, nodes: int, edges: int, hub_share: float) -
     out: set = set()
     while len(out) < 2 * edges:
         a = 0 if rng.random() < hub_share else rng.randint(1, nodes)
-        b = rng.randint(1, nodes)
+        b = rng.randint(1, 3 * nodes if a == 0 else nodes)  # the hub reaches further
         if a != b:
             out.update({(a, b), (b, a)})
     return sorted(out)
@@ -97,7 +97,7 @@ def test_all_shapes_match_recomputation(spark: SparkSession, db: str, eps: str) 
         assert all(h.endswith(": 0") for h in heavy)  # threshold N exceeds every degree
     if eps in ("0.25", "0.5"):
         assert any(not h.endswith(": 0") for h in heavy), heavy  # the heavy paths are exercised
-    for _ in range(2):
+    for _ in range(2 if eps in ("0.25", "0.5") else 1):
         random_round(spark, rng, nodes=14)
         for name, query in shapes.items():
             report = views[name].refresh()
@@ -109,18 +109,18 @@ def test_all_shapes_match_recomputation(spark: SparkSession, db: str, eps: str) 
 def test_three_tables_with_filters(spark: SparkSession, db: str) -> None:
     rng = random.Random(3)
     for t in ("r", "s", "t"):
-        spark.sql(f"CREATE TABLE {t} (x INT, y INT, w INT) USING delta "
+        spark.sql(f"CREATE TABLE {t} (src INT, dst INT, w INT) USING delta "
                   "TBLPROPERTIES (delta.enableChangeDataFeed = true)")
         write(spark, t, skewed_edges(rng, nodes=10, edges=30, hub_share=0.4), rng)
-    query = ("SELECT r.x AS a, sum(t.w) AS total, count(*) AS n FROM r JOIN s ON r.y = s.x "
-             "JOIN t ON s.y = t.x AND t.y = r.x WHERE s.w < 8 AND r.y <> 3 GROUP BY r.x")
+    query = ("SELECT r.src AS a, sum(t.w) AS total, count(*) AS n FROM r JOIN s ON r.dst = s.src "
+             "JOIN t ON s.dst = t.src AND t.dst = r.src WHERE s.w < 8 AND r.dst <> 3 GROUP BY r.src")
     view = MaterializedView.create(spark, "tri3", query, properties={"ivm.epsilon": "0.3"})
     assert "IVM^eps" in info(view)["Strategy"]
     assert_matches_query(spark, "tri3", query)
     for _ in range(2):
         for t in ("r", "s", "t"):
             write(spark, t, [(0, rng.randint(1, 12)), (rng.randint(1, 10), 0)], rng)
-            spark.sql(f"DELETE FROM {t} WHERE x = {rng.randint(0, 10)} AND y < 4")
+            spark.sql(f"DELETE FROM {t} WHERE src = {rng.randint(0, 10)} AND dst < 4")
         view.refresh()
         assert_matches_query(spark, "tri3", query)
 

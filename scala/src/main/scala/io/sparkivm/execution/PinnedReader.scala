@@ -45,11 +45,10 @@ class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
 
   private val changes = mutable.LinkedHashMap[String, Option[DataFrame]]()
 
-  // Resolving a time-travel read loads a snapshot of the Delta log: once per table and version
-  // (a self-join, and IVM^eps, read the same snapshot many times).
-  private val snapshots = mutable.Map[(String, Long), DataFrame]()
+  // A fresh read per call: plans built here join occurrences of one table at one version
+  // (self-joins), and each must have its own attribute ids.
   private def snapshot(leaf: SourceLeaf, version: Long): DataFrame =
-    snapshots.getOrElseUpdate((leaf.name, version), DeltaSources.snapshot(spark, leaf.table, version))
+    DeltaSources.snapshot(spark, leaf.table, version)
 
   def pre(leaf: SourceLeaf): LogicalPlan = consumed.get(leaf.name) match {
     case Some(v) => bind(leaf, snapshot(leaf, v), None)

@@ -122,12 +122,12 @@ object Refresher extends Logging {
       val eps = triangle.map { q =>
         val state = last.epsilon.get
         val tables = new TriangleStateTables(spark, meta, attemptId)
-        tables.restore(state)
+        val base = tables.restore(state)
         val engine = new TriangleMaintenance(spark, q, reader.rules, PlanningConf.probe(spark).maxKeys)
         val block = TriangleViews.blockDelta(engine, tables, state)
-        (q, state, tables, engine, TriangleViews.branch(spark, q, engine, block, reader.rules.m))
+        (q, state, tables, engine, base, TriangleViews.branch(spark, q, engine, block, reader.rules.m))
       }
-      val rules = eps.map { case (q, _, _, _, branch) =>
+      val rules = eps.map { case (q, _, _, _, _, branch) =>
         reader.rulesWith(p => if (p eq q.root) Some(Seq(branch)) else None)
       }.getOrElse(reader.rules)
       val branches = analyzed.maintenance.branches(rules).map(_.describe)
@@ -139,9 +139,9 @@ object Refresher extends Logging {
         .getOrElse(spark.table(meta.backing.quotedString).limit(0)))
       timer.mark("delta")
       val epsNotes = scala.collection.mutable.ArrayBuffer[String]()
-      val epsilon = eps.map { case (_, state, tables, engine, _) =>
+      val epsilon = eps.map { case (_, state, tables, engine, base, _) =>
         epsNotes ++= engine.notes
-        val next = TriangleViews.advance(spark, engine, tables, state, epsNotes)
+        val next = TriangleViews.advance(spark, engine, tables, state, base, epsNotes)
         timer.mark("state")
         FaultInjection.point(spark, "after-state")
         next

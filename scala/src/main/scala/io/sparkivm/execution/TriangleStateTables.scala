@@ -33,8 +33,11 @@ class TriangleStateTables(spark: SparkSession, meta: ViewMetadata, attempt: Stri
   def read(i: Int, version: Long): DataFrame = reads.getOrElseUpdate((i, version),
     spark.read.format("delta").option("versionAsOf", version).table(names(i).quotedString))
 
-  /** Brings every table back to the version a committed refresh recorded. */
-  def restore(state: EpsilonState): Unit = names.indices.foreach { i =>
+  /**
+   * Brings every table back to the content of the version a committed refresh recorded, and
+   * returns each table's version now: the base on which this refresh's writes must follow.
+   */
+  def restore(state: EpsilonState): Seq[Long] = names.indices.map { i =>
     val recorded = state.versions(i)
     val current = try version(i) catch {
       case NonFatal(e) => throw IvmErrors.backingAltered(meta.viewName,
@@ -43,10 +46,11 @@ class TriangleStateTables(spark: SparkSession, meta: ViewMetadata, attempt: Stri
     }
     if (current > recorded) {
       spark.sql(s"RESTORE TABLE ${names(i).quotedString} TO VERSION AS OF $recorded")
+      version(i)
     } else if (current < recorded) {
       throw IvmErrors.backingAltered(meta.viewName, s"its IVM^eps state table " +
         s"${names(i).quotedString} is at version $current, older than the recorded $recorded")
-    }
+    } else current
   }
 
   private def tagged[T](body: => T): T = {

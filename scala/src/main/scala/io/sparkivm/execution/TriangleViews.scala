@@ -77,7 +77,7 @@ object TriangleViews extends Logging {
    * (major rebalancing). Writes the state tables; the view's commit makes them current.
    */
   def advance(spark: SparkSession, engine: TriangleMaintenance, tables: TriangleStateTables,
-      state: EpsilonState, notes: collection.mutable.Buffer[String]): EpsilonState = {
+      state: EpsilonState, base: Seq[Long], notes: collection.mutable.Buffer[String]): EpsilonState = {
     val size = state.size + engine.sizeChange
     val next = if (size >= state.n || size < state.n / 4) {
       var n = state.n
@@ -129,7 +129,8 @@ object TriangleViews extends Logging {
       EpsilonState(state.eps, state.n, size, heavyCounts.toSeq, auxRows.toSeq, auxCompact.toSeq,
         versions.toSeq)
     }
-    (0 until 6).foreach(i => tables.checkOwn(i, state.versions(i), next.versions(i)))
+    // `base`: the versions after restoring; what follows them must all be this refresh's.
+    (0 until 6).foreach(i => tables.checkOwn(i, base(i), next.versions(i)))
     if (checking(spark)) check(spark, engine, tables, next, strict = false)
     next
   }
