@@ -247,7 +247,7 @@ def main() -> None:
     sizes = args.edges or [10_000, 100_000, 1_000_000]
     batches = args.batch or [100, 1000]
     sweep = [float(e) for e in args.sweep.split(",") if e]
-    work = os.path.join(ROOT, "benchmarks", "work", args.out)
+    work = os.path.join(ROOT, "work", "benchmarks", args.out)  # /work/ is ignored by git
     shutil.rmtree(work, ignore_errors=True)
     spark = session(os.path.join(work, "warehouse"), args.memory, "spark-ivm triangles benchmark")
     results = []
