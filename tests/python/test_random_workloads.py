@@ -2,7 +2,7 @@
 random interleavings of INSERT, DELETE, UPDATE and MERGE, with refreshes at random points.
 After every refresh the view must equal its query recomputed, as a multiset.
 
-IVM_EXAMPLES sets the number of examples (default 8, kept small for `make test`; the
+IVM_EXAMPLES sets the number of examples (default 5, kept small for `make test`; the
 nightly-style run is `IVM_EXAMPLES=200 pytest tests/python/test_random_workloads.py`).
 """
 
@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 from ivm_testing import assert_matches_query
 from spark_ivm import MaterializedView
 
-EXAMPLES = int(os.environ.get("IVM_EXAMPLES", "8"))
+EXAMPLES = int(os.environ.get("IVM_EXAMPLES", "5"))
 _ids = itertools.count()
 
 MEASURE_TYPES = ["INT", "BIGINT", "DOUBLE", "DECIMAL(8,2)"]

@@ -242,17 +242,6 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
     else materialize(aggregate(out.reduce(_ unionByName _), allCols))
   }
 
-  private def parallel(tasks: Seq[() => Unit]): Unit = tasks match {
-    case Seq() =>
-    case Seq(one) => one()
-    case many =>
-      // Threads created here inherit this thread's Spark local properties (job group, metrics).
-      val pool = Executors.newFixedThreadPool(many.size)
-      implicit val ec: ExecutionContext = ExecutionContext.fromExecutorService(pool)
-      try Await.result(Future.sequence(many.map(t => Future(t()))), Duration.Inf)
-      finally pool.shutdown()
-  }
-
   /** The auxiliary views' changes from the data, one per view (after [[blockDelta]]). */
   def auxChanges: IndexedSeq[Option[DataFrame]] = sides.map { i =>
     if (pending(i).isEmpty) None else Some(aggregate(pending(i).reduce(_ unionByName _), auxCols(i)))
@@ -263,7 +252,10 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
    * touched: a heavy key below 1/2 N^eps turns light, a light key at 3/2 N^eps or more turns
    * heavy. Returns the keys turning heavy and light per occurrence.
    */
-  def moves(state: EpsilonState, heavy: IndexedSeq[HeavySet]): IndexedSeq[(Set[Any], Set[Any])] = sides.map { i =>
+  def moves(state: EpsilonState, heavy: IndexedSeq[HeavySet]): IndexedSeq[(Set[Any], Set[Any])] =
+    parallel(sides.map(i => () => movesOf(i, state, heavy))).toIndexedSeq
+
+  private def movesOf(i: Int, state: EpsilonState, heavy: IndexedSeq[HeavySet]): (Set[Any], Set[Any]) =
     deltas(i) match {
       case Some(d) if !state.allHeavy =>
         val touched = keysOf(d, s"a$i").getOrElse(
@@ -279,7 +271,6 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
         (turnHeavy, turnLight)
       case _ => (Set.empty[Any], Set.empty[Any])
     }
-  }
 
   /**
    * The auxiliary views' changes from moving keys between parts, over Post:
@@ -332,6 +323,21 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
 }
 
 object TriangleMaintenance {
+  /**
+   * Runs independent pieces of work side by side: they are small Spark jobs whose time goes to
+   * planning and scheduling, which overlap well. Threads created here inherit the caller's
+   * Spark local properties (job group, read metrics).
+   */
+  def parallel[T](tasks: Seq[() => T]): Seq[T] = tasks match {
+    case Seq() => Nil
+    case Seq(one) => Seq(one())
+    case many =>
+      val pool = Executors.newFixedThreadPool(many.size)
+      implicit val ec: ExecutionContext = ExecutionContext.fromExecutorService(pool)
+      try Await.result(Future.sequence(many.map(t => Future(t()))), Duration.Inf)
+      finally pool.shutdown()
+  }
+
   val W = "w"
   val KeyColumn = "key"
   /** Heavy sets up to this many keys are broadcast to split rows into parts. */

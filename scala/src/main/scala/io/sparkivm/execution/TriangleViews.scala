@@ -179,12 +179,10 @@ object TriangleViews extends Logging {
       s"IVM^eps invariant violated: $what (state $state)")
     val theta = state.threshold
     val heavy = heavySets(state, tables, state.versions, engine)
-    var size = 0L
-    (0 until 3).foreach { i =>
+    def checkSide(i: Int): Long = {
       val degrees = engine.post(i).groupBy(s"a$i").agg(sum(W).as("deg"))
       val joined = heavy(i).table.map(keys => degrees.join(keys.withColumn("heavy", lit(true)),
         Seq(s"a$i"), "full_outer")).getOrElse(degrees.withColumn("heavy", lit(true))).collect()
-      size += joined.map(r => Option(r.getAs[Any]("deg")).map(_.asInstanceOf[Long]).getOrElse(0L)).sum
       if (heavy(i).table.isDefined) {
         val heavyCount = joined.count(_.getAs[Any]("heavy") != null)
         if (heavyCount != state.heavy(i)) fail(s"${engine.sideName(i)} has $heavyCount heavy keys, " +
@@ -204,10 +202,12 @@ object TriangleViews extends Logging {
           }
         }
       }
+      joined.map(r => Option(r.getAs[Any]("deg")).map(_.asInstanceOf[Long]).getOrElse(0L)).sum
     }
+    val size = TriangleMaintenance.parallel((0 until 3).map(i => () => checkSide(i))).sum
     if (size != state.size) fail(s"|D| is $size, the state says ${state.size}")
     if (!(state.n / 4 <= size && size < state.n)) fail(s"|D| = $size outside [floor(N/4), N)")
-    (0 until 3).foreach { i =>
+    TriangleMaintenance.parallel((0 until 3).map(i => () => {
       // The stored view minus its definition, folded per row: empty when they are equal.
       val cols = engine.auxCols(i).map(col)
       val stored = tables.read(3 + i, state.versions(3 + i)).select(cols :+ col(W): _*)
@@ -217,6 +217,6 @@ object TriangleViews extends Logging {
       if (differing.nonEmpty) {
         fail(s"${EpsilonState.Views(i)} differs from its definition, e.g. by ${differing.mkString(", ")}")
       }
-    }
+    }))
   }
 }
