@@ -119,17 +119,8 @@ object Refresher extends Logging {
       timer.mark("changes")
       FaultInjection.point(spark, "after-changes")
       // IVM^eps: the triangle block's delta from the state, then the rest of the view as usual.
-      val eps = triangle.map { q =>
-        val state = last.epsilon.get
-        val tables = new TriangleStateTables(spark, meta, attemptId)
-        val base = tables.restore(state)
-        val engine = new TriangleMaintenance(spark, q, reader.rules, PlanningConf.probe(spark).maxKeys)
-        val block = TriangleViews.blockDelta(engine, tables, state)
-        (q, state, tables, engine, base, TriangleViews.branch(spark, q, engine, block, reader.rules.m))
-      }
-      val rules = eps.map { case (q, _, _, _, _, branch) =>
-        reader.rulesWith(p => if (p eq q.root) Some(Seq(branch)) else None)
-      }.getOrElse(reader.rules)
+      val eps = triangle.map(q => new TriangleRefresh(spark, meta, q, reader, last.epsilon.get, attemptId))
+      val rules = eps.map(_.rules).getOrElse(reader.rules)
       val branches = analyzed.maintenance.branches(rules).map(_.describe)
       timer.mark("delta-plan")
       val source: DataFrame = BackingTable.materialize(analyzed.maintenance
@@ -139,9 +130,8 @@ object Refresher extends Logging {
         .getOrElse(spark.table(meta.backing.quotedString).limit(0)))
       timer.mark("delta")
       val epsNotes = scala.collection.mutable.ArrayBuffer[String]()
-      val epsilon = eps.map { case (_, state, tables, engine, base, _) =>
-        epsNotes ++= engine.notes
-        val next = TriangleViews.advance(spark, engine, tables, state, base, epsNotes)
+      val epsilon = eps.map { e =>
+        val next = e.advance(epsNotes)
         timer.mark("state")
         FaultInjection.point(spark, "after-state")
         next

@@ -1,8 +1,8 @@
 package io.sparkivm.execution
 
 import io.sparkivm.IvmException
-import io.sparkivm.catalog.EpsilonState
-import io.sparkivm.planner.{Branch, TriangleQuery}
+import io.sparkivm.catalog.{EpsilonState, ViewMetadata}
+import io.sparkivm.planner.{Branch, DeltaRules, TriangleQuery}
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, Cast, Literal, NamedExpression}
@@ -10,6 +10,28 @@ import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, Project}
 import org.apache.spark.sql.functions.{col, lit, sum}
 import org.apache.spark.sql.ivm.SparkInternals
 import org.apache.spark.sql.types.IntegerType
+
+/**
+ * One incremental refresh of a triangle view: the block's delta from the state as of the last
+ * refresh (after restoring state tables a failed refresh left ahead), then the next state.
+ */
+class TriangleRefresh(spark: SparkSession, meta: ViewMetadata, q: TriangleQuery, reader: PinnedReader,
+    state: EpsilonState, attempt: String) {
+  private val tables = new TriangleStateTables(spark, meta, attempt)
+  private val base = tables.restore(state)
+  private val engine = new TriangleMaintenance(spark, q, reader.rules, PlanningConf.probe(spark).maxKeys)
+  private val branch = TriangleViews.branch(spark, q, engine,
+    TriangleViews.blockDelta(engine, tables, state), reader.rules.m)
+
+  /** The view's delta rules, with the triangle block's branch computed by IVM^eps. */
+  def rules: DeltaRules = reader.rulesWith(p => if (p eq q.root) Some(Seq(branch)) else None)
+
+  /** Writes the next state (see [[TriangleViews.advance]]); `notes` gets what was done. */
+  def advance(notes: collection.mutable.Buffer[String]): EpsilonState = {
+    notes ++= engine.notes
+    TriangleViews.advance(spark, engine, tables, state, base, notes)
+  }
+}
 
 /**
  * The IVM^eps life cycle of a triangle view: building its state (at CREATE, on a full refresh,
