@@ -72,8 +72,11 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
 
   private val preFrames = mutable.Map[Int, DataFrame]()
   private val postFrames = mutable.Map[Int, DataFrame]()
-  def pre(i: Int): DataFrame = preFrames.getOrElseUpdate(i, frame(i, rules.pre(q.sides(i).plan), None))
-  def post(i: Int): DataFrame = postFrames.getOrElseUpdate(i, frame(i, rules.post(q.sides(i).plan), None))
+  // Read from the threads of `parallel`: the maps are guarded.
+  def pre(i: Int): DataFrame =
+    preFrames.synchronized(preFrames.getOrElseUpdate(i, frame(i, rules.pre(q.sides(i).plan), None)))
+  def post(i: Int): DataFrame =
+    postFrames.synchronized(postFrames.getOrElseUpdate(i, frame(i, rules.post(q.sides(i).plan), None)))
 
   /** The net change of each occurrence, materialized, with its rows on the driver. */
   lazy val deltas: IndexedSeq[Option[LocalDelta]] = sides.map { i =>

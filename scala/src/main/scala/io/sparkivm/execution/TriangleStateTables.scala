@@ -30,8 +30,8 @@ class TriangleStateTables(spark: SparkSession, meta: ViewMetadata, attempt: Stri
   private val reads = scala.collection.mutable.Map[(Int, Long), DataFrame]()
 
   /** Table i as of a recorded version (resolved once per refresh: it loads a Delta snapshot). */
-  def read(i: Int, version: Long): DataFrame = reads.getOrElseUpdate((i, version),
-    spark.read.format("delta").option("versionAsOf", version).table(names(i).quotedString))
+  def read(i: Int, version: Long): DataFrame = reads.synchronized(reads.getOrElseUpdate((i, version),
+    spark.read.format("delta").option("versionAsOf", version).table(names(i).quotedString)))
 
   /**
    * Brings every table back to the content of the version a committed refresh recorded, and
