@@ -37,6 +37,10 @@ def make_session(master: str = "local[2]", warehouse: Optional[str] = None,
         .config("spark.sql.adaptive.coalescePartitions.initialPartitionNum", "4")
         .config("spark.databricks.delta.snapshotPartitions", "2")
         .config("spark.ivm.test", "true")
+        # One session runs every test: IVM^eps runs thousands of small queries, whose plans the
+        # SQL status store keeps (1000 by default), so keep fewer and give the driver room.
+        .config("spark.sql.ui.retainedExecutions", "50")
+        .config("spark.driver.memory", "4g")
         .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={warehouse}")
     )
     for key, value in (extra or {}).items():
