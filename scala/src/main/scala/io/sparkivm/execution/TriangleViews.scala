@@ -20,8 +20,10 @@ class TriangleRefresh(spark: SparkSession, meta: ViewMetadata, q: TriangleQuery,
   private val tables = new TriangleStateTables(spark, meta, attempt)
   private val base = tables.restore(state)
   private val engine = new TriangleMaintenance(spark, q, reader.rules, PlanningConf.probe(spark).maxKeys)
+  // Read once: the delta and the next state both split rows by the heavy keys as of `state`.
+  private val heavy = TriangleViews.heavySets(state, tables, state.versions, engine)
   private val branch = TriangleViews.branch(spark, q, engine,
-    TriangleViews.blockDelta(engine, tables, state), reader.rules.m)
+    TriangleViews.blockDelta(engine, tables, state)(heavy), reader.rules.m)
 
   /** The view's delta rules, with the triangle block's branch computed by IVM^eps. */
   def rules: DeltaRules = reader.rulesWith(p => if (p eq q.root) Some(Seq(branch)) else None)
@@ -29,7 +31,7 @@ class TriangleRefresh(spark: SparkSession, meta: ViewMetadata, q: TriangleQuery,
   /** Writes the next state (see [[TriangleViews.advance]]); `notes` gets what was done. */
   def advance(notes: collection.mutable.Buffer[String]): EpsilonState = {
     notes ++= engine.notes
-    TriangleViews.advance(spark, engine, tables, state, base, notes)
+    TriangleViews.advance(spark, engine, tables, state, base, notes)(heavy)
   }
 }
 
@@ -59,7 +61,7 @@ object TriangleViews extends Logging {
   private def checking(spark: SparkSession): Boolean =
     spark.conf.getOption(CheckInvariants).exists(_.trim.equalsIgnoreCase("true"))
 
-  private def heavySets(state: EpsilonState, tables: TriangleStateTables, versions: Seq[Long],
+  def heavySets(state: EpsilonState, tables: TriangleStateTables, versions: Seq[Long],
       engine: TriangleMaintenance): IndexedSeq[engine.HeavySet] = (0 until 3).map { i =>
     if (state.allHeavy) engine.HeavySet(None, 0)
     else engine.heavySet(i, tables.read(i, versions(i)).select(col(KeyColumn).as(s"a$i")), state.heavy(i))
@@ -89,9 +91,9 @@ object TriangleViews extends Logging {
   }
 
   /** The state's heavy sets and auxiliary views as of `state`, for one refresh's delta. */
-  def blockDelta(engine: TriangleMaintenance, tables: TriangleStateTables, state: EpsilonState): DataFrame =
-    engine.blockDelta(state, heavySets(state, tables, state.versions, engine),
-      i => tables.read(3 + i, state.versions(3 + i)))
+  def blockDelta(engine: TriangleMaintenance, tables: TriangleStateTables, state: EpsilonState)(
+      heavy: IndexedSeq[engine.HeavySet]): DataFrame =
+    engine.blockDelta(state, heavy, i => tables.read(3 + i, state.versions(3 + i)))
 
   /**
    * The state after a refresh whose block delta `engine` computed: auxiliary-view changes
@@ -99,7 +101,8 @@ object TriangleViews extends Logging {
    * (major rebalancing). Writes the state tables; the view's commit makes them current.
    */
   def advance(spark: SparkSession, engine: TriangleMaintenance, tables: TriangleStateTables,
-      state: EpsilonState, base: Seq[Long], notes: collection.mutable.Buffer[String]): EpsilonState = {
+      state: EpsilonState, base: Seq[Long], notes: collection.mutable.Buffer[String])(
+      heavy: IndexedSeq[engine.HeavySet]): EpsilonState = {
     val size = state.size + engine.sizeChange
     val next = if (size >= state.n || size < state.n / 4) {
       var n = state.n
@@ -110,7 +113,6 @@ object TriangleViews extends Logging {
         "partitions and auxiliary views rebuilt"
       build(spark, engine, tables, state.eps, Some(n), Some(size))
     } else {
-      val heavy = heavySets(state, tables, state.versions, engine)
       val dataChanges = engine.auxChanges
       val moves = engine.moves(state, heavy)
       val rebalance = engine.rebalanceChanges(heavy, moves)
