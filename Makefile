@@ -10,7 +10,7 @@ JAR       := python/spark_ivm/jars/$(JAR_NAME)
 SCALA_SRC := $(shell find scala -name '*.scala' 2>/dev/null)
 STAMP     := $(VENV)/.installed
 
-.PHONY: install jar demo test lint test-scala test-python test-cluster bench bench-fk bench-triangles clean
+.PHONY: install jar demo docs test lint test-scala test-python test-cluster bench bench-fk bench-triangles clean
 
 install: $(STAMP) $(JAR)
 
@@ -32,6 +32,10 @@ $(JAR): $(SCALA_SRC) build.sbt project/build.properties pyproject.toml
 
 demo: install
 	$(PY) examples/quickstart.py
+
+# docs/sql.md's table of settings, generated from the registry (io.sparkivm.conf.IvmConf).
+docs: install
+	IVM_UPDATE_DOCS=1 build/sbt "testOnly io.sparkivm.conf.IvmConfSuite"
 
 test: install lint test-scala test-python test-cluster
 

@@ -38,7 +38,7 @@ lazy val root = (project in file("."))
       "--add-opens=java.base/java.util=ALL-UNNAMED",
       "--add-opens=java.base/java.lang.invoke=ALL-UNNAMED",
       "--add-opens=java.base/sun.util.calendar=ALL-UNNAMED",
-      "-Dspark.ivm.test=true"
+      "-Dspark.ivm.testing=true"
     ),
     Test / parallelExecution := false
   )

@@ -1,18 +1,28 @@
-"""The SparkSession every benchmark runs in: local, all cores, spark-ivm and Delta configured."""
+"""The SparkSession every benchmark runs in: local, all cores, spark-ivm and Delta configured.
+
+Incremental refreshes and recomputations run in the same session with the same settings:
+spark-ivm's session defaults (Delta snapshot partitions and shuffle partitions sized for the
+local cores, adaptive execution on) apply to both.
+"""
 
 from __future__ import annotations
+
+from typing import Dict, Optional
 
 from pyspark.sql import SparkSession
 
 from spark_ivm import configure_spark_with_ivm
 
 
-def session(warehouse: str, memory: str, app: str = "spark-ivm benchmark") -> SparkSession:
+def session(warehouse: str, memory: str, app: str = "spark-ivm benchmark",
+            extra: Optional[Dict[str, str]] = None) -> SparkSession:
     builder = (SparkSession.builder.master("local[*]").appName(app)
                .config("spark.driver.memory", memory)
                .config("spark.sql.warehouse.dir", warehouse)
-               .config("spark.sql.shuffle.partitions", "8")
-               .config("spark.ui.enabled", "false"))
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false"))
+    for key, value in (extra or {}).items():
+        builder = builder.config(key, value)
     spark = configure_spark_with_ivm(builder).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark

@@ -27,7 +27,7 @@ import statistics
 import sys
 import time
 from collections import Counter
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -97,8 +97,9 @@ MODES = {  # mode: confs set for its refresh
 }
 
 
-def load(spark: SparkSession, parquet_dir: str) -> Dict[str, int]:
-    """Delta tables sorted by primary key, a file per `rows per file` rows, keys declared."""
+def load(spark: SparkSession, parquet_dir: str, rely: bool = False) -> Dict[str, int]:
+    """Delta tables sorted by primary key, a file per `rows per file` rows, keys declared
+    (foreign keys with RELY when ``rely``: refreshes then trust them instead of re-checking)."""
     counts = {}
     for t, (pk, per_file) in TABLES.items():
         df = spark.read.parquet(os.path.join(parquet_dir, f"{t}.parquet"))
@@ -110,17 +111,21 @@ def load(spark: SparkSession, parquet_dir: str) -> Dict[str, int]:
             spark.sql(f"ALTER TABLE {t} ADD CONSTRAINT {t}_pk PRIMARY KEY ({pk})")
     for child, col, parent, pcol in FKS:
         spark.sql(f"ALTER TABLE {child} ADD CONSTRAINT {child}_{col}_fk FOREIGN KEY ({col}) "
-                  f"REFERENCES {parent} ({pcol})")
+                  f"REFERENCES {parent} ({pcol}){' RELY' if rely else ''}")
     return counts
 
 
-def refresh_functions(spark: SparkSession, fraction: float, seed: int) -> Dict[str, int]:
+def refresh_functions(spark: SparkSession, fraction: float, seed: int,
+                      orders: Optional[int] = None) -> Dict[str, int]:
     """RF1/RF2 with customers: new orders (half of them by new customers) with their lineitems,
-    deleted orders with their lineitems, and customers without orders removed."""
+    deleted orders with their lineitems, and customers without orders removed. ``orders`` fixes
+    the number of orders in and out (and customers at a tenth of it) whatever the scale."""
     max_o = spark.sql("SELECT max(o_orderkey) FROM orders").first()[0]
     max_c = spark.sql("SELECT max(c_custkey) FROM customer").first()[0]
-    n = max(1, int(spark.table("orders").count() * fraction))
-    nc = max(1, int(spark.table("customer").count() * fraction))
+    n_orders = spark.table("orders").count()
+    n = orders if orders else max(1, int(n_orders * fraction))
+    nc = max(1, n // 10) if orders else max(1, int(spark.table("customer").count() * fraction))
+    fraction = n / n_orders
     spark.sql(f"""CREATE OR REPLACE TEMPORARY VIEW rf_new AS
         SELECT o_orderkey AS old_key, {max_o} + row_number() OVER (ORDER BY o_orderkey) AS new_key,
                row_number() OVER (ORDER BY o_orderkey) AS i
@@ -159,11 +164,11 @@ def refresh_functions(spark: SparkSession, fraction: float, seed: int) -> Dict[s
 
 
 def full_recompute(spark: SparkSession, sql: str) -> tuple:
-    """Seconds and rows read of a statement (spark-ivm's read metrics, as in its reports)."""
+    """Seconds, rows read and Spark jobs of a statement (spark-ivm's metrics, as in its reports)."""
     metrics = spark.sparkContext._jvm.org.apache.spark.sql.ivm.ReadMetrics  # type: ignore[union-attr]
     t0 = time.perf_counter()
-    read = metrics.rowsReadBy(spark._jsparkSession, sql)
-    return time.perf_counter() - t0, int(read)
+    jobs, _tasks, read = metrics.workOf(spark._jsparkSession, sql)
+    return time.perf_counter() - t0, int(read), int(jobs)
 
 
 def bag(spark: SparkSession, t: str) -> Counter:
@@ -171,12 +176,13 @@ def bag(spark: SparkSession, t: str) -> Counter:
                          for v in r) for r in spark.table(t).collect())
 
 
-def run(sf: float, rounds: int, fraction: float, views: List[str], work: str, memory: str) -> Dict[str, Any]:
+def run(sf: float, rounds: int, fraction: float, views: List[str], work: str, memory: str,
+        orders: Optional[int] = None, rely: bool = False) -> Dict[str, Any]:
     warehouse = os.path.join(work, f"warehouse-fk-sf{sf:g}")
     shutil.rmtree(warehouse, ignore_errors=True)
     spark = session(warehouse, memory, "spark-ivm fk benchmark")
     t0 = time.perf_counter()
-    counts = load(spark, generate(sf, os.path.join(work, "tpch"), list(TABLES)))
+    counts = load(spark, generate(sf, os.path.join(work, "tpch"), list(TABLES)), rely)
     print(f"  loaded in {time.perf_counter() - t0:.0f} s: {counts}", flush=True)
     for v in views:
         spark.sql(f"CREATE TABLE {v}_full USING delta AS {VIEWS[v]}")
@@ -184,10 +190,10 @@ def run(sf: float, rounds: int, fraction: float, views: List[str], work: str, me
             spark.sql(f"CREATE MATERIALIZED VIEW {v}_{mode} AS {VIEWS[v]}")
     results: List[Dict[str, Any]] = []
     for i in range(rounds):
-        rf = refresh_functions(spark, fraction, seed=i + 1)
+        rf = refresh_functions(spark, fraction, seed=i + 1, orders=orders)
         for v in views:
             row: Dict[str, Any] = {"round": i + 1, "view": v, **rf}
-            row["full_s"], row["full_rows_read"] = full_recompute(
+            row["full_s"], row["full_rows_read"], row["full_jobs"] = full_recompute(
                 spark, f"INSERT OVERWRITE {v}_full {VIEWS[v]}")
             expected = bag(spark, f"{v}_full")
             for mode, confs in MODES.items():
@@ -201,19 +207,22 @@ def run(sf: float, rounds: int, fraction: float, views: List[str], work: str, me
                 if not same:
                     raise SystemExit(f"{v}_{mode} differs from recomputation")
                 row[mode] = {"refresh_s": secs, "rows_read": read, "phases_ms": report.phases_ms,
+                             "spark_jobs": report.spark_jobs, "phases_jobs": report.phases_jobs,
                              "delta_s": (report.phases_ms.get("delta-plan", 0)
                                          + report.phases_ms.get("delta", 0)) / 1000,
                              "branches": report.branches, "plan_notes": report.plan_notes}
             for k in ("spark.ivm.fkPruning.enabled", "spark.ivm.keyProbing.enabled"):
                 spark.conf.unset(k)
             print(f"  sf {sf:g} round {i + 1} {v}: full {row['full_s']:.1f} s; " + "; ".join(
-                f"{m} {row[m]['refresh_s']:.1f} s (delta {row[m]['delta_s']:.1f} s, "
+                f"{m} {row[m]['refresh_s']:.1f} s ({row[m]['spark_jobs']} jobs, "
+                f"delta {row[m]['delta_s']:.1f} s, "
                 f"{row[m]['rows_read'] / 1e6:.2f} M rows read, {len(row[m]['branches'])} branches)"
                 for m in MODES),
                 flush=True)
             results.append(row)
     spark.stop()
-    return {"scale_factor": sf, "rows": counts, "fraction": fraction, "rounds": results}
+    return {"scale_factor": sf, "rows": counts, "fraction": fraction, "orders": orders, "rely": rely,
+            "rounds": results}
 
 
 def summary(runs: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
@@ -221,53 +230,66 @@ def summary(runs: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     for r in runs:
         for v in sorted({x["view"] for x in r["rounds"]}):
             rows = [x for x in r["rounds"] if x["view"] == v]
-            keys = ("refresh_s", "delta_s", "rows_read")
+            keys = ("refresh_s", "delta_s", "rows_read", "spark_jobs")
             med = {m: {k: statistics.median(x[m][k] for x in rows) for k in keys}
                    for m in MODES}
             full = statistics.median(x["full_s"] for x in rows)
             out.append({"sf": r["scale_factor"], "view": v, "full_s": full,
-                        "full_rows_read": statistics.median(x["full_rows_read"] for x in rows), **med,
-                        "delta_speedup_fk": med["generic"]["delta_s"] / max(med["fk"]["delta_s"], 1e-3),
-                        "refresh_speedup_fk": med["generic"]["refresh_s"] / med["fk"]["refresh_s"],
-                        "fk_vs_full": full / med["fk"]["refresh_s"],
+                        "full_rows_read": statistics.median(x["full_rows_read"] for x in rows),
+                        "full_jobs": statistics.median(x["full_jobs"] for x in rows), **med,
+                        "delta_speedup_fk": (med["generic"]["delta_s"] / max(med["fk"]["delta_s"], 1e-3)
+                                             if "generic" in med else None),
+                        "refresh_speedup_fk": (med["generic"]["refresh_s"] / med["fk"]["refresh_s"]
+                                               if "generic" in med else None),
+                        "fk_vs_full": full / med["fk"]["refresh_s"] if "fk" in med else None,
                         "probe_vs_full": full / med["fk_probe"]["refresh_s"] if "fk_probe" in med else None})
     return out
 
 
-def plot(table: List[Dict[str, Any]], out_dir: str, prefix: str) -> None:
+def plot(table: List[Dict[str, Any]], out_dir: str, prefix: str, change: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     views = sorted({t["view"] for t in table}, key=list(VIEWS).index)
     sfs = sorted({t["sf"] for t in table})
+    series = [("recompute", lambda t: t["full_s"])] + [(m, lambda t, m=m: t[m]["refresh_s"]) for m in MODES]
     fig, axes = plt.subplots(1, len(sfs), figsize=(6 * len(sfs), 4), squeeze=False)
     for ax, sf in zip(axes[0], sfs):
         rows = {t["view"]: t for t in table if t["sf"] == sf}
         xs = list(range(len(views)))
-        width = 0.2
-        series = [("full", lambda t: t["full_s"])] + [(m, lambda t, m=m: t[m]["refresh_s"]) for m in MODES]
+        width = 0.8 / len(series)
         for j, (label, get) in enumerate(series):
-            ax.bar([x + (j - 1.5) * width for x in xs], [get(rows[v]) if v in rows else 0 for v in views],
-                   width, label=label)
+            ax.bar([x + (j - (len(series) - 1) / 2) * width for x in xs],
+                   [get(rows[v]) if v in rows else 0 for v in views], width, label=label)
         ax.set_xticks(xs, views)
         ax.set_yscale("log")
         ax.set_ylabel("seconds per refresh (log)")
-        ax.set_title(f"TPC-H SF {sf:g}, 0.1% of orders in and out")
+        ax.set_title(f"TPC-H SF {sf:g}, {change}")
         ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(os.path.join(out_dir, f"{prefix}_views.png"), dpi=110)
 
-    fig, ax = plt.subplots(figsize=(6, 4))
-    lines = [("full", lambda t: t["full_s"])] + [(m, lambda t, m=m: t[m]["refresh_s"]) for m in MODES]
-    for label, get in lines:
-        ys = [statistics.median(get(t) for t in table if t["sf"] == sf) for sf in sfs]
-        ax.plot(sfs, ys, marker="o", label=label)
-    ax.set_xlabel("scale factor")
-    ax.set_ylabel("median seconds per refresh over the views")
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 4))
+    for v in views:
+        rows = sorted((t for t in table if t["view"] == v), key=lambda t: t["sf"])
+        xs = [t["sf"] for t in rows]
+        line = ax.plot(xs, [t["full_s"] for t in rows], marker="o", linestyle="--", label=f"{v} recompute")
+        for m in MODES:
+            ax.plot(xs, [t[m]["refresh_s"] for t in rows], marker="s", color=line[0].get_color(),
+                    label=f"{v} {m}")
+            bx.plot(xs, [t[m]["spark_jobs"] for t in rows], marker="s", color=line[0].get_color(),
+                    label=f"{v} {m}")
+        bx.plot(xs, [t["full_jobs"] for t in rows], marker="o", linestyle="--", color=line[0].get_color(),
+                label=f"{v} recompute")
+    for axis, title, ylabel in ((ax, "time against data size", "seconds (log)"),
+                                (bx, "Spark jobs per refresh", "jobs")):
+        axis.set_xscale("log")
+        axis.set_xlabel("scale factor (log)")
+        axis.set_ylabel(ylabel)
+        axis.set_title(f"{title}; {change}")
+        axis.legend(fontsize=7)
     ax.set_yscale("log")
-    ax.set_title("refresh time against scale factor")
-    ax.legend()
     fig.tight_layout()
     fig.savefig(os.path.join(out_dir, f"{prefix}_scale.png"), dpi=110)
 
@@ -278,6 +300,10 @@ def main() -> None:
     parser.add_argument("--sf", type=float, action="append", help="scale factor (repeatable)")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--fraction", type=float, default=0.001)
+    parser.add_argument("--orders", type=int, default=None,
+                        help="a fixed number of orders in and out per round (instead of --fraction)")
+    parser.add_argument("--rely", action="store_true",
+                        help="declare the foreign keys with RELY (refreshes trust them)")
     parser.add_argument("--views", default=",".join(VIEWS))
     parser.add_argument("--modes", default=",".join(MODES), help="subset of generic,fk,fk_probe")
     parser.add_argument("--memory", default="12g")
@@ -290,19 +316,20 @@ def main() -> None:
     runs = []
     for sf in args.sf or [1.0]:
         print(f"== fk benchmark at scale factor {sf:g}: {', '.join(views)} ==", flush=True)
-        runs.append(run(sf, args.rounds, args.fraction, views, args.work, args.memory))
+        runs.append(run(sf, args.rounds, args.fraction, views, args.work, args.memory, args.orders,
+                        args.rely))
     table = summary(runs)
     path = os.path.join(HERE, "results", f"{args.out}.json")
     with open(path, "w") as f:
         json.dump({"command": " ".join(sys.argv), "machine": {"cpus": os.cpu_count(),
                    "python": platform.python_version()}, "summary": table, "runs": runs}, f, indent=2)
-    plot(table, os.path.join(ROOT, "docs", "img"), args.out)
+    change = (f"{args.orders} orders in and out" if args.orders
+              else f"{args.fraction * 100:g}% of orders in and out")
+    plot(table, os.path.join(ROOT, "docs", "img"), args.out, change)
     for t in table:
-        print(f"SF {t['sf']:g} {t['view']}: full {t['full_s']:.1f} s, "
-              f"generic {t['generic']['refresh_s']:.1f} s, "
-              f"fk {t['fk']['refresh_s']:.1f} s; delta speed-up "
-              f"{t['delta_speedup_fk']:.1f}x, refresh speed-up {t['refresh_speedup_fk']:.1f}x, "
-              f"fk vs full {t['fk_vs_full']:.2f}x")
+        print(f"SF {t['sf']:g} {t['view']}: recompute {t['full_s']:.2f} s ({t['full_jobs']:.0f} jobs); " +
+              "; ".join(f"{m} {t[m]['refresh_s']:.2f} s ({t[m]['spark_jobs']:.0f} jobs, "
+                        f"{t['full_s'] / t[m]['refresh_s']:.1f}x)" for m in MODES))
     print(f"wrote {path}")
 
 

@@ -36,7 +36,7 @@ def make_session(master: str = "local[2]", warehouse: Optional[str] = None,
         .config("spark.ui.enabled", "false")
         .config("spark.sql.adaptive.coalescePartitions.initialPartitionNum", "4")
         .config("spark.databricks.delta.snapshotPartitions", "2")
-        .config("spark.ivm.test", "true")
+        .config("spark.ivm.testing.enabled", "true")
         # One session runs every test: IVM^eps runs thousands of small queries, whose plans the
         # SQL status store keeps (1000 by default), so keep fewer and give the driver room.
         .config("spark.sql.ui.retainedExecutions", "50")

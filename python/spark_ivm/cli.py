@@ -21,7 +21,8 @@ def spark_home() -> str:
 
 def spark_sql_command(argv: List[str]) -> List[str]:
     """The full ``spark-sql`` command line for these user arguments."""
-    return [os.path.join(spark_home(), "bin", "spark-sql"), *spark_sql_args(), *argv]
+    master = argv[argv.index("--master") + 1] if "--master" in argv[:-1] else "local[*]"
+    return [os.path.join(spark_home(), "bin", "spark-sql"), *spark_sql_args(master=master), *argv]
 
 
 def main(argv: Optional[List[str]] = None) -> None:

@@ -41,7 +41,14 @@ class RefreshReport:
     rows_read: int = 0
     """Rows the refresh's Spark jobs read from storage (after file skipping and Parquet filtering)."""
     rows_joined: int = 0
-    """Rows that entered joins in the queries the refresh ran (Delta's MERGE internals excluded)."""
+    """Rows that entered joins in the queries the refresh ran (measured only with
+    ``spark.ivm.metrics.rowsJoined=true``; Delta's MERGE internals excluded)."""
+    spark_jobs: int = 0
+    """Spark jobs the refresh ran, Delta's own included (a refresh with nothing to do runs none)."""
+    spark_tasks: int = 0
+    """Spark tasks of those jobs."""
+    phases_jobs: Dict[str, int] = field(default_factory=dict)
+    """Spark jobs started in each phase (the phases of ``phases_ms``)."""
 
     @property
     def source_rows_changed(self) -> int:
@@ -77,6 +84,9 @@ class RefreshReport:
             plan_notes=list(d.get("plan_notes", [])),
             rows_read=int(d.get("rows_read", 0)),
             rows_joined=int(d.get("rows_joined", 0)),
+            spark_jobs=int(d.get("spark_jobs", 0)),
+            spark_tasks=int(d.get("spark_tasks", 0)),
+            phases_jobs={k: int(v) for k, v in d.get("phases_jobs", {}).items()},
         )
 
     def __str__(self) -> str:
@@ -88,5 +98,5 @@ class RefreshReport:
         return (
             f"{self.view}: {self.mode} refresh #{self.refresh_number}; sources: {srcs}; "
             f"view rows +{self.rows_inserted} ~{self.rows_updated} -{self.rows_deleted}; "
-            f"{phases}"
+            f"{self.spark_jobs} Spark jobs; {phases}"
         )

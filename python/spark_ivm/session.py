@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 from importlib import metadata
-from typing import Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional
 
 from pyspark.sql import SparkSession
 
@@ -31,13 +32,50 @@ def delta_package() -> str:
     return f"io.delta:delta-spark_{spark_minor}_2.13:{metadata.version('delta-spark')}"
 
 
-def _session_confs(extra_packages: Iterable[str]) -> dict[str, str]:
+def _session_confs(extra_packages: Iterable[str], extensions: Optional[str] = None) -> Dict[str, str]:
+    """The confs spark-ivm needs: its jar, the Delta package, both extensions, Delta's catalog."""
+    ours = [DELTA_EXTENSION, IVM_EXTENSION]
+    have = [e.strip() for e in (extensions or "").split(",") if e.strip()]
     return {
         "spark.jars": ivm_jar_path(),
         "spark.jars.packages": ",".join([delta_package(), *extra_packages]),
-        "spark.sql.extensions": f"{DELTA_EXTENSION},{IVM_EXTENSION}",
+        # Appended to the user's own extensions, never replacing them.
+        "spark.sql.extensions": ",".join(have + [e for e in ours if e not in have]),
         "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
     }
+
+
+def _local_cores(master: Optional[str]) -> Optional[int]:
+    """Cores of a ``local[n]`` / ``local[*]`` / ``local`` master, None for other masters."""
+    if master is None or not master.startswith("local"):
+        return None
+    m = re.fullmatch(r"local(?:\[(\*|\d+)(?:,\d+)?\])?", master)
+    if m is None:
+        return None
+    if m.group(1) is None:
+        return 1
+    if m.group(1) == "*":
+        return os.cpu_count() or 1
+    return int(m.group(1))
+
+
+def session_defaults(master: Optional[str] = None) -> Dict[str, str]:
+    """Settings that make refreshes cheap, applied where the user has not set them.
+
+    - ``spark.databricks.delta.snapshotPartitions``: every Delta table version a session reads
+      for the first time is rebuilt from its log by a job of this many tasks (Delta's default
+      of 50 suits large clusters); on a local master, one task per core.
+    - ``spark.sql.shuffle.partitions``: Spark's 200 cost a refresh's small shuffles dearly; on
+      a local master, two per core (adaptive execution stays on and coalesces further).
+    - ``spark.sql.adaptive.enabled``: on (Spark's default), so that small deltas get broadcast
+      joins and coalesced shuffles.
+    """
+    confs = {"spark.sql.adaptive.enabled": "true"}
+    cores = _local_cores(master)
+    if cores is not None:
+        confs["spark.databricks.delta.snapshotPartitions"] = str(max(1, min(cores, 8)))
+        confs["spark.sql.shuffle.partitions"] = str(max(2, 2 * cores))
+    return confs
 
 
 def configure_spark_with_ivm(
@@ -47,18 +85,25 @@ def configure_spark_with_ivm(
 
     Adds the spark-ivm jar, the Delta package (fetched from Maven Central on first use, as
     ``delta.configure_spark_with_delta_pip`` does), the Delta and spark-ivm session extensions
-    and the Delta catalog. Works for ``local[*]`` and cluster masters alike: the jars are
-    shipped to executors.
+    (after any the builder already has) and the Delta catalog, then the settings of
+    :func:`session_defaults` that the builder does not set. Works for ``local[*]`` and cluster
+    masters alike: the jars are shipped to executors.
     """
-    for key, value in _session_confs(extra_packages or []).items():
+    options: Dict[str, Any] = dict(getattr(builder, "_options", {}))
+    for key, value in _session_confs(extra_packages or [], options.get("spark.sql.extensions")).items():
         builder = builder.config(key, value)
+    for key, value in session_defaults(options.get("spark.master")).items():
+        if key not in options:
+            builder = builder.config(key, value)
     return builder
 
 
-def spark_sql_args(extra_packages: Optional[Iterable[str]] = None) -> List[str]:
-    """Command-line arguments that start ``spark-sql`` (or ``spark-submit``) with spark-ivm."""
+def spark_sql_args(extra_packages: Optional[Iterable[str]] = None,
+                   master: Optional[str] = "local[*]") -> List[str]:
+    """Command-line arguments that start ``spark-sql`` (or ``spark-submit``) with spark-ivm,
+    with :func:`session_defaults` for ``master`` (a later ``--conf`` overrides them)."""
     confs = _session_confs(extra_packages or [])
     args = ["--jars", confs.pop("spark.jars"), "--packages", confs.pop("spark.jars.packages")]
-    for key, value in confs.items():
+    for key, value in {**confs, **session_defaults(master)}.items():
         args += ["--conf", f"{key}={value}"]
     return args

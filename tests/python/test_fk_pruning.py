@@ -1,9 +1,9 @@
-"""FK-pruned delta plans (fk-ivm.md section 3) and key probing.
+"""FK-pruned delta plans (Svingos et al. 2023, section 3) and key probing.
 
 Every scenario keeps two views of the same query: one refreshed with FK pruning and key
 probing, one with the generic delta rule. After every refresh both must equal recomputation,
 counts included; equal states after equal starts mean the pruned delta equals the generic one.
-The scenarios are those of section 6 of fk-ivm.md, negative ones included.
+The scenarios are those of section 6 of Svingos et al. 2023, negative ones included.
 """
 
 from __future__ import annotations
@@ -192,7 +192,7 @@ def test_two_rooted_components_and_a_plain_join(spark: SparkSession, db: str) ->
         "ALTER TABLE returns ADD CONSTRAINT returns_b FOREIGN KEY (bk1, bk2) REFERENCES dim_b (bk1, bk2)",
     ])
     # fact -> dim_a and returns -> dim_b, joined by the plain predicate f.id = ret.fid
-    # (fk-ivm.md Fig. 3a): two components, two branches.
+    # (Svingos et al. 2023 Fig. 3a): two components, two branches.
     q = ("SELECT a.name, b.cat, sum(ret.amt) AS amt, count(*) AS n FROM fact f "
          "JOIN dim_a a ON f.ak = a.ak JOIN returns ret ON f.id = ret.fid "
          "JOIN dim_b b ON ret.bk1 = b.bk1 AND ret.bk2 = b.bk2 GROUP BY a.name, b.cat")

@@ -1,4 +1,4 @@
-"""IVM^eps for triangle views (ivm-epsilon-triangles.md): every view is compared with its query
+"""IVM^eps for triangle views (Kara et al. 2020): every view is compared with its query
 recomputed after every refresh, and the paper's invariants (parts partition each relation,
 heavy degree >= N^eps / 2, light degree < 3/2 N^eps, floor(N/4) <= |D| < N, each auxiliary
 view equal to its definition) are checked inside every refresh by the engine's test mode

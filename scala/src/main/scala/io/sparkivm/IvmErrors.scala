@@ -61,6 +61,14 @@ object IvmErrors {
       "TBLPROPERTIES (delta.enableChangeDataFeed = true), or set " +
       "spark.ivm.autoEnableChangeDataFeed=true to let spark-ivm do it.")
 
+  def viewNotWritable(name: String, statement: String): IvmException = new IvmException(
+    "IVM_VIEW_NOT_WRITABLE", s"$name is a materialized view: $statement cannot change it. A " +
+      s"materialized view changes only by REFRESH MATERIALIZED VIEW $name; change its base tables " +
+      "and refresh it.")
+
+  def invalidConf(key: String, value: String, expected: String): IvmException =
+    new IvmException("IVM_INVALID_CONF", s"Invalid value '$value' for the setting $key: expected $expected.")
+
   def invalidProperty(key: String, value: String, expected: String): IvmException =
     new IvmException("IVM_INVALID_PROPERTY", s"Invalid value '$value' for $key: expected $expected.")
 

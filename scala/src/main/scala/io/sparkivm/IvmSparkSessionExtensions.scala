@@ -1,15 +1,17 @@
 package io.sparkivm
 
+import io.sparkivm.conf.IvmConf
 import io.sparkivm.parser.IvmSqlParser
 import org.apache.spark.sql.SparkSessionExtensions
 
 /**
  * Entry point: `spark.sql.extensions=io.sparkivm.IvmSparkSessionExtensions` (next to Delta's
- * extension). It only adds a parser that recognises the materialized-view statements and hands
- * every other statement to the parser it wraps.
+ * extension). It registers spark-ivm's settings with SQLConf and adds a parser that recognises
+ * the materialized-view statements and hands every other statement to the parser it wraps.
  */
 class IvmSparkSessionExtensions extends (SparkSessionExtensions => Unit) {
   override def apply(extensions: SparkSessionExtensions): Unit = {
+    IvmConf.registered
     extensions.injectParser { (session, delegate) => new IvmSqlParser(session, delegate) }
   }
 }

@@ -4,7 +4,7 @@ import org.apache.spark.sql.catalyst.TableIdentifier
 import org.json4s._
 
 /**
- * The IVM^eps state of a triangle view as of one refresh (ivm-epsilon-triangles.md section 3,
+ * The IVM^eps state of a triangle view as of one refresh (Kara et al. 2020, section 3,
  * Definition 13: Z = (eps, N, P, V)). The scalars travel in the refresh record, so they commit
  * with the view's rows; the partitions and auxiliary views are Delta tables (see [[tables]])
  * read at the versions recorded here. A refresh killed after writing them but before its view

@@ -21,10 +21,15 @@ case class PrimaryKey(name: String, table: TableIdentifier, columns: Seq[String]
   def text: String = s"PRIMARY KEY ${KeyConstraints.columnList(columns)}"
 }
 
+/**
+ * A foreign key. `rely` (Spark's `RELY` characteristic) says the writers of both tables keep
+ * every reference valid, as the optimizers that honour RELY assume: a refresh then trusts it
+ * instead of re-checking the referencing table (see FkDeltaPlanner). It is checked when declared.
+ */
 case class ForeignKey(name: String, table: TableIdentifier, columns: Seq[String],
-    parent: TableIdentifier, parentColumns: Seq[String]) extends KeyConstraint {
+    parent: TableIdentifier, parentColumns: Seq[String], rely: Boolean = false) extends KeyConstraint {
   def text: String = s"FOREIGN KEY ${KeyConstraints.columnList(columns)} REFERENCES " +
-    s"${parent.quotedString} ${KeyConstraints.columnList(parentColumns)}"
+    s"${parent.quotedString} ${KeyConstraints.columnList(parentColumns)}" + (if (rely) " RELY" else "")
 }
 
 /**
@@ -60,7 +65,7 @@ object KeyConstraints {
       cols.filterNot(x => names.exists(_.equalsIgnoreCase(x))).foreach { missing =>
         throw error("IVM_CONSTRAINT_INVALID", s"Table ${t.quotedString} has no column $missing.")
       }
-    checkColumns(c.table, c.columns, schema)
+    checkColumns(c.table, c.columns, schema.toIndexedSeq)
     if (c.columns.map(_.toLowerCase(Locale.ROOT)).distinct.size != c.columns.size) {
       throw error("IVM_CONSTRAINT_INVALID", s"Constraint ${c.name} names a column twice.")
     }
@@ -166,7 +171,7 @@ object KeyConstraints {
         case Seq(t) => TableIdentifier(t)
         case _ => throw error("IVM_CONSTRAINT_INVALID", s"Bad parent table in $text")
       }
-      ForeignKey(name, table, cols, parent, idents(rest.substring(ref)))
+      ForeignKey(name, table, cols, parent, idents(rest.substring(ref)), rely = text.trim.endsWith(" RELY"))
     }
   }
 

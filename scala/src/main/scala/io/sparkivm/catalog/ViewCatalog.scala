@@ -72,6 +72,10 @@ object ViewCatalog extends Logging {
   def isMaterializedView(table: CatalogTable): Boolean =
     table.tableType == CatalogTableType.VIEW && table.properties.contains(MarkerProperty)
 
+  /** True if the name (as a user wrote it) is a materialized view. */
+  def isMaterializedView(spark: SparkSession, parts: Seq[String]): Boolean =
+    catalogTable(spark, qualify(spark, parts)).exists(isMaterializedView)
+
   /** The metadata of a materialized view, or IVM_VIEW_NOT_FOUND. */
   def lookup(spark: SparkSession, parts: Seq[String]): ViewMetadata = {
     val id = qualify(spark, parts)

@@ -23,7 +23,7 @@ case class PinnedSource(table: TableIdentifier, tableId: String, version: Long, 
  * Reads Delta base tables in the Z-relation model (design, "The model"): a snapshot at a
  * version has multiplicity 1 per row; the change between two versions is the change data feed
  * summed per full row, +1 for insert and update_postimage, -1 for delete and
- * update_preimage, zeros dropped. That is the *net* change fk-ivm.md section 1.4 asks for
+ * update_preimage, zeros dropped. That is the *net* change Svingos et al. 2023, section 1.4 asks for
  * (a row inserted then deleted in the interval cancels out).
  */
 object DeltaSources extends Logging {
@@ -45,6 +45,10 @@ object DeltaSources extends Logging {
     }
     PinnedSource(table, snapshot.metadata.id, snapshot.version, snapshot.schema, snapshot.sizeInBytes)
   }
+
+  /** The current version of a Delta table, from its log (no Spark job). */
+  def currentVersion(spark: SparkSession, table: TableIdentifier): Long =
+    DeltaLog.forTable(spark, table).update().version
 
   /** The table as of a version. */
   def snapshot(spark: SparkSession, table: TableIdentifier, version: Long): DataFrame =

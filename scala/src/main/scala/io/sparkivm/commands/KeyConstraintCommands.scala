@@ -71,7 +71,8 @@ object KeyConstraintCommands {
       case pk: PrimaryKeyConstraint => PrimaryKey(named(s"${id.table}_pk"), id, pk.columns)
       case fk: ForeignKeyConstraint =>
         ForeignKey(named(s"${id.table}_${fk.childColumns.mkString("_")}_fk"), id, fk.childColumns,
-          tableOf(spark, fk.parentTableId), fk.parentColumns)
+          tableOf(spark, fk.parentTableId), fk.parentColumns,
+          rely = fk.userProvidedCharacteristic.rely.contains(true))
       case other => throw new IllegalStateException(s"not a key constraint: $other")
     }
   }

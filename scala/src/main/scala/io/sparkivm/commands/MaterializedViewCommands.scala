@@ -1,6 +1,6 @@
 package io.sparkivm.commands
 
-import io.sparkivm.execution.{Refresher, ViewExplainer, ViewLifecycle}
+import io.sparkivm.execution.{RefreshPipeline, ViewExplainer, ViewLifecycle}
 import io.sparkivm.parser._
 import org.apache.spark.sql.{Row, SparkSession}
 import org.apache.spark.sql.catalyst.expressions.{Attribute, AttributeReference}
@@ -34,7 +34,7 @@ case class RefreshMaterializedViewCommand(statement: RefreshMaterializedView) ex
   override val output: Seq[Attribute] = Seq(string("view"), string("mode"), long("refresh_number"),
     long("source_rows_changed"), long("view_rows_changed"), long("duration_ms"), string("report"))
   override def run(spark: SparkSession): Seq[Row] = {
-    val r = Refresher.refresh(spark, statement.name, statement.full)
+    val r = RefreshPipeline.refresh(spark, statement.name, statement.full)
     Seq(Row(r.view, r.mode, r.refreshNumber, r.sourceRowsChanged, r.viewRowsChanged, r.totalMs, r.toJson))
   }
 }

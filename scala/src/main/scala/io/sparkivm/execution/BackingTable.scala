@@ -1,9 +1,10 @@
 package io.sparkivm.execution
 
 import io.sparkivm.catalog.{RefreshRecord, ViewCatalog, ViewMetadata}
-import io.sparkivm.planner.{KeyProbe, PlanSteps, ProbeSettings, ViewMaintenance}
-import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, IsNotNull}
-import org.apache.spark.sql.catalyst.plans.logical.{Filter, LogicalPlan, Project}
+import io.sparkivm.conf.IvmConf
+import io.sparkivm.planner.{KeyProbe, ProbeSettings, ViewMaintenance}
+import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, Project}
+import org.apache.spark.sql.catalyst.types.DataTypeUtils
 import org.apache.spark.sql.ivm.SparkInternals
 import io.delta.tables.DeltaTable
 import org.apache.spark.sql.delta.DeltaLog
@@ -40,7 +41,8 @@ object BackingTable {
 
   def create(spark: SparkSession, meta: ViewMetadata, rows: DataFrame, record: RefreshRecord): Unit =
     inCommit(spark, meta, record) {
-      val props = ViewCatalog.properties(meta) + ("delta.enableChangeDataFeed" -> "true")
+      // No change data feed unless a materialized view comes to read this one (ViewAnalysis.pin).
+      val props = ViewCatalog.properties(meta)
       props.foldLeft(rows.writeTo(meta.backing.quotedString).using("delta")) {
         case (w, (k, v)) => w.tableProperty(k, v)
       }.create()
@@ -56,34 +58,31 @@ object BackingTable {
   def current(spark: SparkSession, meta: ViewMetadata): LogicalPlan =
     SparkInternals.analyzed(spark.table(meta.backing.quotedString))
 
-  /**
-   * The rows to merge, computed once: MERGE reads its source twice (to find the files to
-   * rewrite, then to write them) and the rows come from a deep plan. A local checkpoint also
-   * cuts their lineage to the backing table, which the MERGE is about to change.
-   */
-  def materialize(rows: DataFrame): DataFrame = rows.localCheckpoint(eager = true)
-
-  /** Intermediate results of a refresh, computed once each (see [[materialize]]). */
-  class Checkpoints(spark: SparkSession, override val probe: ProbeSettings) extends PlanSteps {
-    def materialize(plan: LogicalPlan): LogicalPlan = {
-      val done = SparkInternals.analyzed(BackingTable.materialize(SparkInternals.dataFrame(spark, plan)))
-      Project(plan.output.zip(done.output).map { case (o, n) => Alias(n, o.name)(exprId = o.exprId) }, done)
-    }
-    def isEmpty(plan: LogicalPlan): Boolean = SparkInternals.dataFrame(spark, plan).isEmpty
-    override def collects: Boolean = true
-    override def distinctValues(plan: LogicalPlan, key: Attribute, max: Int): Option[Seq[Any]] =
-      BackingTable.distinctValues(SparkInternals.dataFrame(spark,
-        Project(Seq(key), Filter(IsNotNull(key), plan))), max)
-  }
-
   def sizeInBytes(spark: SparkSession, meta: ViewMetadata): Long =
     DeltaLog.forTable(spark, meta.backing).update().sizeInBytes
 
-  /** Runs checks but materializes nothing and collects no keys (EXPLAIN). */
-  class Checks(spark: SparkSession, probe: ProbeSettings) extends Checkpoints(spark, probe) {
-    override def materialize(plan: LogicalPlan): LogicalPlan = plan
-    override def distinctValues(plan: LogicalPlan, key: Attribute, max: Int): Option[Seq[Any]] = None
-    override def collects: Boolean = false
+  /**
+   * Applies a refresh's changed rows (complete new rows of the changed keys, see
+   * [[ViewMaintenance.mergeSource]] with `markExisting`) in one commit carrying `record`: by
+   * [[RewriteCommit]] when they are held on the driver and `spark.ivm.apply.mode` is `rewrite`,
+   * else by MERGE. `rows` is None when no branch has a change (the commit records the versions).
+   */
+  def apply(spark: SparkSession, meta: ViewMetadata, maintenance: ViewMaintenance, rows: Option[LogicalPlan],
+      record: RefreshRecord, steps: RefreshSteps): MergeMetrics = inCommit(spark, meta, record) {
+    val plan = rows.getOrElse(RefreshSteps.local(SparkInternals.analyzed(
+      spark.table(meta.backing.quotedString).limit(0)).output, Nil))
+    val existedAt = plan.output.indexWhere(_.name == ViewMaintenance.ExistedColumn)
+    (RefreshSteps.localRows(plan), IvmConf.ApplyMode.get(spark)) match {
+      case (Some(local), "rewrite") =>
+        RewriteCommit.apply(spark, meta, maintenance, DataTypeUtils.fromAttributes(plan.output), local,
+          record.number, i => existedAt >= 0 && local(i).getBoolean(existedAt)).getOrElse(MergeMetrics(0, 0, 0))
+      case _ =>
+        val source = SparkInternals.dataFrame(spark, Project(plan.output.filterNot(_.name ==
+          ViewMaintenance.ExistedColumn), plan))
+        // MERGE reads its source twice: compute it once (a local plan already is).
+        val once = if (RefreshSteps.localRows(plan).isDefined) source else source.localCheckpoint(eager = true)
+        merge(spark, meta, maintenance, once, steps.probe)
+    }
   }
 
   /** Sorted distinct values of a one-column DataFrame, or None if there are more than `max`. */
@@ -97,8 +96,8 @@ object BackingTable {
    * reached 0 is deleted (a global aggregate keeps its one row), others are updated or inserted
    * whole. Keys match null-safely.
    */
-  def merge(spark: SparkSession, meta: ViewMetadata, maintenance: ViewMaintenance,
-      source: DataFrame, record: RefreshRecord, probe: ProbeSettings): MergeMetrics = inCommit(spark, meta, record) {
+  private def merge(spark: SparkSession, meta: ViewMetadata, maintenance: ViewMaintenance,
+      source: DataFrame, probe: ProbeSettings): MergeMetrics = {
     val previous = spark.conf.getOption(MaterializeSource)
     try {
       // Already materialized, and deterministic: Delta need not copy it again.

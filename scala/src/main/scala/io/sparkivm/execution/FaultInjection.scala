@@ -1,5 +1,6 @@
 package io.sparkivm.execution
 
+import io.sparkivm.conf.IvmConf
 import org.apache.spark.sql.SparkSession
 
 /**
@@ -10,24 +11,28 @@ import org.apache.spark.sql.SparkSession
  *  - `spark.ivm.testing.sqlAt = <point>:<statement>` runs a statement there (once);
  *  - `spark.ivm.testing.failAt = <point>` throws there (once): a failed refresh, cheaper than
  *    a killed JVM and leaving the same state behind.
+ * The hooks do nothing unless the application was started in test mode: the static setting
+ * `spark.ivm.testing.enabled=true` (which SET cannot change) or the JVM system property
+ * `spark.ivm.testing=true`. So no session of a shared server can halt its driver.
  * The points: refresh-start, after-pin, after-changes, after-state (IVM^eps state written),
- * before-commit, after-commit (REFRESH) and create-after-backing (CREATE). Unset (the default) each costs two conf lookups.
+ * before-commit, after-commit (REFRESH) and create-after-backing (CREATE).
  */
 object FaultInjection {
-  val KillConf = "spark.ivm.testing.killAt"
-  val SqlConf = "spark.ivm.testing.sqlAt"
-  val FailConf = "spark.ivm.testing.failAt"
+  /** Test mode, fixed for the life of the application. */
+  def enabled(spark: SparkSession): Boolean =
+    spark.sparkContext.getConf.getBoolean(IvmConf.Testing.key, defaultValue = false) ||
+      java.lang.Boolean.getBoolean("spark.ivm.testing")
 
-  def point(spark: SparkSession, name: String): Unit = {
-    spark.conf.getOption(SqlConf).filter(_.startsWith(name + ":")).foreach { spec =>
-      spark.conf.unset(SqlConf)
+  def point(spark: SparkSession, name: String): Unit = if (enabled(spark)) {
+    spark.conf.getOption(IvmConf.SqlAt.key).filter(_.startsWith(name + ":")).foreach { spec =>
+      spark.conf.unset(IvmConf.SqlAt.key)
       spark.sql(spec.substring(name.length + 1))
     }
-    if (spark.conf.getOption(FailConf).contains(name)) {
-      spark.conf.unset(FailConf)
+    if (spark.conf.getOption(IvmConf.FailAt.key).contains(name)) {
+      spark.conf.unset(IvmConf.FailAt.key)
       throw new IllegalStateException(s"spark-ivm: failing at fault-injection point '$name'")
     }
-    if (spark.conf.getOption(KillConf).contains(name)) {
+    if (spark.conf.getOption(IvmConf.KillAt.key).contains(name)) {
       System.err.println(s"spark-ivm: killing the JVM at fault-injection point '$name'")
       System.err.flush()
       Runtime.getRuntime.halt(137)

@@ -1,30 +1,22 @@
 package io.sparkivm.execution
 
-import java.util.concurrent.Executors
-
-import scala.collection.mutable
-import scala.concurrent.{Await, ExecutionContext, Future}
-import scala.concurrent.duration.Duration
-import scala.util.control.NonFatal
-
-import io.sparkivm.IvmErrors
-import io.sparkivm.changes.{DeltaSources, PinnedSource}
-import io.sparkivm.planner.{Branch, DeltaRules, LeafReader, PlanOnly, PlanSteps, SourceLeaf, ViewMaintenance}
+import io.sparkivm.changes.{DeltaSources, LocalChange, PinnedSource, TableChange}
+import io.sparkivm.planner.{Branch, DeltaRules, LeafReader, LocalDeltaRows, PlanOnly, PlanSteps, SourceLeaf,
+  ViewMaintenance}
 import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, AttributeReference, LessThan, Literal}
 import org.apache.spark.sql.catalyst.plans.logical.{Filter, LogicalPlan, Project, Union}
 import org.apache.spark.sql.ivm.SparkInternals
 import org.apache.spark.sql.types.IntegerType
-import org.apache.spark.storage.StorageLevel
 
 /**
  * Reads each table occurrence at the versions pinned at the start of a refresh: Pre at the
- * version the view consumed last, Post at the pinned version, and the net change in between.
- * The net change of a table is computed once per refresh and cached (it is small, and a
- * self-join reads it once per occurrence); `release` frees it.
+ * version the view consumed last, Post at the pinned version, and the net change in between,
+ * read for all tables at once before planning ([[io.sparkivm.changes.ChangeFeed]]).
  */
 class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
-    pinned: Map[String, PinnedSource], view: String, steps: PlanSteps = PlanOnly) extends LeafReader {
+    pinned: Map[String, PinnedSource], view: String, steps: PlanSteps = PlanOnly,
+    changes: Map[String, TableChange] = Map.empty) extends LeafReader {
 
   /** The sign column of delta rows, shared by this reader's deltas and its rules. */
   private val m: Attribute =
@@ -43,8 +35,6 @@ class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
   def fullRows(maintenance: ViewMaintenance): DataFrame =
     SparkInternals.dataFrame(spark, maintenance.fullPlan(rules))
 
-  private val changes = mutable.LinkedHashMap[String, Option[DataFrame]]()
-
   // A fresh read per call: plans built here join occurrences of one table at one version
   // (self-joins), and each must have its own attribute ids.
   private def snapshot(leaf: SourceLeaf, version: Long): DataFrame =
@@ -61,53 +51,27 @@ class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
   }
 
   def delta(leaf: SourceLeaf): Option[LogicalPlan] =
-    changesOf(leaf).map(df => bind(leaf, df, Some(m)))
+    changes.get(leaf.name).filter(_.nonEmpty).map(c => bind(leaf, c.frame(spark), Some(m)))
+
+  override def localDelta(leaf: SourceLeaf): Option[LocalDeltaRows] =
+    changes.get(leaf.name).filter(_.nonEmpty).collect { case LocalChange(schema, data) =>
+      LocalDeltaRows(schema, data)
+    }
 
   override def sizeInBytes(leaf: SourceLeaf): Long =
     pinned.get(leaf.name).map(_.sizeInBytes).getOrElse(Long.MaxValue)
 
-  def preDel(leaf: SourceLeaf): LogicalPlan = changesOf(leaf) match {
+  def preDel(leaf: SourceLeaf): LogicalPlan = delta(leaf) match {
     case None => post(leaf)
-    case Some(df) =>
-      val d = bind(leaf, df, Some(m))
+    case Some(d) =>
       val deleted = Project(leaf.output, Filter(LessThan(m, Literal(0)), d))
       Union(post(leaf), deleted)
   }
 
-  /** The cached net change of a table, None when it did not change. */
-  def changesOf(leaf: SourceLeaf): Option[DataFrame] = changes.getOrElseUpdate(leaf.name, {
-    val from = consumed.getOrElse(leaf.name, pinned(leaf.name).version)
-    val to = pinned(leaf.name).version
-    if (from == to) None
-    else {
-      val net = DeltaSources.netChanges(spark, leaf.table, from, to, view)
-      // Caching plans the read, where Delta checks again that the feed covers the versions.
-      try Some(net.persist(StorageLevel.MEMORY_AND_DISK)) catch {
-        case NonFatal(e) => throw IvmErrors.changeFeedUnavailable(view, leaf.name, e)
-      }
-    }
-  })
+  /** Rows of each changed table's net change (read before planning). */
+  def changeCounts(): Map[String, Long] = changes.map { case (t, c) => t -> c.rows }
 
-  /** Rows of each changed table's net change (runs the cached change plans). */
-  def changeCounts(): Map[String, Long] = {
-    val changed = changes.collect { case (t, Some(df)) => (t, df) }.toSeq
-    // One small job per table, latency-bound: run them side by side. Pool threads are created
-    // here, so they inherit this thread's Spark local properties (job group, read metrics).
-    val pool = Executors.newFixedThreadPool(math.max(1, math.min(4, changed.size)))
-    implicit val ec: ExecutionContext = ExecutionContext.fromExecutorService(pool)
-    try {
-      val counts = changed.map { case (t, df) => Future {
-        // The change feed is read here first; Delta reports a gap in it (disabled for a
-        // while, or vacuumed) only when it is read.
-        try t -> df.count() catch {
-          case NonFatal(e) => throw IvmErrors.changeFeedUnavailable(view, t, e)
-        }
-      } }
-      Await.result(Future.sequence(counts), Duration.Inf).toMap
-    } finally pool.shutdown()
-  }
-
-  def release(): Unit = changes.values.flatten.foreach(_.unpersist(blocking = false))
+  def release(): Unit = changes.values.foreach(_.release())
 
   /** The plan of `df`, with the occurrence's own attributes (by name) and `m` if given. */
   private def bind(leaf: SourceLeaf, df: DataFrame, mAttr: Option[Attribute]): LogicalPlan = {

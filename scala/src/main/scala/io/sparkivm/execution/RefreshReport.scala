@@ -26,8 +26,14 @@ case class RefreshReport(
     message: String,
     /** Rows the refresh's Spark jobs read from storage (tasks' input metrics). */
     rowsRead: Long = 0L,
-    /** Rows that entered joins in the queries the refresh ran ([[JoinMetrics]]). */
-    rowsJoined: Long = 0L) {
+    /** Rows that entered joins in the queries the refresh ran (when `spark.ivm.metrics.rowsJoined`). */
+    rowsJoined: Long = 0L,
+    /** Spark jobs the refresh ran (Delta's own commands included). */
+    sparkJobs: Long = 0L,
+    /** Spark tasks of those jobs. */
+    sparkTasks: Long = 0L,
+    /** Spark jobs started in each phase (same phases as `phasesMs`). */
+    phasesJobs: Seq[(String, Long)] = Nil) {
 
   def sourceRowsChanged: Long = sources.map(_.changedRows).sum
   def viewRowsChanged: Long = rowsInserted + rowsUpdated + rowsDeleted
@@ -48,17 +54,31 @@ case class RefreshReport(
     "phases_ms" -> JObject(phasesMs.toList.map { case (k, v) => k -> JLong(v) }),
     "backing_version" -> JLong(backingVersion),
     "message" -> JString(message),
-    "rows_read" -> JLong(rowsRead), "rows_joined" -> JLong(rowsJoined))))
+    "rows_read" -> JLong(rowsRead), "rows_joined" -> JLong(rowsJoined),
+    "spark_jobs" -> JLong(sparkJobs), "spark_tasks" -> JLong(sparkTasks),
+    "phases_jobs" -> JObject(phasesJobs.toList.map { case (k, v) => k -> JLong(v) }))))
 }
 
-/** Wall time per named phase. */
+/** Wall time per named phase, and when each phase ended (to attribute jobs to phases). */
 class PhaseTimer {
   private val phases = Seq.newBuilder[(String, Long)]
+  private val ends = Seq.newBuilder[(String, Long)]
   private var last = System.nanoTime()
   def mark(name: String): Unit = {
     val now = System.nanoTime()
     phases += name -> (now - last) / 1000000L
+    ends += name -> System.currentTimeMillis()
     last = now
   }
   def result: Seq[(String, Long)] = phases.result()
+
+  /** How many of the jobs started at these times fall in each phase. */
+  def jobsPerPhase(jobStarts: Seq[Long]): Seq[(String, Long)] = {
+    var from = Long.MinValue
+    ends.result().map { case (name, end) =>
+      val n = jobStarts.count(t => t > from && t <= end).toLong
+      from = end
+      name -> n
+    }
+  }
 }

@@ -60,8 +60,11 @@ object ViewAnalysis {
   def pin(spark: SparkSession, view: String, analyzed: AnalyzedView, incremental: Boolean,
       autoEnable: Boolean): Map[String, PinnedSource] =
     analyzed.tables.map { leaf =>
+      // A backing table read by a view gets its change feed whatever the setting: it is ours,
+      // and kept off until a view reads it.
+      val backing = leaf.table.table.startsWith(ViewCatalog.BackingPrefix)
       leaf.name -> DeltaSources.wrap(view, leaf.name) {
-        DeltaSources.pin(spark, leaf.table, requireChangeFeed = incremental, autoEnable)
+        DeltaSources.pin(spark, leaf.table, requireChangeFeed = incremental, autoEnable || backing)
       }
     }.toMap
 }

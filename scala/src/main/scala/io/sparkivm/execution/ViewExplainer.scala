@@ -5,7 +5,9 @@ import java.sql.Timestamp
 import scala.util.control.NonFatal
 
 import io.sparkivm.catalog.{RefreshMode, ViewCatalog}
-import io.sparkivm.changes.DeltaSources
+import io.sparkivm.conf.IvmConf
+import io.sparkivm.epsilon.{TriangleMaintenance, TriangleStateTables, TriangleViews}
+import io.sparkivm.changes.{ChangeFeed, ChangeRequest, DeltaSources}
 import io.sparkivm.planner.{AggregateState, PlanOnly}
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.ivm.{SessionInternals, SparkInternals}
@@ -89,7 +91,7 @@ object ViewExplainer {
     maintenance.states.foreach(s => line(s"Aggregate ${AggregateState.describe(s)}"))
     TriangleViews.query(spark, analyzed, incremental) match {
       case Some(q) =>
-        line(s"Strategy: IVM^eps triangle, ${q.describe} (ivm-epsilon-triangles.md)")
+        line(s"Strategy: IVM^eps triangle, ${q.describe} (Kara et al., heavy/light partitions and auxiliary views)")
         last.epsilon.filter(_.eps == meta.eps) match {
           case Some(state) =>
             TriangleViews.describe(state, q).drop(1).foreach { case (k, v, _) => line(s"  $k: $v") }
@@ -107,27 +109,35 @@ object ViewExplainer {
           "generic delta rules (counting IVM, FK pruning where keys are declared)"))
     }
     // Checks run (they are small and say which branches are pruned); nothing is materialized.
+    val changed = pinned.values.toSeq.filter(p => last.sourceVersions.get(p.name).exists(_ != p.version))
     val reader = new PinnedReader(spark, last.sourceVersions, pinned, meta.viewName,
-      new BackingTable.Checks(spark, PlanningConf.probe(spark)))
+      new CheckSteps(spark, PlanningConf.probe(spark)), ChangeFeed.planned(spark, meta.viewName,
+        changed.map(p => ChangeRequest(p.table, last.sourceVersions(p.name), p.version))))
     try {
       val rules = reader.rules
       val branches = maintenance.branches(rules)
-      line(s"FK pruning: ${if (PlanningConf.pruning(spark)) "on" else s"off (${PlanningConf.FkPruning})"}" +
-        s"; key probing: ${if (PlanningConf.probe(spark).enabled) "on" else s"off (${PlanningConf.KeyProbing})"}")
+      line(s"FK pruning: ${if (PlanningConf.pruning(spark)) "on" else s"off (${IvmConf.FkPruning.key})"}" +
+        s"; key probing: ${if (PlanningConf.probe(spark).enabled) "on" else s"off (${IvmConf.KeyProbing.key})"}")
       rules.fk.notes.foreach(n => line(s"  $n"))
       val occurrences = analyzed.leaves.size
       line("Delta rule: D(V) = sum_i Pre(R1..Ri-1) x D(Ri) x Post(Ri+1..Rn) " +
-        "(counting IVM, fk-ivm.md section 2)")
+        "(counting IVM; Svingos et al. 2023, section 2)")
       if (branches.isEmpty) {
         line(s"Branches: none of the $occurrences table occurrences changed; the next refresh does nothing.")
       } else {
         line(s"Branches (${branches.size}, for $occurrences table occurrences):")
         branches.zipWithIndex.foreach { case (b, i) => line(s"  ${i + 1}. ${b.describe}") }
-        line(s"Apply: MERGE INTO ${meta.backing.quotedString} ON " +
-          (if (maintenance.keyNames.isEmpty) "true (one row)"
-           else maintenance.keyNames.map(k => s"$k <=> source.$k").mkString(" AND ")) +
-          (if (maintenance.global) "" else "; rows whose __ivm_count reaches 0 are deleted") +
-          s"; one Delta commit with txn (view id, ${last.number + 1})")
+        val keys = if (maintenance.keyNames.isEmpty) "its one row" else maintenance.keyNames.mkString(", ")
+        line(s"Apply: the changed rows are computed once and held on the driver; the files of " +
+          s"${meta.backing.quotedString} holding their keys ($keys) are rewritten with them " +
+          (if (maintenance.global) "" else "(rows whose __ivm_count reaches 0 are dropped) ") +
+          s"in one Delta commit with txn (view id, ${last.number + 1}); MERGE past " +
+          s"${IvmConf.LocalMaxRows.key} rows or with ${IvmConf.ApplyMode.key} = merge")
+        val checks = rules.fk.notes.count(n => n.startsWith("FK-Guard and integrity hold") ||
+          n.startsWith("integrity fails"))
+        val recompute = if (maintenance.states.exists(_.recompute.isDefined)) 2 else 0
+        line(s"Estimated Spark jobs: ${1 + checks + 1 + recompute + 2} (changes 1, integrity " +
+          s"checks $checks, changed rows ${1 + recompute}, apply and commit about 2)")
         maintenance.mergeSource(rules,
           () => BackingTable.current(spark, meta), PlanOnly).foreach { plan =>
           line("== Spark plan of the rows to merge ==")

@@ -4,6 +4,8 @@ import java.util.{Locale, UUID}
 
 import io.sparkivm.{IvmErrors, IvmException}
 import io.sparkivm.catalog.{EpsilonState, RefreshMode, RefreshRecord, ViewCatalog, ViewMetadata}
+import io.sparkivm.conf.IvmConf
+import io.sparkivm.epsilon.{EpsilonStrategy, TriangleStateTables, TriangleViews}
 import io.sparkivm.parser.{AlterMaterializedViewProperties, CreateMaterializedView}
 import io.sparkivm.planner.ViewMaintenance
 import org.apache.spark.sql.SparkSession
@@ -15,25 +17,31 @@ object ViewLifecycle {
   /** `ivm.*` properties a user may set; the others are spark-ivm's own bookkeeping. */
   val SettableProperties = Set(ViewCatalog.RefreshProperty, EpsilonState.Property)
 
-  def create(spark: SparkSession, stmt: CreateMaterializedView): Unit = {
+  /**
+   * CREATE [OR REPLACE] MATERIALIZED VIEW. Everything is validated and built before anything
+   * the user can see changes: the query is analyzed and checked, its base tables pinned, and
+   * the new backing table (and IVM^eps state) written under a name no existing view uses; only
+   * then does one catalog operation (CREATE [OR REPLACE] VIEW) make it the view. A failure or
+   * kill at any point before that leaves the old view as it was (the half-built backing table is
+   * dropped, or cleaned up by the next CREATE of the name); after it, the old backing table is
+   * dropped.
+   */
+  def create(spark: SparkSession, stmt: CreateMaterializedView): Unit =
+    create(spark, stmt, spark.catalog.currentDatabase)
+
+  /** CREATE with the query analyzed in `database` (ALTER rebuilds a view in its own). */
+  private def create(spark: SparkSession, stmt: CreateMaterializedView, database: String): Unit = {
     val id = ViewCatalog.qualify(spark, stmt.name)
-    if (ViewCatalog.exists(spark, id)) {
+    val replacing = if (!ViewCatalog.exists(spark, id)) None else {
       val existing = SessionInternals.catalog(spark).getTableMetadata(id)
       if (stmt.ifNotExists) return
-      if (stmt.orReplace && ViewCatalog.isMaterializedView(existing)) {
-        drop(spark, stmt.name, ifExists = true)
-      } else {
-        throw IvmErrors.alreadyExists(id.quotedString)
-      }
+      if (!stmt.orReplace || !ViewCatalog.isMaterializedView(existing)) throw IvmErrors.alreadyExists(id.quotedString)
+      Some(ViewCatalog.lookup(spark, stmt.name))
     }
-    val backing = ViewCatalog.backingTable(id)
-    dropOrphanBacking(spark, id, backing, failIfForeign = true)
-
     checkProperties(stmt.properties)
     val mode = stmt.properties.get(ViewCatalog.RefreshProperty).map(parseMode)
       .getOrElse(RefreshMode.Incremental)
     val incremental = mode == RefreshMode.Incremental
-    val database = spark.catalog.currentDatabase
     val plan = ViewAnalysis.analyze(spark, stmt.queryTextInPlace, database)
     val columns = if (stmt.columnNames.isEmpty) plan.output.map(_.name) else {
       if (stmt.columnNames.size != plan.output.size) {
@@ -48,27 +56,46 @@ object ViewLifecycle {
         s"two columns named '$dup'. Name them apart with AS, or give a column list.")
     }
     val analyzed = ViewAnalysis.prepare(plan, columns, incremental)
-    val pinned = ViewAnalysis.pin(spark, id.quotedString, analyzed, incremental,
-      Refresher.autoEnable(spark))
     val epsilon = stmt.properties.get(EpsilonState.Property).map(parseEpsilon)
-    val triangle = TriangleViews.query(spark, analyzed, incremental)
-    if (epsilon.isDefined && triangle.isEmpty) throw notTriangle(id.quotedString, analyzed)
-    val reader = new PinnedReader(spark, Map.empty, pinned, id.quotedString)
-    val rows = reader.fullRows(analyzed.maintenance)
+    val strategy = MaintenanceStrategy.of(spark, analyzed, incremental)
+    if (epsilon.isDefined && !strategy.isInstanceOf[EpsilonStrategy]) throw notTriangle(id.quotedString, analyzed)
+    // Validated: from here on, things are written. A name that no existing view uses.
+    val standard = ViewCatalog.backingTable(id)
+    val backing = if (replacing.exists(_.backing.table == standard.table)) {
+      standard.copy(table = standard.table + "_" + UUID.randomUUID().toString.take(8))
+    } else standard
+    // The whole plan is built (and so checked) against the base tables as they are before any
+    // of them changes: a refused CREATE turns no change data feed on.
+    new PinnedReader(spark, Map.empty, ViewAnalysis.pin(spark, id.quotedString, analyzed, incremental = false,
+      autoEnable = false), id.quotedString).fullRows(analyzed.maintenance)
+    dropOrphanBacking(spark, id, backing, failIfForeign = true)
+    val pinned = ViewAnalysis.pin(spark, id.quotedString, analyzed, incremental,
+      IvmConf.AutoEnableChangeDataFeed.get(spark))
     val meta = ViewMetadata(id, backing, UUID.randomUUID().toString, stmt.queryText, database, mode,
       pinned.values.toSeq.sortBy(_.name).map(_.info),
       stmt.properties.filter { case (k, _) => !k.startsWith("ivm.") }, stmt.comment, columns,
       epsilon)
-    val attempt = UUID.randomUUID().toString
-    val state = triangle.map { q =>
-      val engine = new TriangleMaintenance(spark, q, reader.rules, PlanningConf.probe(spark).maxKeys)
-      TriangleViews.build(spark, engine, new TriangleStateTables(spark, meta, attempt), meta.eps)
+    try {
+      val reader = new PinnedReader(spark, Map.empty, pinned, id.quotedString)
+      val rows = reader.fullRows(analyzed.maintenance)
+      val attempt = UUID.randomUUID().toString
+      val state = strategy.build(RefreshContext(spark, meta, analyzed,
+        RefreshRecord(-1, "create", Map.empty, attempt, -1, 0), reader, attempt))
+      val record = RefreshRecord(0, "create", pinned.map { case (t, p) => t -> p.version }, attempt, -1, 0, state)
+      BackingTable.create(spark, meta, rows, record)
+      FaultInjection.point(spark, "create-after-backing")
+      createCatalogView(spark, meta, analyzed.maintenance, replace = replacing.isDefined)
+    } catch {
+      case e: Throwable =>
+        // Nothing the user sees has changed: drop what this CREATE wrote.
+        scala.util.Try(spark.sql(s"DROP TABLE IF EXISTS ${backing.quotedString}"))
+        scala.util.Try(TriangleStateTables.dropFor(spark, backing))
+        throw e
     }
-    val record = RefreshRecord(0, "create", pinned.map { case (t, p) => t -> p.version },
-      attempt, -1, 0, state)
-    BackingTable.create(spark, meta, rows, record)
-    FaultInjection.point(spark, "create-after-backing")
-    createCatalogView(spark, meta, analyzed.maintenance, replace = false)
+    replacing.foreach { old =>
+      spark.sql(s"DROP TABLE IF EXISTS ${old.backing.quotedString}")
+      TriangleStateTables.dropFor(spark, old.backing)
+    }
   }
 
   /** The user-facing catalog view over the backing table. */
@@ -135,14 +162,15 @@ object ViewLifecycle {
     val plain = stmt.set.filter { case (k, _) => !k.startsWith("ivm.") }
     newMode.filter(_ != meta.mode) match {
       case Some(mode) =>
-        // The backing table's layout depends on the mode: validate, rebuild, then re-point the view.
-        val changed = meta.copy(mode = mode)
-        val analyzed = ViewAnalysis.reanalyze(spark, changed, mode == RefreshMode.Incremental)
-        ViewAnalysis.pin(spark, meta.viewName, analyzed, mode == RefreshMode.Incremental,
-          Refresher.autoEnable(spark))
-        ViewCatalog.setProperties(spark, meta.backing, plain + (ViewCatalog.RefreshProperty -> mode.name))
-        Refresher.refresh(spark, stmt.name, full = true)
-        createCatalogView(spark, changed, analyzed.maintenance, replace = true)
+        // The backing table's layout depends on the mode: the view is rebuilt as by CREATE OR
+        // REPLACE with the same query, so a failure leaves the old view readable and refreshable.
+        val props = meta.userProperties ++ plain ++ Map(ViewCatalog.RefreshProperty -> mode.name) ++
+          newEpsilon.orElse(meta.epsilon).map(e => EpsilonState.Property -> e.toString)
+        val unsetPlain = stmt.unset.filterNot(_.startsWith("ivm.")).toSet
+        create(spark, CreateMaterializedView(stmt.name, ifNotExists = false, orReplace = true,
+          if (meta.columns == analyzedColumns(spark, meta)) Nil else meta.columns, meta.comment,
+          props.filter { case (k, _) => !unsetPlain.contains(k) }, meta.queryText, meta.queryText), meta.database)
+        return
       case None =>
         ViewCatalog.setProperties(spark, meta.backing, plain)
     }
@@ -154,7 +182,7 @@ object ViewLifecycle {
       // The state for the old eps stays valid until the rebuild commits: a killed ALTER leaves
       // the new eps set and the old state, which the next refresh sees as stale and rebuilds.
       ViewCatalog.setProperties(spark, meta.backing, Map(EpsilonState.Property -> eps.toString))
-      Refresher.refresh(spark, stmt.name, full = true)
+      RefreshPipeline.refresh(spark, stmt.name, full = true)
     }
     val unsetPlain = stmt.unset.filterNot(_.startsWith("ivm."))
     if (unsetPlain.nonEmpty) {
@@ -162,6 +190,10 @@ object ViewLifecycle {
         unsetPlain.map(ViewCatalog.sqlString).mkString(", ") + ")")
     }
   }
+
+  /** The column names the view's query gives by itself (no column list). */
+  private def analyzedColumns(spark: SparkSession, meta: ViewMetadata): Seq[String] =
+    ViewAnalysis.analyze(spark, meta.queryText, meta.database).output.map(_.name)
 
   /** (namespace, name, refresh mode) of the materialized views of a database. */
   def show(spark: SparkSession, namespace: Option[Seq[String]]): Seq[(String, String, String)] = {

@@ -1,11 +1,15 @@
 package io.sparkivm.parser
 
+import io.sparkivm.IvmErrors
+import io.sparkivm.catalog.ViewCatalog
 import io.sparkivm.commands.{KeyConstraintCommands, MaterializedViewCommands}
+import org.apache.spark.sql.catalyst.analysis.UnresolvedRelation
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.{FunctionIdentifier, TableIdentifier}
 import org.apache.spark.sql.catalyst.expressions.Expression
 import org.apache.spark.sql.catalyst.parser.{ParameterContext, ParserInterface}
-import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
+import org.apache.spark.sql.catalyst.plans.logical.{DeleteFromTable, LogicalPlan, MergeIntoTable, SubqueryAlias,
+  UpdateTable}
 import org.apache.spark.sql.types.{DataType, StructType}
 
 /** Spark's parser, with spark-ivm's statements recognised first (see [[IvmStatementParser]]). */
@@ -21,7 +25,30 @@ class IvmSqlParser(session: SparkSession, delegate: ParserInterface) extends Par
 
   /** PK/FK constraints, which Spark parses and Delta refuses, are kept by spark-ivm. */
   private def withKeys(plan: LogicalPlan): LogicalPlan =
-    KeyConstraintCommands.intercept(plan).getOrElse(plan)
+    KeyConstraintCommands.intercept(refuseWritesToViews(plan)).getOrElse(plan)
+
+  /**
+   * UPDATE, DELETE and MERGE name a materialized view as their target: say so, instead of the
+   * error Delta gives for a view (`DELTA_UNSUPPORTED_SOURCE`), since only REFRESH changes it.
+   */
+  private def refuseWritesToViews(plan: LogicalPlan): LogicalPlan = {
+    val target = plan match {
+      case u: UpdateTable => Some("UPDATE" -> u.table)
+      case d: DeleteFromTable => Some("DELETE" -> d.table)
+      case m: MergeIntoTable => Some("MERGE" -> m.targetTable)
+      case _ => None
+    }
+    target.foreach { case (statement, table) =>
+      def name(p: LogicalPlan): Option[Seq[String]] = p match {
+        case SubqueryAlias(_, child) => name(child)
+        case r: UnresolvedRelation => Some(r.multipartIdentifier)
+        case _ => None
+      }
+      name(table).filter(parts => scala.util.Try(ViewCatalog.isMaterializedView(session, parts)).getOrElse(false))
+        .foreach(parts => throw IvmErrors.viewNotWritable(parts.mkString("."), statement))
+    }
+    plan
+  }
 
   override def parseExpression(sqlText: String): Expression = delegate.parseExpression(sqlText)
   override def parseTableIdentifier(sqlText: String): TableIdentifier =

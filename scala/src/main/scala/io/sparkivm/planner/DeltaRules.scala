@@ -13,12 +13,23 @@ trait LeafReader {
   /** The net change, output `leaf.output :+ m`; None when the table did not change. */
   def delta(leaf: SourceLeaf): Option[LogicalPlan]
   /**
-   * Every row the table held since the view's last refresh, PreDel = Post + Del (fk-ivm.md
+   * Every row the table held since the view's last refresh, PreDel = Post + Del (Svingos et al. 2023
    * section 1.4); output attributes are `leaf.output`.
    */
   def preDel(leaf: SourceLeaf): LogicalPlan
   /** The size of the table at the pinned version (Long.MaxValue if unknown). */
   def sizeInBytes(leaf: SourceLeaf): Long = Long.MaxValue
+  /** The net change as rows on the driver, when it is held there (decisions then run no job). */
+  def localDelta(leaf: SourceLeaf): Option[LocalDeltaRows] = None
+}
+
+/** A net change held on the driver: the table's columns by name, then the sign `m`. */
+case class LocalDeltaRows(schema: org.apache.spark.sql.types.StructType,
+    rows: Seq[org.apache.spark.sql.catalyst.InternalRow]) {
+  /** Column positions of `names` (case-insensitive), and the position of the sign. */
+  def positions(names: Seq[String]): Seq[Int] =
+    names.map(n => schema.fieldNames.indexWhere(_.equalsIgnoreCase(n)))
+  def signAt: Int = schema.length - 1
 }
 
 /** One term of the delta union: a plan whose rows carry a sign `m`, and how it was built. */
@@ -27,7 +38,7 @@ case class Branch(plan: LogicalPlan, terms: Seq[String]) {
 }
 
 /**
- * The delta rules of counting IVM over Catalyst plans (fk-ivm.md section 2, Theorem 4.2 and its
+ * The delta rules of counting IVM over Catalyst plans (Svingos et al. 2023, section 2, Theorem 4.2 and its
  * multi-way unfolding): for a join, D(L x R) = D(L) x Post(R) + Pre(L) x D(R); filters and
  * projections commute with D; D of a UNION ALL is the union of the Ds. Unfolded over a join
  * tree this is sum_i Pre(R1..Ri-1) x D(Ri) x Post(Ri+1..Rn): one branch per changed occurrence,
@@ -47,6 +58,9 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
   def pre(plan: LogicalPlan): LogicalPlan = substitute(plan, reader.pre)
   def post(plan: LogicalPlan): LogicalPlan = substitute(plan, reader.post)
   def preDel(plan: LogicalPlan): LogicalPlan = substitute(plan, reader.preDel)
+
+  /** `plan` with each table occurrence read by `read` (its output attributes kept). */
+  def withLeaves(plan: LogicalPlan, read: SourceLeaf => LogicalPlan): LogicalPlan = substitute(plan, read)
 
   private def substitute(plan: LogicalPlan, read: SourceLeaf => LogicalPlan): LogicalPlan =
     plan match {

@@ -6,7 +6,8 @@ import org.apache.spark.sql.catalyst.expressions._
 import org.apache.spark.sql.catalyst.expressions.aggregate.{Max, Min}
 import org.apache.spark.sql.catalyst.plans.{Inner, LeftSemi}
 import org.apache.spark.sql.catalyst.plans.logical._
-import org.apache.spark.sql.types.LongType
+import org.apache.spark.sql.catalyst.InternalRow
+import org.apache.spark.sql.types.{IntegerType, LongType}
 
 /** What FK-aware delta planning needs from the layers around the planner. */
 case class FkSettings(pruning: Boolean, probe: ProbeSettings, keys: SourceLeaf => TableKeys,
@@ -14,11 +15,11 @@ case class FkSettings(pruning: Boolean, probe: ProbeSettings, keys: SourceLeaf =
     steps: PlanSteps)
 
 object FkSettings {
-  val Off: FkSettings = FkSettings(pruning = false, ProbeSettings.Off, _ => TableKeys.None, PlanOnly)
+  val Off: FkSettings = FkSettings(pruning = false, ProbeSettings.Off, _ => TableKeys.Empty, PlanOnly)
 }
 
 /**
- * Delta plans for join blocks that use declared foreign keys (fk-ivm.md section 3) and key
+ * Delta plans for join blocks that use declared foreign keys (Svingos et al. 2023, section 3) and key
  * probing. For one block:
  *  1. the FK graph of its units (FkGraph.of);
  *  2. for every edge x -> y whose dimension y changed, the FK-Guard (no key of y both deleted
@@ -63,7 +64,11 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
       guard(block, y).exists { why => lines += s"FK-Guard fails on ${name(y)}: $why; its " +
         "incoming edges fall back to the generic rule for this refresh"; true }
     }.toSet
-    val integrityFails = declared.edges.filterNot(e => guardFails(e.to)).filter { e =>
+    // RELY: the referencing rows are trusted to be valid (no scan of the referencing table).
+    declared.edges.filter(e => e.rely && !guardFails(e.to) && changed(block, e.to)).foreach { e =>
+      lines += s"integrity of ${edgeName(e)} relied on (FOREIGN KEY ... RELY), not re-checked"
+    }
+    val integrityFails = declared.edges.filterNot(e => guardFails(e.to) || e.rely).filter { e =>
       integrity(block, e).exists { why => lines += s"integrity fails on ${edgeName(e)}: $why; the " +
         "edge falls back to the generic rule for this refresh"; true }
     }.toSet
@@ -84,10 +89,10 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
       rules.delta(block.units(c.root)).map { b =>
         // Name the delta of a table occurrence as the view does (its alias), like the others.
         val start = if (block.leafOf(c.root).isDefined) b.copy(terms = Seq(s"D(${name(c.root)})")) else b
-        val side: Int => (LogicalPlan, String) = u =>
-          if (c.nodes(u)) (rules.preDel(block.units(u)), s"PreDel(${name(u)})")
-          else if (componentOf(u) < i) (rules.pre(block.units(u)), s"Pre(${name(u)})")
-          else (rules.post(block.units(u)), s"Post(${name(u)})")
+        val side: Int => (LogicalPlan, String, Boolean) = u =>
+          if (c.nodes(u)) (rules.preDel(block.units(u)), s"PreDel(${name(u)})", true)
+          else if (componentOf(u) < i) (rules.pre(block.units(u)), s"Pre(${name(u)})", false)
+          else (rules.post(block.units(u)), s"Post(${name(u)})", false)
         // The component in BFS order first, then the other units, each one joined to what is
         // already joined where the conjuncts allow.
         val rest = block.units.indices.filterNot(c.nodes)
@@ -120,12 +125,12 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
 
   /** Joins a delta branch with the other units in `order`, then applies the block's output. */
   private def joinAll(block: JoinBlock, start: Branch, order: Seq[Int],
-      side: Int => (LogicalPlan, String)): Branch = {
+      side: Int => (LogicalPlan, String, Boolean)): Branch = {
     var acc = start.plan
     var terms = start.terms
     var pending = block.conditions
     order.foreach { u =>
-      val (raw, term) = side(u)
+      val (preDel, term, isPreDel) = side(u)
       val unitOut = block.units(u).outputSet
       val avail = acc.outputSet ++ unitOut
       val (now, later) = pending.partition(_.references.subsetOf(avail))
@@ -134,7 +139,13 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
         case EqualTo(a: Attribute, b: Attribute) if acc.outputSet.contains(a) && unitOut.contains(b) => (a, b)
         case EqualTo(b: Attribute, a: Attribute) if acc.outputSet.contains(a) && unitOut.contains(b) => (a, b)
       }
-      val probed = if (equi.isEmpty || !probes(block, u)) raw else {
+      val covered = if (!isPreDel || !settings.steps.collects) None else {
+        // Computed once: its keys decide what of the dimension is read.
+        acc = settings.steps.materialize(acc)
+        coveredPreDel(block, u, equi, acc, term)
+      }
+      val raw = covered.getOrElse(preDel)
+      val probed = if (covered.isDefined || equi.isEmpty || !probes(block, u)) raw else {
         // The keys are read from what is joined so far, which the join reads again: compute it once.
         acc = settings.steps.materialize(acc)
         probe(acc, equi, raw, term)
@@ -144,6 +155,46 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
     }
     val filtered = pending.reduceOption(And).map(Filter(_, acc)).getOrElse(acc)
     Branch(Project(block.outputs :+ rules.m, filtered), terms)
+  }
+
+  /**
+   * PreDel(y) as the rows joined so far need it, when they are held on the driver and join y on
+   * its primary key (one column). PreDel(y) = Post(y) + Del(y) (Svingos et al. 2023, section
+   * 1.4); for a key k the rows joined so far reference:
+   *  - k deleted from y: no row of Post(y) has k (the FK-Guard holds: k was not also inserted,
+   *    and k is y's primary key), so the rows are those of Del(y), which are on the driver;
+   *  - any other k: the rows of Post(y) with key k, read with the keys as a filter pushed into
+   *    the scan (Delta skips the files that hold none of them).
+   * So a dimension whose referenced keys were all deleted is not read at all (a fact row
+   * deleted with its parent), and otherwise only for the keys referenced (new parents are
+   * usually clustered at the end of the key range).
+   */
+  private def coveredPreDel(block: JoinBlock, u: Int, equi: Seq[(Attribute, Attribute)], joined: LogicalPlan,
+      term: String): Option[LogicalPlan] = for {
+    (leaf, cols) <- block.leafOf(u)
+    pk <- settings.keys(leaf).primaryKey.filter(_.size == 1).map(_.head)
+    (a, _) <- equi.find { case (_, b) => cols.get(b.exprId).exists(_.equalsIgnoreCase(pk)) }
+    needed <- settings.steps.localValues(joined, a)
+    if needed.size <= settings.probe.maxKeys.max(100000)
+    pkAttr <- leaf.output.find(_.name.equalsIgnoreCase(pk))
+  } yield {
+    val deleted = reader.localDelta(leaf).map { local =>
+      val at = local.positions(Seq(pk)).head
+      local.rows.iterator.filter(_.getInt(local.signAt) < 0).map(_.get(at, pkAttr.dataType)).toSet
+    }.getOrElse(Set.empty[Any])
+    val fromPost = needed -- deleted
+    lines += s"$term read for the ${needed.size} keys joined so far: ${needed.size - fromPost.size} from its " +
+      s"deleted rows, ${fromPost.size} from Post(${leaf.table.table})"
+    rules.withLeaves(block.units(u), l => {
+      // All of Del(y) (it is small, and rows not referenced drop out in the join).
+      val del = reader.delta(l).map(d => Project(l.output, Filter(LessThan(rules.m, Literal(0)), d)))
+      val post = if (fromPost.isEmpty) None else Some(Filter(InSet(pkAttr, fromPost), reader.post(l)))
+      (del.toSeq ++ post.toSeq) match {
+        case Seq() => LocalRelation(l.output)
+        case Seq(one) => one
+        case both => Union(both)
+      }
+    })
   }
 
   /** `large` filtered to the keys `small` has on the first equi-join column, if that pays. */
@@ -182,19 +233,31 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
 
   /** Why the FK-Guard fails on dimension unit y (a key deleted and inserted), if it does. */
   private def guard(block: JoinBlock, y: Int): Option[String] = {
-    val (leaf, cols) = block.leafOf(y).get
+    val (leaf, _) = block.leafOf(y).get
     val pk = settings.keys(leaf).primaryKey.getOrElse(Nil)
+    val why = s"a key of ${leaf.name} was both deleted and inserted (an update of the row)"
     reader.delta(leaf).flatMap { d =>
-      checked.getOrElseUpdate((leaf.name, "guard", pk), {
-        val keys = leafAttrs(leaf, pk)
-        val lo = Alias(Min(rules.m).toAggregateExpression(), "__ivm_lo")()
-        val hi = Alias(Max(rules.m).toAggregateExpression(), "__ivm_hi")()
-        val both = Filter(And(LessThan(lo.toAttribute, Literal(0)), GreaterThan(hi.toAttribute, Literal(0))),
-          Aggregate(keys, keys ++ Seq(lo, hi), d))
-        if (settings.steps.isEmpty(both)) None
-        else Some(s"a key of ${leaf.name} was both deleted and inserted (an update of the row)")
+      checked.getOrElseUpdate((leaf.name, "guard", pk), reader.localDelta(leaf) match {
+        case Some(local) =>
+          // Decided on the driver from the change held there: no Spark job.
+          if (signsPerKey(local, pk).values.exists { case (lo, hi) => lo < 0 && hi > 0 }) Some(why) else None
+        case None =>
+          val keys = leafAttrs(leaf, pk)
+          val lo = Alias(Min(rules.m).toAggregateExpression(), "__ivm_lo")()
+          val hi = Alias(Max(rules.m).toAggregateExpression(), "__ivm_hi")()
+          val both = Filter(And(LessThan(lo.toAttribute, Literal(0)), GreaterThan(hi.toAttribute, Literal(0))),
+            Aggregate(keys, keys ++ Seq(lo, hi), d))
+          if (settings.steps.isEmpty(both)) None else Some(why)
       })
     }
+  }
+
+  /** The (lowest, highest) sign of each key of a change held on the driver. */
+  private def signsPerKey(local: LocalDeltaRows, cols: Seq[String]): Map[Seq[Any], (Int, Int)] = {
+    val at = local.positions(cols)
+    val types = at.map(i => local.schema(i).dataType)
+    local.rows.groupMapReduce(r => at.zip(types).map { case (i, t) => r.get(i, t) })(r =>
+      (r.getInt(local.signAt), r.getInt(local.signAt))) { case ((a, b), (c, d)) => (math.min(a, c), math.max(b, d)) }
   }
 
   /**
@@ -211,10 +274,21 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
       checked.getOrElseUpdate((xLeaf.name + "->" + yLeaf.name, "integrity", fkCols), {
         // The changed keys under fresh names: x and y may be the same table (a self-reference).
         val pk = leafAttrs(yLeaf, pkCols)
-        val keyAliases = pk.zipWithIndex.map { case (k, i) => Alias(k, s"__ivm_k$i")() }
-        val ck = keyAliases.map(_.toAttribute)
-        val dir = Alias(Max(rules.m).toAggregateExpression(), "__ivm_dir")()
-        val changedKeys = settings.steps.materialize(Aggregate(pk, keyAliases :+ dir, dy))
+        // Each changed key of y with its direction (max m: +1 inserted, -1 deleted; the guard
+        // holds, so no key is both), computed on the driver when the change is held there.
+        val (changedKeys, ck, dirAttr) = reader.localDelta(yLeaf) match {
+          case Some(local) =>
+            val attrs = pk.zipWithIndex.map { case (k, i) => AttributeReference(s"__ivm_k$i", k.dataType)() }
+            val d = AttributeReference("__ivm_dir", IntegerType, nullable = false)()
+            val rows = signsPerKey(local, pkCols).toSeq.map { case (k, (_, hi)) =>
+              new GenericInternalRow((k :+ hi).toArray): InternalRow }
+            (LocalRelation(attrs :+ d, rows), attrs, d: Attribute)
+          case None =>
+            val keyAliases = pk.zipWithIndex.map { case (k, i) => Alias(k, s"__ivm_k$i")() }
+            val dir = Alias(Max(rules.m).toAggregateExpression(), "__ivm_dir")()
+            (settings.steps.materialize(Aggregate(pk, keyAliases :+ dir, dy)), keyAliases.map(_.toAttribute),
+              dir.toAttribute)
+        }
         // Post(x) rows count +1 in both Post and Pre; the net change of x moves Pre by -m.
         val fk = leafAttrs(xLeaf, fkCols)
         val postX = reader.post(xLeaf)
@@ -240,8 +314,8 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
         val perKey = Aggregate(fAttrs, fAttrs ++ Seq(post, pre), all)
         val on = fAttrs.zip(ck).map { case (f, k) => EqualTo(f, k): Expression }.reduce(And)
         val bad = Filter(Or(
-            And(LessThan(dir.toAttribute, Literal(0)), GreaterThan(post.toAttribute, Literal(0L))),
-            And(GreaterThan(dir.toAttribute, Literal(0)), GreaterThan(pre.toAttribute, Literal(0L)))),
+            And(LessThan(dirAttr, Literal(0)), GreaterThan(post.toAttribute, Literal(0L))),
+            And(GreaterThan(dirAttr, Literal(0)), GreaterThan(pre.toAttribute, Literal(0L)))),
           Join(changedKeys, perKey, Inner, Some(on), JoinHint.NONE))
         if (settings.steps.isEmpty(bad)) None
         else Some(s"rows of ${xLeaf.name} reference keys of ${yLeaf.name} that this refresh deletes " +

@@ -5,28 +5,29 @@ import java.util.Locale
 import org.apache.spark.sql.catalyst.expressions.{Attribute, EqualTo, Expression}
 
 /** A declared foreign key, as the planner sees it: columns of a table to a parent's primary key. */
-case class ForeignKeyRef(name: String, columns: Seq[String], parent: String, parentColumns: Seq[String])
+case class ForeignKeyRef(name: String, columns: Seq[String], parent: String, parentColumns: Seq[String],
+    rely: Boolean = false)
 
 /** The keys declared on a table. */
 case class TableKeys(primaryKey: Option[Seq[String]], foreignKeys: Seq[ForeignKeyRef])
 
 object TableKeys {
-  val None: TableKeys = TableKeys(scala.None, Nil)
+  val Empty: TableKeys = TableKeys(None, Nil)
 }
 
 /**
- * An FK edge of a join block (fk-ivm.md section 1.3): the view joins every column of foreign
+ * An FK edge of a join block (Svingos et al. 2023, section 1.3): the view joins every column of foreign
  * key `fk` of unit `from` (fact side) with the matching primary-key column of unit `to`
  * (dimension side). `pairs` are the (from, to) attributes equated by the view.
  */
-case class FkEdge(from: Int, to: Int, fk: String, pairs: Seq[(Attribute, Attribute)])
+case class FkEdge(from: Int, to: Int, fk: String, pairs: Seq[(Attribute, Attribute)], rely: Boolean = false)
 
 /** A rooted component (Definition 5.4): `order` starts at the root, each node after it has `parent`. */
 case class Component(root: Int, order: Seq[Int], parentEdge: Map[Int, FkEdge]) {
   def nodes: Set[Int] = order.toSet
 }
 
-/** The FK graph of a join block and Algorithm 1 of fk-ivm.md (section 3.5). */
+/** The FK graph of a join block and Algorithm 1 of Svingos et al. 2023 (section 3.5). */
 case class FkGraph(nodes: Int, edges: Seq[FkEdge]) {
 
   def without(drop: FkEdge => Boolean): FkGraph = copy(edges = edges.filterNot(drop))
@@ -93,7 +94,7 @@ object FkGraph {
         }
       }
       if pairs.forall(_.isDefined)
-    } yield FkEdge(x, y, fk.name, pairs.flatten)
+    } yield FkEdge(x, y, fk.name, pairs.flatten, fk.rely)
     FkGraph(block.units.size, edges.distinct)
   }
 

@@ -21,6 +21,12 @@ object PlanValidator {
       p match {
         case SourceLeaf(leaf) =>
           DeltaSources.requireDelta(leaf.table, leaf.provider)
+          leaf.output.find(a => MetadataAttribute.isValid(a.metadata) || FileSourceMetadataAttribute.isValid(a.metadata))
+            .foreach { a =>
+              throw IvmErrors.unsupported(s"The metadata column ${a.name} of ${leaf.name}",
+                "It describes where a row is stored (file, row index), which changes when Delta rewrites " +
+                  "files without changing the rows; select data columns only.")
+            }
           leaves += leaf
         case leaf: LeafNode if SourceLeaf.isConstant(leaf) =>
         case v: View if v.isTempView =>
@@ -64,13 +70,22 @@ object PlanValidator {
   private val TimeDependent = Set("CurrentTimestamp", "CurrentDate", "Now", "LocalTimestamp",
     "CurrentTime", "CurrentTimeZone", "CurrentUser", "CurrentBatchTimestamp", "UnixTimestamp")
 
+  /**
+   * Aggregates whose value depends on the order rows arrive in: Spark documents them as
+   * non-deterministic, though not all are marked so (any_value is first in disguise).
+   */
+  private def orderDependent(e: Expression): Boolean = e match {
+    case _: aggregate.First | _: aggregate.Last | _: aggregate.AnyValue => true
+    case _ => false
+  }
+
   private def checkExpression(e: Expression): Unit = e.foreach {
     case s: SubqueryExpression => throw IvmErrors.unsupported(
       s"A subquery expression (${s.prettyName})", "Rewrite IN / EXISTS / scalar subqueries as joins.")
     case x if TimeDependent.contains(x.getClass.getSimpleName) => throw IvmErrors.unsupported(
       s"The time-dependent function ${x.prettyName}()",
       "Its value would differ between refreshes; store the time in a base table instead.")
-    case x if !x.deterministic && x.children.forall(_.deterministic) =>
+    case x if (!x.deterministic && x.children.forall(_.deterministic)) || orderDependent(x) =>
       throw IvmErrors.unsupported(s"The non-deterministic function ${x.prettyName}()",
         "A view must give the same rows each time its query runs on the same data.")
     case _ =>

@@ -7,7 +7,7 @@ import org.apache.spark.sql.catalyst.plans.logical._
  * One relation occurrence of a triangle: the unit of the join block (a table occurrence with
  * its own filters, or any subtree) as the paper's K(X, Y), where X is the variable it shares
  * with the previous occurrence and the one it is partitioned on, and Y the one it shares with
- * the next (R(A,B), S(B,C), T(C,A); ivm-epsilon-triangles.md section 1).
+ * the next (R(A,B), S(B,C), T(C,A); Kara et al. 2020, section 1).
  *
  * @param plan     the unit, with the conjuncts of the block that only it references on top
  * @param x        the partition column (A of R, B of S, C of T)
@@ -21,7 +21,7 @@ case class TriangleSide(name: String, plan: LogicalPlan, x: Attribute, y: Attrib
 
 /**
  * A join block that is a triangle: three occurrences R(A,B), S(B,C), T(C,A) joined in a cycle
- * by equalities, each with optional filters of its own (ivm-epsilon-triangles.md section 1; the
+ * by equalities, each with optional filters of its own (Kara et al. 2020, section 1; the
  * common case is one edge table used three times). The block's result is
  * `Project(outputs, R x S x T)`; `needsY(i)` says whether the variable joining side i to side
  * i+1 is read above the join (when it is not, auxiliary views sum it out, as the paper's

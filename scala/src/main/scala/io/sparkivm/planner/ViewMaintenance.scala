@@ -89,7 +89,8 @@ class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String]) {
    * refresh materializes the folded delta once and skips recomputation when no group needs
    * it; EXPLAIN keeps everything as one plan and runs nothing.
    */
-  def mergeSource(rules: DeltaRules, old: () => LogicalPlan, steps: PlanSteps): Option[LogicalPlan] = {
+  def mergeSource(rules: DeltaRules, old: () => LogicalPlan, steps: PlanSteps,
+      markExisting: Boolean = false): Option[LogicalPlan] = {
     val changed = branches(rules)
     if (changed.isEmpty) return None
     val m = rules.m
@@ -97,9 +98,12 @@ class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String]) {
     val dCount = Alias(Sum(Cast(m, LongType)).toAggregateExpression(), "__ivm_dcount")()
     val dStates = states.map(s => s.deltas(m).zipWithIndex.map { case (e, i) =>
       Alias(e, s"__ivm_d${s.index}_$i")() })
-    // The delta, folded per key: small, and read once or twice below.
-    val folded = steps.materialize(Aggregate(keyExprs, keys ++ (dCount +: dStates.flatten),
-      rules.unionAll(changed.map(_.plan))))
+    // The delta, folded per key: small. Computed once ahead when it is read twice (a group's
+    // recomputation is decided from it, or its keys probe the backing table), else part of
+    // the one query that computes the new rows.
+    val foldedPlan = Aggregate(keyExprs, keys ++ (dCount +: dStates.flatten), rules.unionAll(changed.map(_.plan)))
+    val folded = if (states.exists(_.recompute.isDefined) || steps.probe.enabled) steps.materialize(foldedPlan)
+      else foldedPlan
     val backing = probeBacking(old(), folded, keys, steps)
     def col(name: String) = backing.output.find(_.name == name).getOrElse(
       throw new IllegalStateException(s"backing table has no column $name"))
@@ -134,7 +138,12 @@ class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String]) {
     val stateCols = states.flatMap { s =>
       s.merge(oldOf(s), dOf(s), recOf(s)).zip(s.columns).map { case (e, (n, _)) => Alias(e, n)() }
     }
-    Some(finish(Project(keys.map(_.toAttribute) ++ (Alias(newCount, CountColumn)() +: stateCols), withRec)))
+    // With `markExisting`, whether each key had a row before (for the apply's metrics).
+    val existing = if (markExisting) Seq(Alias(IsNotNull(col(CountColumn)), ExistedColumn)()) else Nil
+    val rows = finish(Project(keys.map(_.toAttribute) ++ (Alias(newCount, CountColumn)() +: stateCols) ++ existing,
+      withRec))
+    Some(if (markExisting) Project(rows.output.filterNot(_.name == ExistedColumn) ++
+      rows.output.filter(_.name == ExistedColumn), rows) else rows)
   }
 
   /** The backing table restricted to the files that may hold the changed groups' first key. */
@@ -220,6 +229,11 @@ trait PlanSteps {
   def distinctValues(plan: LogicalPlan, key: Attribute, max: Int): Option[Seq[Any]] = None
   /** False if `distinctValues` never runs anything (EXPLAIN). */
   def collects: Boolean = false
+  /**
+   * The distinct non-null values of `key` (Catalyst's internal representation) if `plan` is
+   * held on the driver (see `materialize`), without running anything; None otherwise.
+   */
+  def localValues(plan: LogicalPlan, key: Attribute): Option[Set[Any]] = None
   /** Whether and how to probe large inputs with the keys of small ones. */
   def probe: ProbeSettings = ProbeSettings.Off
 }
@@ -233,6 +247,8 @@ object PlanOnly extends PlanSteps {
 object ViewMaintenance {
   val CountColumn = "__ivm_count"
   val HavingColumn = "__ivm_having"
+  /** In a refresh's changed rows only (never stored): the key had a row before the refresh. */
+  val ExistedColumn = "__ivm_existed"
 
   def quote(name: String): String = "`" + name.replace("`", "``") + "`"
 

@@ -5,7 +5,7 @@ import org.apache.spark.sql.catalyst.expressions.{And, AttributeReference, Equal
 import org.apache.spark.sql.types.IntegerType
 import org.scalatest.funsuite.AnyFunSuite
 
-/** Algorithm 1 of fk-ivm.md (section 3.5) and the key-probe filters, on small graphs. */
+/** Algorithm 1 of Svingos et al. 2023 (section 3.5) and the key-probe filters, on small graphs. */
 class FkGraphSuite extends AnyFunSuite {
   private def edge(from: Int, to: Int) = FkEdge(from, to, s"fk$from$to", Nil)
   private def graph(n: Int, edges: (Int, Int)*) = FkGraph(n, edges.map { case (a, b) => edge(a, b) })

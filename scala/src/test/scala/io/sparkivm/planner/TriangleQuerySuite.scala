@@ -8,7 +8,7 @@ import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, Filter, Join, Joi
 import org.apache.spark.sql.types.IntegerType
 import org.scalatest.funsuite.AnyFunSuite
 
-/** Which join blocks are triangles (ivm-epsilon-triangles.md section 1), and which are not. */
+/** Which join blocks are triangles (Kara et al. 2020, section 1), and which are not. */
 class TriangleQuerySuite extends AnyFunSuite {
   /** An edge relation occurrence: (src, dst, w), fresh attributes each time. */
   private def edges(): LocalRelation = LocalRelation(Seq("src", "dst", "w").map(AttributeReference(_, IntegerType)()))

@@ -20,7 +20,9 @@ import org.apache.spark.sql.util.QueryExecutionListener
  */
 object JoinMetrics {
   private val total = new AtomicLong
-  @volatile private var registered = Set.empty[SparkSession]
+  // Weak: a session stopped and dropped by its user is not kept alive by having been measured.
+  private val registered = java.util.Collections.newSetFromMap(
+    new java.util.WeakHashMap[SparkSession, java.lang.Boolean]())
 
   private object Listener extends QueryExecutionListener {
     override def onSuccess(funcName: String, qe: QueryExecution, durationNs: Long): Unit =
@@ -53,10 +55,10 @@ object JoinMetrics {
 
   /** Runs `body` and returns the rows that entered joins in the queries it ran. */
   def measure[T](spark: SparkSession)(body: => T): (T, Long) = {
-    synchronized {
+    registered.synchronized {
       if (!registered.contains(spark)) {
         spark.listenerManager.register(Listener)
-        registered += spark
+        registered.add(spark)
       }
     }
     spark.sparkContext.listenerBus.waitUntilEmpty()

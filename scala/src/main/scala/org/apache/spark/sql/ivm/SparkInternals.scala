@@ -13,6 +13,14 @@ object SparkInternals {
   def dataFrame(spark: SparkSession, plan: LogicalPlan): DataFrame =
     classic.Dataset.ofRows(spark.asInstanceOf[classic.SparkSession], plan)
 
+  /**
+   * A session for one piece of spark-ivm's own work: a clone of `spark` (same catalog, current
+   * database, settings and temporary views) whose settings can be tuned for that work without
+   * changing the user's session or its other workloads.
+   */
+  def isolated(spark: SparkSession): SparkSession =
+    spark.asInstanceOf[classic.SparkSession].cloneSession()
+
   /** The analyzed plan of a DataFrame. */
   def analyzed(df: DataFrame): LogicalPlan =
     df.asInstanceOf[classic.Dataset[_]].queryExecution.analyzed
@@ -24,6 +32,10 @@ object SessionInternals {
 
   def catalog(spark: SparkSession): SessionCatalog =
     spark.asInstanceOf[classic.SparkSession].sessionState.catalog
+
+  /** True if the session sets `key` itself (not just Spark's or a registry's default). */
+  def isSet(spark: SparkSession, key: String): Boolean =
+    spark.asInstanceOf[classic.SparkSession].sessionState.conf.contains(key)
 
   def parser(spark: SparkSession): ParserInterface =
     spark.asInstanceOf[classic.SparkSession].sessionState.sqlParser

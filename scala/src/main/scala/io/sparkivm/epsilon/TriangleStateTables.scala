@@ -1,4 +1,4 @@
-package io.sparkivm.execution
+package io.sparkivm.epsilon
 
 import scala.util.control.NonFatal
 
@@ -32,6 +32,20 @@ class TriangleStateTables(spark: SparkSession, meta: ViewMetadata, attempt: Stri
   /** Table i as of a recorded version (resolved once per refresh: it loads a Delta snapshot). */
   def read(i: Int, version: Long): DataFrame = reads.synchronized(reads.getOrElseUpdate((i, version),
     spark.read.format("delta").option("versionAsOf", version).table(names(i).quotedString)))
+
+  /**
+   * The heavy keys in table i as of a version, read once per JVM: a version of a Delta table
+   * never changes, so the keys stay resident between refreshes (IVM^eps keeps its partitions
+   * in memory, as the paper's hash maps are; the Delta table is their checkpoint).
+   */
+  def heavyKeys(i: Int, version: Long, read: => Set[Any]): Set[Any] = {
+    val key = (log(i).update().metadata.id, version)
+    Option(TriangleStateTables.heavyCache.get(key)).getOrElse {
+      val keys = read
+      TriangleStateTables.heavyCache.put(key, keys)
+      keys
+    }
+  }
 
   /**
    * Brings every table back to the content of the version a committed refresh recorded, and
@@ -98,6 +112,12 @@ class TriangleStateTables(spark: SparkSession, meta: ViewMetadata, attempt: Stri
 class StateConflictException(message: String) extends RuntimeException(message)
 
 object TriangleStateTables {
+  /** Heavy-key sets by (Delta table id, version); the newest 64 are kept. */
+  private val heavyCache = java.util.Collections.synchronizedMap(
+    new java.util.LinkedHashMap[(String, Long), Set[Any]](16, 0.75f, true) {
+      override def removeEldestEntry(e: java.util.Map.Entry[(String, Long), Set[Any]]): Boolean = size() > 64
+    })
+
   /** Drops the state tables of a view's backing table, if there are any. */
   def dropFor(spark: SparkSession, backing: TableIdentifier): Unit =
     EpsilonState.tables(backing).foreach { n =>

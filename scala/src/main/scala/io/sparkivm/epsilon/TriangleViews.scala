@@ -1,7 +1,9 @@
-package io.sparkivm.execution
+package io.sparkivm.epsilon
 
 import io.sparkivm.IvmException
-import io.sparkivm.catalog.{EpsilonState, ViewMetadata}
+import io.sparkivm.catalog.EpsilonState
+import io.sparkivm.conf.IvmConf
+import io.sparkivm.execution.AnalyzedView
 import io.sparkivm.planner.{Branch, DeltaRules, TriangleQuery}
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.{DataFrame, SparkSession}
@@ -12,38 +14,11 @@ import org.apache.spark.sql.ivm.SparkInternals
 import org.apache.spark.sql.types.IntegerType
 
 /**
- * One incremental refresh of a triangle view: the block's delta from the state as of the last
- * refresh (after restoring state tables a failed refresh left ahead), then the next state.
- */
-class TriangleRefresh(spark: SparkSession, meta: ViewMetadata, q: TriangleQuery, reader: PinnedReader,
-    state: EpsilonState, attempt: String) {
-  private val tables = new TriangleStateTables(spark, meta, attempt)
-  private val base = tables.restore(state)
-  private val engine = new TriangleMaintenance(spark, q, reader.rules, PlanningConf.probe(spark).maxKeys)
-  // Read once: the delta and the next state both split rows by the heavy keys as of `state`.
-  private val heavy = TriangleViews.heavySets(state, tables, state.versions, engine)
-  private val branch = TriangleViews.branch(spark, q, engine,
-    TriangleViews.blockDelta(engine, tables, state)(heavy), reader.rules.m)
-
-  /** The view's delta rules, with the triangle block's branch computed by IVM^eps. */
-  def rules: DeltaRules = reader.rulesWith(p => if (p eq q.root) Some(Seq(branch)) else None)
-
-  /** Writes the next state (see [[TriangleViews.advance]]); `notes` gets what was done. */
-  def advance(notes: collection.mutable.Buffer[String]): EpsilonState = {
-    notes ++= engine.notes
-    TriangleViews.advance(spark, engine, tables, state, base, notes)(heavy)
-  }
-}
-
-/**
  * The IVM^eps life cycle of a triangle view: building its state (at CREATE, on a full refresh,
  * on a change of eps, and as major rebalancing), advancing it by one refresh, and checking the
  * paper's invariants (in test mode, `spark.ivm.epsilon.checkInvariants`).
  */
 object TriangleViews extends Logging {
-  val CheckInvariants = "spark.ivm.epsilon.checkInvariants"
-  /** Off: triangle views get the generic (first-order) delta rules, as other cyclic joins. */
-  val Enabled = "spark.ivm.epsilon.enabled"
   /** Appended auxiliary-view rows are folded back (compacted) past this many, or the view's size. */
   val CompactMinRows = 100000L
 
@@ -51,7 +26,7 @@ object TriangleViews extends Logging {
 
   /** The triangle IVM^eps maintains in an incrementally maintained view, if there is one. */
   def query(spark: SparkSession, analyzed: AnalyzedView, incremental: Boolean): Option[TriangleQuery] =
-    if (!incremental || !spark.conf.getOption(Enabled).forall(_.trim.equalsIgnoreCase("true"))) None
+    if (!incremental || !IvmConf.EpsilonEnabled.get(spark)) None
     else TriangleQuery.find(analyzed.plan).toOption.flatten
 
   /** Why a cyclic join of the view keeps the generic rule, if it has one. */
@@ -59,12 +34,13 @@ object TriangleViews extends Logging {
     TriangleQuery.find(analyzed.plan).left.toOption
 
   private def checking(spark: SparkSession): Boolean =
-    spark.conf.getOption(CheckInvariants).exists(_.trim.equalsIgnoreCase("true"))
+    IvmConf.EpsilonCheckInvariants.get(spark)
 
   def heavySets(state: EpsilonState, tables: TriangleStateTables, versions: Seq[Long],
       engine: TriangleMaintenance): IndexedSeq[engine.HeavySet] = (0 until 3).map { i =>
     if (state.allHeavy) engine.HeavySet(None, 0)
-    else engine.heavySet(i, tables.read(i, versions(i)).select(col(KeyColumn).as(s"a$i")), state.heavy(i))
+    else engine.heavySet(i, tables.read(i, versions(i)).select(col(KeyColumn).as(s"a$i")), state.heavy(i),
+      keys => tables.heavyKeys(i, versions(i), keys))
   }
 
   /**
@@ -132,12 +108,10 @@ object TriangleViews extends Logging {
           heavyCounts(i) = after.count()
         }
         Seq(dataChanges(i), rebalance(i)).flatten.reduceOption(_ unionByName _).foreach { change =>
-          val rows = change.groupBy(engine.auxCols(i).map(col): _*).agg(sum(W).as(W))
-            .filter(col(W) =!= 0).localCheckpoint(eager = true)
-          val count = rows.count()
-          if (count > 0) {
-            versions(3 + i) = tables.append(3 + i, rows, s"a$i")
-            auxRows(i) += count
+          val rows = engine.settled(change, engine.auxCols(i))
+          if (!rows.isEmpty) {
+            versions(3 + i) = tables.append(3 + i, rows.frame, s"a$i")
+            auxRows(i) += rows.count
           }
         }
         if (auxRows(i) - auxCompact(i) > math.max(auxCompact(i), CompactMinRows)) {
@@ -192,8 +166,8 @@ object TriangleViews extends Logging {
       s"${state.auxRows(i) - state.auxCompact(i)} appended since last compaction"))
 
   /**
-   * The paper's invariants over the state and Post (ivm-epsilon-triangles.md section 9, oracles
-   * 4 and 5): |D| and floor(N/4) <= |D| < N; heavy keys have degree >= N^eps / 2, light keys
+   * The paper's invariants over the state and Post (Kara et al. 2020, Definition 13 and the
+   * rebalancing invariants): |D| and floor(N/4) <= |D| < N; heavy keys have degree >= N^eps / 2, light keys
    * < 3/2 N^eps (strict after a build: heavy iff >= N^eps), at most 2 N^(1-eps) heavy keys;
    * each auxiliary view equals its definition over the current parts.
    */

@@ -1,4 +1,4 @@
-package io.sparkivm.execution
+package io.sparkivm.epsilon
 
 import java.util.concurrent.Executors
 
@@ -13,11 +13,13 @@ import org.apache.spark.sql.{DataFrame, Row, SparkSession}
 import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, Cast, Literal}
 import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, Project}
 import org.apache.spark.sql.functions.{broadcast, col, lit, sum}
-import org.apache.spark.sql.ivm.SparkInternals
+import org.apache.spark.sql.catalyst.CatalystTypeConverters
+import org.apache.spark.sql.catalyst.expressions.GenericRowWithSchema
+import org.apache.spark.sql.ivm.{LocalRows, SparkInternals}
 import org.apache.spark.sql.types.{DataType, LongType, StructField, StructType}
 
 /**
- * IVM^eps for a triangle view (ivm-epsilon-triangles.md; Kara et al.), batched per refresh.
+ * IVM^eps for a triangle view (Kara et al. 2020), batched per refresh.
  *
  * Each occurrence i of R(A,B), S(B,C), T(C,A) is a weighted relation with columns `a<i>` (its
  * partition variable), `b<i>` (the variable it shares with occurrence i+1), `p<i>_<k>` (columns
@@ -70,22 +72,49 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
     SparkInternals.dataFrame(spark, Project(named :+ w, plan))
   }
 
-  private val preFrames = mutable.Map[Int, DataFrame]()
   private val postFrames = mutable.Map[Int, DataFrame]()
-  // Read from the threads of `parallel`: the maps are guarded.
-  def pre(i: Int): DataFrame =
-    preFrames.synchronized(preFrames.getOrElseUpdate(i, frame(i, rules.pre(q.sides(i).plan), None)))
   def post(i: Int): DataFrame =
     postFrames.synchronized(postFrames.getOrElseUpdate(i, frame(i, rules.post(q.sides(i).plan), None)))
 
-  /** The net change of each occurrence, materialized, with its rows on the driver. */
+  /**
+   * Occurrence i as of the last refresh, Pre = Post - D as a weighted relation (the Z-relation
+   * identity): no time travel, so no Delta snapshot of an old version is rebuilt. Every join
+   * here multiplies weights and every result is summed per row, so the negated rows cancel.
+   */
+  def pre(i: Int): DataFrame = deltas(i) match {
+    case Some(d) => post(i).unionByName(d.frame.withColumn(W, -col(W)))
+    case None => post(i)
+  }
+
+  /** The net change of each occurrence, with its rows on the driver (no Spark job when the
+   * base tables' changes are held there, as they are when small). */
   lazy val deltas: IndexedSeq[Option[LocalDelta]] = sides.map { i =>
     val branches = rules.delta(q.sides(i).plan)
     if (branches.isEmpty) None else {
       val raw = frame(i, rules.unionAll(branches.map(_.plan)), Some(rules.m))
-      val net = small(raw.groupBy(cols(i).map(col): _*).agg(sum(W).as(W)).filter(col(W) =!= 0))
+      val net = if (isLocal(raw)) {
+        // Folded on the driver: the rows are here already.
+        val rows = raw.collect().toSeq
+        local(raw.schema, fold(rows, cols(i).size))
+      } else small(raw.groupBy(cols(i).map(col): _*).agg(sum(W).as(W)).filter(col(W) =!= 0))
       if (net.isEmpty) None else Some(net)
     }
+  }
+
+  /** True if Spark computes `df` without a job (its optimized plan is a local relation). */
+  private def isLocal(df: DataFrame): Boolean =
+    df.queryExecution.optimizedPlan.isInstanceOf[org.apache.spark.sql.catalyst.plans.logical.LocalRelation]
+
+  /** Rows whose first `width` columns are the same, their weights (the last column) summed, zeros dropped. */
+  private def fold(rows: Seq[Row], width: Int): Seq[Row] =
+    rows.groupMapReduce(r => r.toSeq.take(width))(_.getLong(width))(_ + _).toSeq.collect {
+      case (k, w) if w != 0 => Row.fromSeq(k :+ w)
+    }
+
+  /** Rows held here, as a local DataFrame; the rows keep the schema (columns are read by name). */
+  private def local(schema: StructType, rows: Seq[Row]): LocalDelta = {
+    val named = rows.map(r => new GenericRowWithSchema(r.toSeq.toArray, schema): Row)
+    LocalDelta(spark.createDataFrame(named.asJava, schema), named)
   }
 
   /** Change of |D| (rows) by this refresh. */
@@ -103,9 +132,9 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
   }
 
   /** The heavy set of occurrence i read from its table, with its keys collected if few. */
-  def heavySet(i: Int, table: DataFrame, size: Long): HeavySet =
+  def heavySet(i: Int, table: DataFrame, size: Long, cached: (=> Set[Any]) => Set[Any]): HeavySet =
     HeavySet(Some(table), size,
-      if (size <= maxKeys) Some(table.collect().map(_.get(0)).toSet) else None)
+      if (size <= maxKeys) Some(cached(table.collect().map(_.get(0)).toSet)) else None)
 
   private def heavyPart(df: DataFrame, i: Int, h: HeavySet): DataFrame = (h.table, h.keys) match {
     case (None, _) => df
@@ -155,17 +184,35 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
    * `df` computed now: on the driver when it is small (the bounded sets of one batch are), so
    * that taking its keys and joining it cost no further job; checkpointed otherwise.
    */
-  private def small(df: DataFrame): LocalDelta = {
-    val rows = df.limit(LocalRows + 1).collect().toSeq
-    if (rows.size <= LocalRows) LocalDelta(spark.createDataFrame(rows.asJava, df.schema), rows)
-    else {
-      val done = df.localCheckpoint(eager = true)
-      LocalDelta(done, Nil, local = false)
+  private def small(df: DataFrame): LocalDelta = smallAll(Seq(df)).head
+
+  /** Several results computed in one Spark job (see [[small]]). */
+  private def smallAll(dfs: Seq[DataFrame]): Seq[LocalDelta] = {
+    val (here, remote) = dfs.zipWithIndex.partition { case (df, _) => isLocal(df) }
+    val done = mutable.Map[Int, LocalDelta]()
+    here.foreach { case (df, i) => done(i) = local(df.schema, df.collect().toSeq) }
+    LocalRows.collect(spark, remote.map(_._1), MaxLocalRows) match {
+      case Some(all) if all.forall(_.size <= MaxLocalRows) =>
+        remote.zip(all).foreach { case ((df, i), rows) =>
+          val toRow = CatalystTypeConverters.createToScalaConverter(df.schema)
+          done(i) = local(df.schema, rows.map(r => toRow(r).asInstanceOf[Row]))
+        }
+      case _ => remote.foreach { case (df, i) =>
+        done(i) = LocalDelta(df.localCheckpoint(eager = true), Nil, local = false)
+      }
     }
+    dfs.indices.map(done)
   }
 
   private def aggregate(df: DataFrame, keys: Seq[String]): DataFrame =
     df.groupBy(keys.map(col): _*).agg(sum(W).as(W)).filter(col(W) =!= 0)
+
+  /** `df` summed per row of `keys` (weights `w`), computed now: on the driver when it is there. */
+  def settled(df: DataFrame, keys: Seq[String]): LocalDelta = {
+    val cols = df.select((keys :+ W).map(col): _*)
+    if (isLocal(cols)) local(cols.schema, fold(cols.collect().toSeq, keys.size))
+    else small(aggregate(cols, keys))
+  }
 
   /** `df` with every column of the block's delta rows (nulls for those the view never reads). */
   private def complete(df: DataFrame): DataFrame = {
@@ -196,48 +243,66 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
   /**
    * The delta of the join block (columns [[allCols]] and `w`), from the state before the
    * refresh: heavy sets and auxiliary views as of `state`, read from `tables`.
+   *
+   * The steps of the batch (one per changed occurrence j, in order) run as two Spark jobs in
+   * all: first every step's first hops (F1 = D x X_p^L probed by the B-values of D, and
+   * F2 = D x X_q^H probed by its A-values) are computed together and held on the driver; the
+   * auxiliary views' changes of lines 9-11 follow from them without a job (V_j gains D^H x
+   * X_p^L, which is F1 restricted to D's heavy rows; V_q gains X_q^H x D^L, F2 restricted to
+   * its light rows). Then every step's second hops (point lookups keyed by F1 and F2) and
+   * auxiliary-view lookups (V_p as of the step: stored plus earlier steps' changes) are one
+   * query, summed per row.
    */
   def blockDelta(state: EpsilonState, heavy: IndexedSeq[HeavySet], auxTable: Int => DataFrame): DataFrame = {
-    val out = mutable.ArrayBuffer[DataFrame]()
-    def emit(df: DataFrame): Unit = { val rows = small(complete(df)).frame; out.synchronized(out += rows) }
-    for (j <- sides; d <- deltas(j)) {
+    val changed = sides.flatMap(j => deltas(j).map(j -> _))
+    def at(j: Int)(k: Int) = if (k < j) post(k) else pre(k)
+    // 1. First hops of every step, in one job.
+    val hops = changed.map { case (j, d) =>
       val p = next(j)
       val qq = next(p)
-      def at(k: Int) = if (k < j) post(k) else pre(k)
       val aKeys = keysOf(d, s"a$j")
       val bKeys = keysOf(d, s"b$j")
       val allHeavy = heavy(p).table.isEmpty
-      val work = Seq.newBuilder[() => Unit]
-      // 1. Light neighbours of each B-value (LH and LL), then point lookups in X_q.
-      if (!allHeavy) work += { () =>
-        val first = small(join(d.frame, lightPart(probe(at(p), s"a$p" -> bKeys), p, heavy(p)),
-          Seq(s"b$j" -> s"a$p")))
-        emit(join(first.frame, probe(at(qq), s"a$qq" -> keysOf(first, s"b$p"), s"b$qq" -> aKeys),
+      val f1 = if (allHeavy) None else Some(join(d.frame, lightPart(probe(at(j)(p), s"a$p" -> bKeys), p, heavy(p)),
+        Seq(s"b$j" -> s"a$p")))
+      val needF2 = !heavy(qq).empty && (!heavy(p).empty || !allHeavy)
+      val f2 = if (!needF2) None else Some(join(d.frame, heavyPart(probe(at(j)(qq), s"b$qq" -> aKeys), qq, heavy(qq)),
+        Seq(s"a$j" -> s"b$qq")))
+      (j, d, f1, f2)
+    }
+    val firsts = smallAll(hops.flatMap { case (_, _, f1, f2) => f1.toSeq ++ f2.toSeq }).iterator
+    val computed = hops.map { case (j, d, f1, f2) => (j, d, f1.map(_ => firsts.next()), f2.map(_ => firsts.next())) }
+    // 2. Second hops and lookups of every step, in one query.
+    val out = mutable.ArrayBuffer[DataFrame]()
+    computed.foreach { case (j, d, f1, f2) =>
+      val p = next(j)
+      val qq = next(p)
+      val aKeys = keysOf(d, s"a$j")
+      val bKeys = keysOf(d, s"b$j")
+      val allHeavy = heavy(p).table.isEmpty
+      // Light neighbours of each B-value (LH and LL), then point lookups in X_q.
+      f1.foreach { first =>
+        out += complete(join(first.frame, probe(at(j)(qq), s"a$qq" -> keysOf(first, s"b$p"), s"b$qq" -> aKeys),
           Seq(s"b$p" -> s"a$qq", s"a$j" -> s"b$qq")))
       }
-      // 2. Heavy C-values pointing at each A-value (HH), then point lookups in X_p^H.
-      if (!heavy(p).empty && !heavy(qq).empty) work += { () =>
-        val second = small(join(d.frame, heavyPart(probe(at(qq), s"b$qq" -> aKeys), qq, heavy(qq)),
-          Seq(s"a$j" -> s"b$qq")))
-        emit(join(second.frame, heavyPart(probe(at(p), s"a$p" -> bKeys, s"b$p" -> keysOf(second, s"a$qq")),
-          p, heavy(p)), Seq(s"b$j" -> s"a$p", s"a$qq" -> s"b$p")))
+      // Heavy C-values pointing at each A-value (HH), then point lookups in X_p^H.
+      f2.filter(_ => !heavy(p).empty).foreach { second =>
+        out += complete(join(second.frame, heavyPart(probe(at(j)(p), s"a$p" -> bKeys,
+          s"b$p" -> keysOf(second, s"a$qq")), p, heavy(p)), Seq(s"b$j" -> s"a$p", s"a$qq" -> s"b$p")))
       }
-      // 3. The auxiliary view V_p = X_p^H x X_q^L as of this step (HL): a lookup.
-      if (!allHeavy && !heavy(p).empty) work += { () =>
-        val v = (probe(auxTable(p), s"a$p" -> bKeys, s"b$qq" -> aKeys) +: pending(p))
-          .reduce(_ unionByName _)
+      // The auxiliary view V_p = X_p^H x X_q^L as of this step (HL): a lookup.
+      if (!allHeavy && !heavy(p).empty) {
+        val v = (probe(auxTable(p), s"a$p" -> bKeys, s"b$qq" -> aKeys) +: pending(p)).reduce(_ unionByName _)
         val hit = join(d.frame, v, Seq(s"b$j" -> s"a$p", s"a$j" -> s"b$qq"))
-        emit(if (q.needsY(p)) hit.withColumn(s"a$qq", col(s"b$p")) else hit)
+        out += complete(if (q.needsY(p)) hit.withColumn(s"a$qq", col(s"b$p")) else hit)
       }
-      // Lines 9-11: V_j gains D^H x X_p^L; V_q gains X_q^H x D^L (used by later steps).
-      val toJ = if (!allHeavy && !heavy(j).empty) Some(() => materialize(aux(j,
-        heavyPart(d.frame, j, heavy(j)), lightPart(probe(at(p), s"a$p" -> bKeys), p, heavy(p))))) else None
-      val toQ = if (!allHeavy && !heavy(qq).empty) Some(() => materialize(aux(qq,
-        heavyPart(probe(at(qq), s"b$qq" -> aKeys), qq, heavy(qq)), lightPart(d.frame, j, heavy(j))))) else None
-      toJ.foreach(f => work += { () => val v = f(); pending.synchronized(pending(j) :+= v) })
-      toQ.foreach(f => work += { () => val v = f(); pending.synchronized(pending(qq) :+= v) })
-      // The branches of one step are independent: run their (small, latency-bound) jobs side by side.
-      parallel(work.result())
+      // Lines 9-11, from the first hops: V_j gains D^H x X_p^L, V_q gains X_q^H x D^L.
+      if (!allHeavy && !heavy(j).empty) f1.foreach { first =>
+        pending(j) :+= heavyPart(first.frame, j, heavy(j)).select((auxCols(j) :+ W).map(col): _*)
+      }
+      if (!allHeavy && !heavy(qq).empty) f2.foreach { second =>
+        pending(qq) :+= lightPart(second.frame, j, heavy(j)).select((auxCols(qq) :+ W).map(col): _*)
+      }
       notes += s"D(${q.sides(j).name}): ${d.count} changed rows"
     }
     if (out.isEmpty) spark.createDataFrame(spark.sparkContext.emptyRDD[Row],
@@ -247,7 +312,8 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
 
   /** The auxiliary views' changes from the data, one per view (after [[blockDelta]]). */
   def auxChanges: IndexedSeq[Option[DataFrame]] = sides.map { i =>
-    if (pending(i).isEmpty) None else Some(aggregate(pending(i).reduce(_ unionByName _), auxCols(i)))
+    // Not summed here: [[settled]] sums them on the driver when they are held there.
+    if (pending(i).isEmpty) None else Some(pending(i).reduce(_ unionByName _))
   }
 
   /**
@@ -347,7 +413,7 @@ object TriangleMaintenance {
   val BroadcastKeys = 2000000L
 
   /** Rows held on the driver above this many are checkpointed instead. */
-  val LocalRows = 200000
+  val MaxLocalRows = 200000
 
   /** A computed result: its rows on the driver (`local`), or a checkpoint of them. */
   case class LocalDelta(frame: DataFrame, rows: Seq[Row], local: Boolean = true) {

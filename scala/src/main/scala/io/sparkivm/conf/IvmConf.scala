@@ -1,0 +1,159 @@
+package io.sparkivm.conf
+
+import java.util.Locale
+
+import scala.collection.mutable
+
+import io.sparkivm.IvmErrors
+import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.ivm.ConfRegistration
+
+/**
+ * One `spark.ivm.*` setting: its key, type, default, allowed values and doc, declared once in
+ * [[IvmConf]]. Entries are registered with Spark's SQLConf (as Delta's `DeltaSQLConf` entries
+ * are), so `SET key=bad` is refused when it is set, `SET -v` lists them with their docs, and
+ * static entries cannot be changed by SET at all.
+ */
+final case class IvmConfEntry[T](key: String, default: T, typeName: String, doc: String,
+    static: Boolean, parse: String => Either[String, T], render: T => String) {
+
+  /** The value for this session: set by SET or the session builder, else the default. */
+  def get(spark: SparkSession): T = spark.conf.getOption(key).map(read).getOrElse(default)
+
+  /** A value given as text; IVM_INVALID_CONF if it is not one of the allowed values. */
+  def read(value: String): T = parse(value) match {
+    case Right(v) => v
+    case Left(expected) => throw IvmErrors.invalidConf(key, value, expected)
+  }
+
+  def defaultString: String = render(default)
+}
+
+/**
+ * The registry of every setting spark-ivm reads. Nothing else reads a `spark.ivm.*` key;
+ * `docs/sql.md`'s table of settings is generated from here ([[markdownTable]]).
+ */
+object IvmConf {
+  private val entries = mutable.ArrayBuffer[IvmConfEntry[_]]()
+
+  private def entry[T](key: String, default: T, typeName: String, doc: String, static: Boolean = false)(
+      parse: String => Either[String, T], render: T => String = (v: T) => v.toString): IvmConfEntry[T] = {
+    val e = IvmConfEntry(key, default, typeName, doc, static, parse, render)
+    entries += e
+    e
+  }
+
+  private def bool(key: String, default: Boolean, doc: String, static: Boolean = false) =
+    entry(key, default, "boolean", doc, static) { v =>
+      v.trim.toLowerCase(Locale.ROOT) match {
+        case "true" => Right(true)
+        case "false" => Right(false)
+        case _ => Left("true or false")
+      }
+    }
+
+  private def long(key: String, default: Long, doc: String, min: Long = 0L) =
+    entry(key, default, "long", doc) { v =>
+      v.trim.toLongOption.filter(_ >= min).toRight(s"a whole number >= $min")
+    }
+
+  private def int(key: String, default: Int, doc: String, min: Int = 0) =
+    entry(key, default, "int", doc) { v =>
+      v.trim.toIntOption.filter(_ >= min).toRight(s"a whole number >= $min")
+    }
+
+  private def choice(key: String, default: String, allowed: Seq[String], doc: String) =
+    entry(key, default, allowed.mkString(" | "), doc) { v =>
+      val t = v.trim.toLowerCase(Locale.ROOT)
+      if (allowed.contains(t)) Right(t) else Left(allowed.mkString(" or "))
+    }
+
+  private def text(key: String, doc: String) =
+    entry(key, "", "string", doc)(v => Right(v))
+
+  // ---- base tables and their changes ----
+
+  val AutoEnableChangeDataFeed: IvmConfEntry[Boolean] = bool("spark.ivm.autoEnableChangeDataFeed",
+    default = true, "Turn on the change data feed of a base table that lacks it when a view over " +
+      "it is created (logged); false makes that an IVM_CHANGE_FEED_DISABLED error.")
+
+  val ChangesLocalMaxBytes: IvmConfEntry[Long] = long("spark.ivm.changes.localMaxBytes",
+    32L << 20, "A refresh reads the change data feed of all changed base tables in one Spark job " +
+      "and nets it on the driver when the change files (per the Delta log) total at most this " +
+      "many bytes; above it, changes are netted by a distributed aggregate and checkpointed.")
+
+  // ---- planning ----
+
+  val FkPruning: IvmConfEntry[Boolean] = bool("spark.ivm.fkPruning.enabled", default = true,
+    "Use declared foreign keys to prune delta plans (Svingos et al. 2023, Algorithm 1).")
+
+  val KeyProbing: IvmConfEntry[Boolean] = bool("spark.ivm.keyProbing.enabled", default = false,
+    "Push the keys of small deltas into the scans of large tables as filters, so that Delta " +
+      "skips files. Pays where tables are laid out by the probed key and changes cluster.")
+
+  val MaxProbeKeys: IvmConfEntry[Int] = int("spark.ivm.keyProbing.maxKeys", 100000,
+    "Most keys collected to the driver for one probe (or IN-list filter); above it the plan " +
+      "joins instead.", min = 1)
+
+  val MaxProbeRanges: IvmConfEntry[Int] = int("spark.ivm.keyProbing.maxRanges", 64,
+    "Most ranges in one probe filter (Delta tests each range against every file's min and max).",
+    min = 1)
+
+  val MinProbeTableBytes: IvmConfEntry[Long] = long("spark.ivm.keyProbing.minTableBytes", 16L << 20,
+    "Tables smaller than this are joined as they are, never probed.")
+
+  val EpsilonEnabled: IvmConfEntry[Boolean] = bool("spark.ivm.epsilon.enabled", default = true,
+    "Maintain triangle views with IVM^eps; false gives them the generic (first-order) rules.")
+
+  val EpsilonCheckInvariants: IvmConfEntry[Boolean] = bool("spark.ivm.epsilon.checkInvariants",
+    default = false, "Check the IVM^eps invariants (degrees, sizes, auxiliary views) inside every " +
+      "refresh of a triangle view, failing it if one is violated. For tests; costs several jobs.")
+
+  // ---- apply ----
+
+  val ApplyMode: IvmConfEntry[String] = choice("spark.ivm.apply.mode", "rewrite",
+    Seq("rewrite", "merge"), "How a refresh writes the changed rows of a view: 'rewrite' " +
+      "rewrites only the files holding changed keys and appends new rows in one Delta commit " +
+      "(one or two Spark jobs); 'merge' runs Delta's MERGE.")
+
+  val LocalMaxRows: IvmConfEntry[Int] = int("spark.ivm.localMaxRows", 500000,
+    "Intermediate results of a refresh (the folded delta, the changed rows of the view) of at " +
+      "most this many rows are held on the driver, so that later steps run no Spark job on them; " +
+      "larger ones are checkpointed on the executors and applied with MERGE.", min = 1)
+
+  // ---- reports ----
+
+  val MeasureRowsJoined: IvmConfEntry[Boolean] = bool("spark.ivm.metrics.rowsJoined", default = false,
+    "Count the rows that enter joins in a refresh's queries (RefreshReport.rows_joined, the work " +
+      "measure of the benchmarks). Off by default: it waits for Spark's listener bus.")
+
+  // ---- fault injection (tests only) ----
+
+  val Testing: IvmConfEntry[Boolean] = bool("spark.ivm.testing.enabled", default = false,
+    "Static: allow the spark.ivm.testing.* fault-injection hooks. Without it they do nothing, " +
+      "whatever a session sets.", static = true)
+
+  val KillAt: IvmConfEntry[String] = text("spark.ivm.testing.killAt",
+    "Test mode only: halt the JVM at this fault-injection point.")
+  val SqlAt: IvmConfEntry[String] = text("spark.ivm.testing.sqlAt",
+    "Test mode only: <point>:<statement> runs the statement once at that point.")
+  val FailAt: IvmConfEntry[String] = text("spark.ivm.testing.failAt",
+    "Test mode only: throw once at this fault-injection point.")
+
+  def all: Seq[IvmConfEntry[_]] = entries.toSeq
+
+  /** Registers every entry with Spark's SQLConf (once per JVM). */
+  lazy val registered: Unit = all.foreach { e =>
+    ConfRegistration.register(e.key, e.doc, e.defaultString, e.static,
+      v => e.parse(v).isRight, s"expected ${e.typeName}")
+  }
+
+  /** The settings as a Markdown table (docs/sql.md). */
+  def markdownTable: String =
+    ("| setting | type | default | meaning |" +: "|---|---|---|---|" +: all.map { e =>
+      s"| `${e.key}` | ${e.typeName} | ${if (e.defaultString.isEmpty) "(unset)" else s"`${e.defaultString}`"} | " +
+        s"${e.doc.replace("|", "\\|")} |"
+    }).mkString("\n")
+
+  def main(args: Array[String]): Unit = println(markdownTable)
+}

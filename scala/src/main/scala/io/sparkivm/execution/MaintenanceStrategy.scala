@@ -1,0 +1,57 @@
+package io.sparkivm.execution
+
+import scala.collection.mutable
+
+import io.sparkivm.catalog.{EpsilonState, RefreshRecord, ViewMetadata}
+import io.sparkivm.epsilon.EpsilonStrategy
+import io.sparkivm.planner.DeltaRules
+import org.apache.spark.sql.SparkSession
+
+/** What a strategy sees of one refresh (or build): the view, its query, and its readers. */
+case class RefreshContext(spark: SparkSession, meta: ViewMetadata, analyzed: AnalyzedView,
+    last: RefreshRecord, reader: PinnedReader, attempt: String)
+
+/**
+ * How a view is maintained. The refresh pipeline ([[RefreshPipeline]]: pin, changes, plan,
+ * apply, commit) is the same for every view; a strategy plugs into *plan* by giving the delta
+ * rules whose branches make the view's delta, and owns whatever state it keeps between
+ * refreshes, which it writes before the view's commit and which that commit records.
+ */
+trait MaintenanceStrategy {
+  /** In words, for reports, DESCRIBE and EXPLAIN. */
+  def name: String
+  /** Builds the strategy's state from Post (CREATE, REFRESH ... FULL, a changed eps). */
+  def build(ctx: RefreshContext): Option[EpsilonState] = None
+  /** Starts one incremental refresh. */
+  def begin(ctx: RefreshContext): StrategyRefresh
+  /** True if the state recorded with the last refresh cannot be advanced (it must be rebuilt). */
+  def stale(meta: ViewMetadata, last: RefreshRecord): Boolean = false
+}
+
+/** One incremental refresh of a strategy. */
+trait StrategyRefresh {
+  /** The delta rules of this refresh (the view's delta is the union of their branches). */
+  def rules: DeltaRules
+  /** Writes the state for the next refresh, after the delta; returns what the commit records. */
+  def advance(notes: mutable.Buffer[String]): Option[EpsilonState] = None
+  /** What the strategy decided, in words (FK graph, guards, IVM^eps steps). */
+  def notes: Seq[String] = rules.fk.notes
+}
+
+/**
+ * Counting IVM (Svingos et al. 2023, sections 1-2): the delta rules over the whole plan, with
+ * foreign-key pruning of join blocks where keys are declared (section 3, Algorithm 1) and the
+ * FK-Guard and integrity checks of each refresh. No state beyond the backing table.
+ */
+object CountingStrategy extends MaintenanceStrategy {
+  def name: String = "counting IVM"
+  def begin(ctx: RefreshContext): StrategyRefresh = new StrategyRefresh {
+    val rules: DeltaRules = ctx.reader.rules
+  }
+}
+
+object MaintenanceStrategy {
+  /** The strategy of an incrementally maintained view: IVM^eps for a triangle, else counting. */
+  def of(spark: SparkSession, analyzed: AnalyzedView, incremental: Boolean): MaintenanceStrategy =
+    EpsilonStrategy.of(spark, analyzed, incremental).getOrElse(CountingStrategy)
+}

@@ -1,0 +1,250 @@
+package io.sparkivm.execution
+
+import java.util.UUID
+
+import scala.annotation.tailrec
+import scala.collection.mutable
+
+import io.sparkivm.IvmErrors
+import io.sparkivm.catalog.{RefreshMode, RefreshRecord, ViewCatalog, ViewMetadata}
+import io.sparkivm.changes.{ChangeFeed, ChangeRequest, DeltaSources, LocalChange, PinnedSource}
+import io.sparkivm.conf.IvmConf
+import io.sparkivm.epsilon.StateConflictException
+import org.apache.spark.internal.Logging
+import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.delta.DeltaConcurrentModificationException
+import org.apache.spark.sql.ivm.{JoinMetrics, ReadMetrics, SessionInternals, SparkInternals}
+
+/**
+ * The session a refresh runs in: a clone of the user's, so that the settings a refresh needs
+ * for its own reads and writes change nothing for the user's other work.
+ */
+object RefreshSession {
+  private val SnapshotPartitions = "spark.databricks.delta.snapshotPartitions"
+
+  def of(user: SparkSession): SparkSession = {
+    val spark = SparkInternals.isolated(user)
+    // A Delta version read for the first time is rebuilt from its log by a job of this many
+    // tasks; Delta's default of 50 is meant for clusters and large logs.
+    if (!SessionInternals.isSet(user, SnapshotPartitions)) {
+      spark.conf.set(SnapshotPartitions, math.max(1, math.min(8, spark.sparkContext.defaultParallelism)).toString)
+    }
+    spark
+  }
+
+  /**
+   * Small queries over changes held on the driver: adaptive execution would run each of
+   * their stages as a Spark job of its own and re-plan between them; planned statically (their
+   * inputs' sizes are known exactly) each query is one job.
+   */
+  def active[T](spark: SparkSession)(body: => T): T = {
+    val previous = SparkSession.getActiveSession
+    SparkSession.setActiveSession(spark)
+    try body finally previous match {
+      case Some(p) => SparkSession.setActiveSession(p)
+      case None => SparkSession.clearActiveSession()
+    }
+  }
+
+  def forSmallWork(spark: SparkSession): Unit = spark.conf.set("spark.sql.adaptive.enabled", "false")
+}
+
+/**
+ * REFRESH MATERIALIZED VIEW: one pipeline for every view, whatever its strategy.
+ *
+ *  1. **pin**: the last refresh record of the backing table (refresh number k, base-table
+ *     versions consumed) and the current version of each base table, from the Delta logs on
+ *     the driver. If none changed, the refresh is a no-op and has run no Spark job.
+ *  2. **changes**: the net changes of all changed tables, read together ([[ChangeFeed]]: one
+ *     Spark job, netted on the driver, when they are small).
+ *  3. **plan**: the view's [[MaintenanceStrategy]] gives the delta rules; the changed groups'
+ *     complete new rows are computed in one query and held on the driver ([[RefreshSteps]]).
+ *     A strategy with state (IVM^eps) writes it here, before the commit.
+ *  4. **apply + commit**: the rows replace those of their keys in the backing table in one Delta
+ *     commit ([[RewriteCommit]]; MERGE when they are too many for the driver) that records
+ *     refresh k+1 and the pinned versions, as Delta transaction (view id, k+1).
+ * A refresh killed before step 4 commits leaves nothing behind; one killed after it is done.
+ * Two refreshes racing for k+1: Delta lets one commit; the other fails its commit on the
+ * conflict and starts again from step 1, where it finds only the newer changes.
+ */
+object RefreshPipeline extends Logging {
+  private val MaxAttempts = 4
+
+  def refresh(user: SparkSession, name: Seq[String], full: Boolean): RefreshReport = {
+    val spark = RefreshSession.of(user)
+    val measureJoins = IvmConf.MeasureRowsJoined.get(spark)
+    val timer = new PhaseTimer
+    // Active for the refresh: Delta's commands read their settings from the active session.
+    def run() = RefreshSession.active(spark)(attempt(spark, user, name, full, 1, timer))
+    val ((report, work), joined) =
+      if (measureJoins) JoinMetrics.measure(spark)(ReadMetrics.measure(spark)(run()))
+      else (ReadMetrics.measure(spark)(run()), 0L)
+    report.copy(rowsRead = work.rowsRead, rowsJoined = joined, sparkJobs = work.jobs, sparkTasks = work.tasks,
+      phasesJobs = timer.jobsPerPhase(work.jobStarts))
+  }
+
+  @tailrec
+  private def attempt(spark: SparkSession, user: SparkSession, name: Seq[String], full: Boolean, n: Int,
+      timer: PhaseTimer): RefreshReport = {
+    val result = try Right(refreshOnce(spark, user, name, full, timer)) catch {
+      case e: Exception if n < MaxAttempts && isConflict(e) =>
+        logWarning(s"spark-ivm: refresh of ${name.mkString(".")} lost a commit race; retrying", e)
+        Left(e)
+    }
+    result match {
+      case Right(report) => report
+      case Left(_) =>
+        timer.mark("retry")
+        attempt(spark, user, name, full, n + 1, timer)
+    }
+  }
+
+  private def isConflict(e: Throwable): Boolean = e match {
+    case null => false
+    case _: DeltaConcurrentModificationException => true
+    case _: StateConflictException => true
+    case other => isConflict(other.getCause)
+  }
+
+  /** One attempt, run in `spark` (the refresh's own session); fault-injection points of tests are
+   * set on the `user`'s session. */
+  private def refreshOnce(spark: SparkSession, user: SparkSession, name: Seq[String], full: Boolean,
+      timer: PhaseTimer): RefreshReport = {
+    val meta = ViewCatalog.lookup(spark, name)
+    FaultInjection.point(user, "refresh-start")
+    val (last, foreign) = ViewCatalog.lastRefresh(spark, meta)
+    val recompute = full || meta.mode == RefreshMode.Full
+    if (foreign.nonEmpty && !recompute) {
+      throw IvmErrors.backingAltered(meta.viewName, s"commits ${foreign.mkString("; ")}")
+    }
+    // Pin from the recorded sources first: with nothing new there is nothing to analyze.
+    if (!recompute && last.epsilon.forall(_.eps == meta.eps) && unchanged(spark, meta, last)) {
+      timer.mark("pin")
+      return RefreshReport(meta.viewName, "noop", last.number, meta.sources.map { s =>
+          val v = last.sourceVersions.getOrElse(s.table, -1L)
+          SourceReport(s.table, v, v, 0L)
+        }, Nil, Nil, 0, 0, 0, timer.result, last.backingVersion, "no base table changed since the last refresh")
+    }
+
+    val incremental = meta.mode == RefreshMode.Incremental
+    val analyzed = ViewAnalysis.reanalyze(spark, meta, incremental)
+    val pinned = ViewAnalysis.pin(spark, meta.viewName, analyzed, incremental,
+      IvmConf.AutoEnableChangeDataFeed.get(spark))
+    val number = last.number + 1
+    val attemptId = UUID.randomUUID().toString
+    val versions = pinned.map { case (t, p) => t -> p.version }
+    val strategy = MaintenanceStrategy.of(spark, analyzed, incremental)
+
+    def context(reader: PinnedReader) = RefreshContext(spark, meta, analyzed, last, reader, attemptId)
+    if (recompute || strategy.stale(meta, last)) {
+      timer.mark("pin")
+      val reader = new PinnedReader(spark, Map.empty, pinned, meta.viewName)
+      val rows = reader.fullRows(analyzed.maintenance)
+      val epsilon = strategy.build(context(reader))
+      val record = RefreshRecord(number, "full", versions, attemptId, -1, 0, epsilon)
+      FaultInjection.point(user, "before-commit")
+      BackingTable.overwrite(spark, meta, rows, record)
+      timer.mark("recompute")
+      FaultInjection.point(user, "after-commit")
+      val updated = meta.copy(sources = pinned.values.toSeq.sortBy(_.name).map(_.info))
+      ViewCatalog.updateSources(spark, updated)
+      return report(spark, meta, number, attemptId, "full", last, pinned, Map.empty, Nil,
+        epsilon.map(e => s"IVM^eps state rebuilt: eps = ${e.eps}, N = ${e.n}").toSeq,
+        MergeMetrics(-1, -1, -1), timer)
+    }
+
+    checkSources(meta, last, pinned)
+    val changed = pinned.values.filter(p => last.sourceVersions(p.name) != p.version).toSeq
+    timer.mark("pin")
+    if (changed.isEmpty) {
+      return RefreshReport(meta.viewName, "noop", last.number, sourceReports(last, pinned, Map.empty),
+        Nil, Nil, 0, 0, 0, timer.result, last.backingVersion,
+        "no base table changed since the last refresh")
+    }
+    FaultInjection.point(user, "after-pin")
+    val changes = ChangeFeed.read(spark, meta.viewName,
+      changed.map(p => ChangeRequest(p.table, last.sourceVersions(p.name), p.version)),
+      IvmConf.ChangesLocalMaxBytes.get(spark))
+    val probe = PlanningConf.probe(spark)
+    val steps = new RefreshSteps(spark,
+      // The backing table's size is read only when probing is on at all.
+      probe.copy(enabled = probe.enabled && probe.worth(BackingTable.sizeInBytes(spark, meta))),
+      IvmConf.LocalMaxRows.get(spark))
+    // Small changes (held on the driver) make small queries: run them for latency.
+    if (changes.values.forall(_.isInstanceOf[LocalChange])) RefreshSession.forSmallWork(spark)
+    val reader = new PinnedReader(spark, last.sourceVersions, pinned, meta.viewName, steps, changes)
+    try {
+      val counts = reader.changeCounts()
+      timer.mark("changes")
+      FaultInjection.point(user, "after-changes")
+      val run = strategy.begin(context(reader))
+      val rules = run.rules
+      val branches = analyzed.maintenance.branches(rules).map(_.describe)
+      timer.mark("delta-plan")
+      val rows = analyzed.maintenance.mergeSource(rules, () => BackingTable.current(spark, meta), steps,
+        markExisting = true).map(steps.materialize)
+      timer.mark("delta")
+      val notes = mutable.ArrayBuffer[String]() ++= run.notes
+      val epsilon = run.advance(notes)
+      if (epsilon.isDefined) {
+        timer.mark("state")
+        FaultInjection.point(user, "after-state")
+      }
+      val record = RefreshRecord(number, "incremental", versions, attemptId, -1, 0, epsilon)
+      FaultInjection.point(user, "before-commit")
+      val metrics = BackingTable.apply(spark, meta, analyzed.maintenance, rows, record, steps)
+      timer.mark("apply")
+      FaultInjection.point(user, "after-commit")
+      report(spark, meta, number, attemptId, "incremental", last, pinned, counts, branches, notes.toSeq,
+        metrics, timer)
+    } finally {
+      reader.release()
+    }
+  }
+
+  /** True if every base table the view consumed is still at the consumed version. */
+  private def unchanged(spark: SparkSession, meta: ViewMetadata, last: RefreshRecord): Boolean =
+    meta.sources.nonEmpty && meta.sources.forall { s =>
+      last.sourceVersions.get(s.table).exists { v =>
+        val id = ViewCatalog.qualify(spark, s.table.split('.').toSeq.takeRight(2))
+        try DeltaSources.currentVersion(spark, id) == v catch { case _: Exception => false }
+      }
+    }
+
+  /** Base tables must be the same tables, with the columns the view read, as last time. */
+  private def checkSources(meta: ViewMetadata, last: RefreshRecord,
+      pinned: Map[String, PinnedSource]): Unit = {
+    pinned.values.foreach { p =>
+      meta.sources.find(_.table == p.name) match {
+        case Some(before) => DeltaSources.checkUnchangedShape(meta.viewName, before, p)
+        case None => throw IvmErrors.sourceChanged(meta.viewName, p.name,
+          "the query now reads it but the view never did (was a view it reads redefined?)")
+      }
+      if (!last.sourceVersions.contains(p.name)) {
+        throw IvmErrors.sourceChanged(meta.viewName, p.name, "no consumed version is recorded")
+      }
+    }
+  }
+
+  private def sourceReports(last: RefreshRecord, pinned: Map[String, PinnedSource],
+      counts: Map[String, Long]): Seq[SourceReport] =
+    pinned.values.toSeq.sortBy(_.name).map { p =>
+      SourceReport(p.name, last.sourceVersions.getOrElse(p.name, -1L), p.version,
+        counts.getOrElse(p.name, 0L))
+    }
+
+  private def report(spark: SparkSession, meta: ViewMetadata, number: Long, attemptId: String,
+      mode: String, last: RefreshRecord, pinned: Map[String, PinnedSource], counts: Map[String, Long],
+      branches: Seq[String], notes: Seq[String], metrics: MergeMetrics, timer: PhaseTimer): RefreshReport = {
+    val (committed, _) = ViewCatalog.lastRefresh(spark, meta)
+    val skipped = committed.attempt != attemptId
+    val (ins, upd, del) = if (metrics.inserted >= 0) (metrics.inserted, metrics.updated, metrics.deleted)
+      else (SparkInternals.dataFrame(spark, BackingTable.current(spark, meta)).count(), 0L, 0L)
+    timer.mark("report")
+    RefreshReport(meta.viewName, if (skipped) "skipped" else mode, committed.number,
+      sourceReports(last, pinned, counts), branches, notes, ins, upd, del, timer.result,
+      committed.backingVersion,
+      if (skipped) s"refresh ${committed.number} was committed by a concurrent refresh; " +
+        "nothing was applied twice" else s"refresh $number committed")
+  }
+}

@@ -1,0 +1,72 @@
+package io.sparkivm.execution
+
+import io.sparkivm.planner.{PlanSteps, ProbeSettings}
+import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.catalyst.InternalRow
+import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, IsNotNull}
+import org.apache.spark.sql.catalyst.plans.logical.{Filter, LocalRelation, LogicalPlan, Project}
+import org.apache.spark.sql.catalyst.types.DataTypeUtils
+import org.apache.spark.sql.ivm.{LocalRows, SparkInternals}
+
+/**
+ * How a refresh computes its intermediate results: each once, on the driver when it has at
+ * most `maxLocalRows` rows (every later use is then free of Spark jobs, and a decision such as
+ * "is it empty" is a look at the rows), else as a local checkpoint on the executors.
+ */
+class RefreshSteps(spark: SparkSession, override val probe: ProbeSettings, maxLocalRows: Int)
+  extends PlanSteps {
+
+  def materialize(plan: LogicalPlan): LogicalPlan = {
+    val df = SparkInternals.dataFrame(spark, plan)
+    // Spark folds projections and filters of rows held here into a local relation: no job.
+    df.queryExecution.optimizedPlan match {
+      case l: LocalRelation if l.data.size <= maxLocalRows => return RefreshSteps.local(plan.output, l.data)
+      case _ =>
+    }
+    LocalRows.collect(spark, Seq(df), maxLocalRows) match {
+      case Some(Seq(rows)) if rows.size <= maxLocalRows => RefreshSteps.local(plan.output, rows)
+      case _ =>
+        val done = SparkInternals.analyzed(df.localCheckpoint(eager = true))
+        Project(plan.output.zip(done.output).map { case (o, n) => Alias(n, o.name)(exprId = o.exprId) }, done)
+    }
+  }
+
+  def isEmpty(plan: LogicalPlan): Boolean = RefreshSteps.localRows(plan) match {
+    case Some(rows) => rows.isEmpty
+    case None => SparkInternals.dataFrame(spark, plan).isEmpty
+  }
+
+  override def collects: Boolean = true
+
+  override def localValues(plan: LogicalPlan, key: Attribute): Option[Set[Any]] =
+    RefreshSteps.localRows(plan).map { rows =>
+      val at = plan.output.indexWhere(_.exprId == key.exprId)
+      rows.iterator.map(_.get(at, key.dataType)).filter(_ != null).toSet
+    }
+
+  override def distinctValues(plan: LogicalPlan, key: Attribute, max: Int): Option[Seq[Any]] =
+    BackingTable.distinctValues(SparkInternals.dataFrame(spark,
+      Project(Seq(key), Filter(IsNotNull(key), plan))), max)
+}
+
+object RefreshSteps {
+  /** Rows held on the driver, under the attributes of the plan they were computed from. */
+  def local(output: Seq[Attribute], rows: Seq[InternalRow]): LogicalPlan = {
+    val fresh = DataTypeUtils.toAttributes(DataTypeUtils.fromAttributes(output))
+    Project(output.zip(fresh).map { case (o, n) => Alias(n, o.name)(exprId = o.exprId) }, LocalRelation(fresh, rows))
+  }
+
+  /** The rows of a plan made by [[local]]. */
+  def localRows(plan: LogicalPlan): Option[Seq[InternalRow]] = plan match {
+    case Project(_, l: LocalRelation) => Some(l.data)
+    case l: LocalRelation => Some(l.data)
+    case _ => None
+  }
+}
+
+/** Runs the checks but materializes nothing and collects no keys (EXPLAIN). */
+class CheckSteps(spark: SparkSession, probe: ProbeSettings) extends RefreshSteps(spark, probe, 0) {
+  override def materialize(plan: LogicalPlan): LogicalPlan = plan
+  override def distinctValues(plan: LogicalPlan, key: Attribute, max: Int): Option[Seq[Any]] = None
+  override def collects: Boolean = false
+}

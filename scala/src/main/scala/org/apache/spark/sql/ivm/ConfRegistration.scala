@@ -1,0 +1,18 @@
+package org.apache.spark.sql.ivm
+
+import org.apache.spark.sql.internal.SQLConf
+
+/**
+ * Registers spark-ivm's settings with Spark's SQLConf, whose builder is `private[spark]`: then
+ * SET checks a value when it is set, `SET -v` documents it, and a static entry cannot be SET.
+ */
+object ConfRegistration {
+  def register(key: String, doc: String, default: String, static: Boolean,
+      valid: String => Boolean, expected: String): Unit = synchronized {
+    val builder = if (static) SQLConf.buildStaticConf(key) else SQLConf.buildConf(key)
+    // A second class loader of spark-ivm in one JVM finds the keys registered: keep those.
+    try builder.doc(doc).version("0.1.0").stringConf.checkValue(valid, s"spark-ivm: $expected")
+      .createWithDefault(default)
+    catch { case _: IllegalArgumentException => }
+  }
+}

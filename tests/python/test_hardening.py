@@ -1,0 +1,89 @@
+"""Nothing is lost: DDL that fails at any point leaves the old view readable and refreshable;
+refused queries leave no trace. Each case is compared with recomputation after the fault."""
+
+from __future__ import annotations
+
+import pytest
+from pyspark.sql import SparkSession
+
+from ivm_testing import assert_matches_query, condition, refused
+from spark_ivm import MaterializedView
+
+Q = "SELECT k, count(*) AS n, sum(v) AS s FROM base GROUP BY k"
+
+
+@pytest.fixture()
+def view(spark: SparkSession, db: str) -> MaterializedView:
+    spark.sql("CREATE TABLE base (k INT, v INT) USING delta")
+    spark.sql("INSERT INTO base VALUES (1, 10), (1, 20), (2, 5)")
+    return MaterializedView.create(spark, "mv", Q)
+
+
+def still_works(spark: SparkSession, mv: MaterializedView, query: str = Q) -> None:
+    """The view is readable, exact, and its next refresh is incremental and exact."""
+    assert_matches_query(spark, "mv", query)
+    spark.sql("INSERT INTO base VALUES (3, 1)")
+    assert mv.refresh().mode == "incremental"
+    assert_matches_query(spark, "mv", query)
+
+
+def test_create_or_replace_with_a_bad_query_keeps_the_view(spark: SparkSession,
+                                                            view: MaterializedView) -> None:
+    e = refused(lambda: spark.sql(
+        "CREATE OR REPLACE MATERIALIZED VIEW mv AS SELECT k, cnt(*) FROM base GROUP BY k"))
+    assert "cnt" in str(e)
+    e = refused(lambda: spark.sql("CREATE OR REPLACE MATERIALIZED VIEW mv AS SELECT k FROM base LIMIT 1"))
+    assert condition(e) == "IVM_UNSUPPORTED_OPERATOR"
+    still_works(spark, view)
+
+
+def test_create_or_replace_failing_midway_keeps_the_view(spark: SparkSession, view: MaterializedView) -> None:
+    spark.conf.set("spark.ivm.testing.failAt", "create-after-backing")
+    with pytest.raises(Exception, match="create-after-backing"):
+        spark.sql("CREATE OR REPLACE MATERIALIZED VIEW mv AS SELECT k, max(v) AS m FROM base GROUP BY k")
+    still_works(spark, view)
+    tables = {t.name for t in spark.catalog.listTables()}
+    assert {t for t in tables if t.startswith("__ivm_backing_mv")} == {"__ivm_backing_mv"}, tables
+    # and a replace that succeeds switches to the new query, dropping the old backing table
+    spark.sql("CREATE OR REPLACE MATERIALIZED VIEW mv AS SELECT k, max(v) AS m FROM base GROUP BY k")
+    still_works(spark, view, "SELECT k, max(v) AS m FROM base GROUP BY k")
+    tables = {t.name for t in spark.catalog.listTables()}
+    assert len([t for t in tables if t.startswith("__ivm_backing_mv")]) == 1, tables
+
+
+def test_alter_refresh_mode_failing_midway_keeps_the_view(spark: SparkSession,
+                                                          view: MaterializedView) -> None:
+    spark.conf.set("spark.ivm.testing.failAt", "create-after-backing")
+    with pytest.raises(Exception, match="create-after-backing"):
+        spark.sql("ALTER MATERIALIZED VIEW mv SET TBLPROPERTIES ('ivm.refresh' = 'full')")
+    assert MaterializedView.for_name(spark, "mv").describe()["info"]["Refresh mode"] == "incremental"
+    still_works(spark, view)
+    spark.sql("ALTER MATERIALIZED VIEW mv SET TBLPROPERTIES ('ivm.refresh' = 'full', 'team' = 'x')")
+    info = view.describe()["info"]
+    assert info["Refresh mode"] == "full" and "team=x" in str(info.get("Table property"))
+    spark.sql("INSERT INTO base VALUES (4, 4)")
+    assert view.refresh().mode == "full"
+    assert_matches_query(spark, "mv", Q)
+
+
+@pytest.mark.parametrize("query", [
+    "SELECT k, _metadata.file_path AS f FROM base",
+    "SELECT k, v FROM base WHERE _metadata.file_name IS NOT NULL",
+])
+def test_metadata_columns_are_refused_before_any_side_effect(spark: SparkSession, db: str,
+                                                            query: str) -> None:
+    spark.sql("CREATE TABLE base (k INT, v INT) USING delta")  # no change data feed yet
+    spark.sql("INSERT INTO base VALUES (1, 10)")
+    before = spark.sql("DESCRIBE HISTORY base").count()
+    e = refused(lambda: spark.sql(f"CREATE MATERIALIZED VIEW bad AS {query}"))
+    assert condition(e) == "IVM_UNSUPPORTED_OPERATOR" and "_metadata" in str(e)
+    assert spark.sql("DESCRIBE HISTORY base").count() == before
+    assert not spark.catalog.tableExists("bad") and not spark.catalog.tableExists("__ivm_backing_bad")
+
+
+@pytest.mark.parametrize("fn", ["first(v)", "last(v)", "first_value(v)", "any_value(v)"])
+def test_order_dependent_aggregates_are_refused(spark: SparkSession, view: MaterializedView,
+                                                fn: str) -> None:
+    e = refused(lambda: spark.sql(
+        f"CREATE MATERIALIZED VIEW bad AS SELECT k, {fn} AS x FROM base GROUP BY k"))
+    assert condition(e) == "IVM_UNSUPPORTED_OPERATOR" and "non-deterministic" in str(e), str(e)

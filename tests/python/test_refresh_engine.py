@@ -1,0 +1,184 @@
+"""The refresh engine's shape: what a refresh costs in Spark jobs, the paths it takes for small
+and large changes, the settings registry, and the session set-up. Every refresh here is also
+compared with recomputation."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict
+
+import pytest
+from pyspark.sql import SparkSession
+
+from ivm_testing import assert_matches_query, condition, refused
+from spark_ivm import MaterializedView, configure_spark_with_ivm
+from spark_ivm.session import session_defaults
+
+AGG = "SELECT g, count(*) AS n, sum(v) AS s, max(v) AS hi FROM f GROUP BY g"
+JOIN = "SELECT d.name, count(*) AS n, sum(f.v) AS s FROM f JOIN d ON f.g = d.g GROUP BY d.name"
+
+
+@pytest.fixture()
+def tables(spark: SparkSession, db: str) -> str:
+    spark.sql("CREATE TABLE f (id INT, g INT, v DOUBLE) USING delta")
+    spark.sql("CREATE TABLE d (g INT, name STRING) USING delta")
+    spark.sql("INSERT INTO f SELECT id, id % 7, id * 0.5 FROM range(200)")
+    spark.sql("INSERT INTO d SELECT id, concat('n', id % 3) FROM range(7)")
+    return db
+
+
+class confs:
+    """Session settings for the duration of a block."""
+
+    def __init__(self, spark: SparkSession, values: Dict[str, str]) -> None:
+        self.spark, self.values = spark, values
+
+    def __enter__(self) -> None:
+        for k, v in self.values.items():
+            self.spark.conf.set(k, v)
+
+    def __exit__(self, *exc: object) -> None:
+        for k in self.values:
+            self.spark.conf.unset(k)
+
+
+def change(spark: SparkSession, round_: int) -> None:
+    spark.sql(f"INSERT INTO f VALUES ({1000 + round_}, {round_ % 7}, 1.5), ({2000 + round_}, 9, 2.5)")
+    spark.sql(f"DELETE FROM f WHERE id = {round_ * 3}")
+    spark.sql(f"UPDATE f SET v = v + 100 WHERE id = {round_ * 5 + 1}")
+
+
+def test_noop_refresh_runs_no_spark_job(spark: SparkSession, tables: str) -> None:
+    mv = MaterializedView.create(spark, "agg", AGG)
+    report = mv.refresh()
+    assert report.mode == "noop" and report.spark_jobs == 0, report
+
+
+def test_refresh_runs_few_jobs_and_reports_them_per_phase(spark: SparkSession, tables: str) -> None:
+    views = {"agg": AGG, "joined": JOIN}
+    for name, q in views.items():
+        spark.sql(f"CREATE MATERIALIZED VIEW {name} AS {q}")
+    for round_ in range(1, 4):
+        change(spark, round_)
+        for name, q in views.items():
+            report = MaterializedView.for_name(spark, name).refresh()
+            assert report.mode == "incremental"
+            # changes 1; the changed rows 1, with a broadcast of the backing table and the
+            # rebuild of its new Delta snapshot 3; the MAX's folded delta and groups to
+            # recompute 4 more; apply and commit 2
+            assert 0 < report.spark_jobs <= (12 if name == "agg" else 8), report
+            assert sum(report.phases_jobs.values()) == report.spark_jobs, report
+            assert report.phases_jobs.get("changes", 0) <= 1, report
+            assert_matches_query(spark, name, q)
+
+
+def test_large_changes_take_the_distributed_paths(spark: SparkSession, tables: str) -> None:
+    """Changes too big for the driver (by the settings) are netted and applied distributed."""
+    views = {"agg": AGG, "joined": JOIN}
+    for name, q in views.items():
+        spark.sql(f"CREATE MATERIALIZED VIEW {name} AS {q}")
+    settings = [{"spark.ivm.changes.localMaxBytes": "0"}, {"spark.ivm.localMaxRows": "1"},
+                {"spark.ivm.apply.mode": "merge"}]
+    for round_, values in enumerate(settings, start=1):
+        change(spark, round_)
+        with confs(spark, values):
+            for name, q in views.items():
+                report = MaterializedView.for_name(spark, name).refresh()
+                assert report.mode == "incremental" and report.source_rows_changed > 0, (values, report)
+                assert_matches_query(spark, name, q)
+
+
+def test_backing_table_has_no_change_feed_until_a_view_reads_it(spark: SparkSession, tables: str) -> None:
+    spark.sql(f"CREATE MATERIALIZED VIEW agg AS {AGG}")
+
+    def cdf() -> str:
+        props = {r[0]: r[1] for r in spark.sql("SHOW TBLPROPERTIES __ivm_backing_agg").collect()}
+        return props.get("delta.enableChangeDataFeed", "false")
+
+    assert cdf() == "false"
+    with confs(spark, {"spark.ivm.autoEnableChangeDataFeed": "false"}):
+        spark.sql("CREATE MATERIALIZED VIEW over AS "
+                  "SELECT n > 25 AS big, count(*) AS c FROM agg GROUP BY n > 25")
+    assert cdf() == "true"
+    change(spark, 1)
+    MaterializedView.for_name(spark, "agg").refresh()
+    MaterializedView.for_name(spark, "over").refresh()
+    assert_matches_query(spark, "over", "SELECT n > 25 AS big, count(*) AS c FROM agg GROUP BY n > 25")
+
+
+def test_settings_are_checked_when_set(spark: SparkSession, db: str) -> None:
+    for key, bad in [("spark.ivm.localMaxRows", "many"), ("spark.ivm.apply.mode", "upsert"),
+                     ("spark.ivm.fkPruning.enabled", "maybe")]:
+        with pytest.raises(Exception) as info:
+            spark.conf.set(key, bad)
+        assert key in str(info.value) and "spark-ivm" in str(info.value)
+    with pytest.raises(Exception) as info:
+        spark.sql("SET spark.ivm.testing.enabled=false")
+    assert "static" in str(info.value).lower()
+    docs = {r[0]: r[2] for r in spark.sql("SET -v").collect() if r[0].startswith("spark.ivm.")}
+    assert "spark.ivm.localMaxRows" in docs and docs["spark.ivm.localMaxRows"]
+
+
+def test_writes_to_a_materialized_view_name_it(spark: SparkSession, tables: str) -> None:
+    spark.sql(f"CREATE MATERIALIZED VIEW agg AS {AGG}")
+    for stmt in ["UPDATE agg SET n = 0", "DELETE FROM agg WHERE g = 1",
+                 "MERGE INTO agg USING d ON agg.g = d.g WHEN MATCHED THEN DELETE"]:
+        e = refused(lambda: spark.sql(stmt))
+        assert condition(e) == "IVM_VIEW_NOT_WRITABLE" and "REFRESH MATERIALIZED VIEW" in str(e), stmt
+    assert_matches_query(spark, "agg", AGG)
+
+
+def test_foreign_key_with_rely_skips_the_integrity_scan(spark: SparkSession, db: str) -> None:
+    spark.sql("CREATE TABLE dim (k INT, label STRING) USING delta")
+    spark.sql("CREATE TABLE fact (id INT, k INT, v INT) USING delta")
+    spark.sql("INSERT INTO dim VALUES (1, 'a'), (2, 'b'), (3, 'c')")
+    spark.sql("INSERT INTO fact VALUES (1, 1, 10), (2, 2, 20), (3, 2, 30)")
+    spark.sql("ALTER TABLE dim ADD CONSTRAINT dim_pk PRIMARY KEY (k)")
+    spark.sql("ALTER TABLE fact ADD CONSTRAINT fact_dim FOREIGN KEY (k) REFERENCES dim (k) RELY")
+    q = "SELECT label, count(*) AS n, sum(v) AS s FROM fact JOIN dim ON fact.k = dim.k GROUP BY label"
+    mv = MaterializedView.create(spark, "rel", q)
+    spark.sql("INSERT INTO dim VALUES (4, 'd')")
+    spark.sql("INSERT INTO fact VALUES (4, 4, 40)")
+    spark.sql("DELETE FROM fact WHERE k = 3")
+    spark.sql("DELETE FROM dim WHERE k = 3")
+    report = mv.refresh()
+    assert any("relied on" in n for n in report.plan_notes), report.plan_notes
+    assert len(report.branches) == 1, report.branches
+    assert_matches_query(spark, "rel", q)
+
+
+def test_session_set_up_keeps_the_users_settings() -> None:
+    builder = (SparkSession.builder.master("local[3]").config("spark.sql.extensions", "com.example.Ext")
+               .config("spark.sql.shuffle.partitions", "11"))
+    options = configure_spark_with_ivm(builder)._options  # type: ignore[attr-defined]
+    assert options["spark.sql.extensions"].split(",") == [
+        "com.example.Ext", "io.delta.sql.DeltaSparkSessionExtension", "io.sparkivm.IvmSparkSessionExtensions"]
+    assert options["spark.sql.shuffle.partitions"] == "11"
+    assert options["spark.databricks.delta.snapshotPartitions"] == "3"
+    assert "spark.databricks.delta.snapshotPartitions" not in session_defaults("yarn")
+
+
+def test_fault_injection_needs_test_mode(tmp_path: Path) -> None:
+    """SET alone cannot make a session halt its driver or run statements inside a refresh."""
+    script = tmp_path / "no_test_mode.py"
+    script.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {os.path.dirname(os.path.dirname(os.path.abspath(__file__)))!r})\n"
+        "from ivm_testing import make_session\n"
+        f"spark = make_session(master='local[1]', warehouse={str(tmp_path)!r}, "
+        "extra={'spark.ivm.testing.enabled': 'false'})\n"
+        "spark.sql('CREATE TABLE s (k INT) USING delta')\n"
+        "spark.sql('CREATE MATERIALIZED VIEW v AS SELECT k, count(*) AS n FROM s GROUP BY k')\n"
+        "spark.sql('INSERT INTO s VALUES (1)')\n"
+        "spark.conf.set('spark.ivm.testing.killAt', 'refresh-start')\n"
+        "spark.conf.set('spark.ivm.testing.sqlAt', 'after-pin:DROP TABLE s')\n"
+        "spark.sql('REFRESH MATERIALIZED VIEW v')\n"
+        "print('ROWS', spark.table('v').count(), spark.catalog.tableExists('s'))\n"
+    )
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "ROWS 1 True" in proc.stdout
+
