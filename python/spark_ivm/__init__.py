@@ -12,9 +12,10 @@ from spark_ivm.session import (
     configure_spark_with_ivm,
     delta_package,
     ivm_jar_path,
+    session_defaults,
     spark_sql_args,
 )
-from spark_ivm.view import MaterializedView
+from spark_ivm.view import MaterializedView, is_materialized_view, list_materialized_views
 
 __all__ = [
     "IVM_EXTENSION",
@@ -28,7 +29,10 @@ __all__ = [
     "configure_spark_with_ivm",
     "delta_package",
     "drop_constraint",
+    "is_materialized_view",
     "ivm_jar_path",
+    "list_materialized_views",
+    "session_defaults",
     "spark_sql_args",
 ]
 __version__ = "0.1.0"

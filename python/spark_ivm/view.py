@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
+from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
@@ -22,6 +23,22 @@ def _sql_string(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
+def is_materialized_view(spark: SparkSession, name: str) -> bool:
+    """True if ``name`` (``view``, ``db.view``) is a materialized view. A catalog lookup only."""
+    try:
+        rows = spark.sql(f"SHOW TBLPROPERTIES {quote_name(name)} ('ivm.materialized')").collect()
+    except AnalysisException:
+        return False
+    return bool(rows) and rows[0][1] == "true"
+
+
+def list_materialized_views(spark: SparkSession, database: Optional[str] = None) -> List[str]:
+    """Qualified names (``db.view``) of the materialized views of a database (the current one
+    by default), as SHOW MATERIALIZED VIEWS lists them."""
+    where = f" IN {quote_name(database)}" if database else ""
+    return [f"{r.namespace}.{r.viewName}" for r in spark.sql(f"SHOW MATERIALIZED VIEWS{where}").collect()]
+
+
 class MaterializedView:
     """A materialized view maintained by spark-ivm.
 
@@ -37,10 +54,13 @@ class MaterializedView:
 
     @classmethod
     def for_name(cls, spark: SparkSession, name: str) -> "MaterializedView":
-        """The view called ``name`` (``view`` or ``db.view``); raises if there is none."""
-        view = cls(spark, name)
-        view.describe()  # fails with IVM_VIEW_NOT_FOUND if it does not exist
-        return view
+        """The view called ``name`` (``view`` or ``db.view``). A catalog lookup only: nothing is
+        analyzed or read. If there is none, the engine's ``AnalysisException``
+        (``IVM_VIEW_NOT_FOUND``), as ``DESCRIBE MATERIALIZED VIEW`` raises it."""
+        if not is_materialized_view(spark, name):
+            spark.sql(f"DESCRIBE MATERIALIZED VIEW {quote_name(name)}")  # raises IVM_VIEW_NOT_FOUND
+            raise IvmError(f"{name} is not a materialized view (SHOW MATERIALIZED VIEWS lists them)")
+        return cls(spark, name)
 
     @classmethod
     def create(

@@ -12,9 +12,10 @@ import pytest
 from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 
+from ivm_testing import assert_matches_query
 from spark_ivm import (
     IVM_EXTENSION, IvmError, MaterializedView, RefreshReport, configure_spark_with_ivm,
-    delta_package, spark_sql_args,
+    delta_package, is_materialized_view, list_materialized_views, spark_sql_args,
 )
 
 
@@ -39,7 +40,8 @@ def test_create_refresh_report_and_drop(spark: SparkSession, orders: str) -> Non
     assert report.source_rows_changed == 3
     assert (report.rows_inserted, report.rows_updated, report.rows_deleted) == (1, 2, 0)
     assert report.view_rows_changed == 3
-    assert set(report.phases_ms) >= {"prepare", "changes", "delta", "merge"}
+    assert set(report.phases_ms) >= {"pin", "changes", "delta", "apply", "commit"}
+    assert report.spark_jobs > 0 and set(report.phases_jobs) == set(report.phases_ms)
     assert report.branches == [f"D(spark_catalog.{orders}.orders)"]
     assert "incremental refresh #1" in str(report)
     full = mv.refresh(full=True)
@@ -106,3 +108,17 @@ SELECT concat('ROW ', region, ' ', total) FROM by_region ORDER BY region;
     lines = [line for line in proc.stdout.splitlines() if line.startswith("ROW ")]
     assert lines == ["ROW eu 5.0", "ROW us 8.0"], proc.stdout[-2000:]
     assert "incremental" in proc.stdout
+
+
+@pytest.mark.parametrize("name", ["MixedCase", "2fast", "select"])
+def test_names_that_need_quoting(spark: SparkSession, orders: str, name: str) -> None:
+    mv = MaterializedView.create(spark, name, "SELECT cust, count(*) AS n FROM orders GROUP BY cust")
+    assert is_materialized_view(spark, name) and is_materialized_view(spark, f"{orders}.{name}")
+    assert f"{orders}.{name.lower()}" in [v.lower() for v in list_materialized_views(spark)]
+    spark.sql("INSERT INTO orders VALUES (900, 1, 2.00)")
+    assert MaterializedView.for_name(spark, name).refresh().mode == "incremental"
+    assert_matches_query(spark, f"`{name}`", "SELECT cust, count(*) AS n FROM orders GROUP BY cust")
+    mv.drop()
+    assert not is_materialized_view(spark, name)
+    with pytest.raises(AnalysisException, match="IVM_VIEW_NOT_FOUND"):
+        MaterializedView.for_name(spark, "orders")  # a table, not a materialized view

@@ -115,7 +115,8 @@ def test_describe_and_explain(spark: SparkSession, sales: str) -> None:
     text = MaterializedView.for_name(spark, "agg").explain_refresh()
     assert f"1. D(spark_catalog.{sales}.sales)\n" in text  # one table, one branch
     assert "2. " not in text
-    assert "MERGE INTO" in text and "== Spark plan of the rows to merge ==" in text
+    assert "Apply: the changed rows" in text and "one Delta commit" in text
+    assert "Estimated Spark jobs:" in text and "== Spark plan of the rows to merge ==" in text
     # EXPLAIN changed nothing: the refresh still sees the change
     assert MaterializedView.for_name(spark, "agg").refresh().source_rows_changed == 1
 

@@ -11,7 +11,7 @@ import org.apache.spark.sql.catalyst.TableIdentifier
 import org.apache.spark.sql.delta.DeltaLog
 import org.apache.spark.sql.delta.actions.{AddCDCFile, AddFile, RemoveFile}
 import org.apache.spark.sql.functions.{col, lit, when}
-import org.apache.spark.sql.ivm.LocalRows
+import org.apache.spark.sql.ivm.{LocalRows, Parallel}
 import org.apache.spark.sql.types.{IntegerType, StructField, StructType}
 import org.apache.spark.storage.StorageLevel
 
@@ -66,7 +66,13 @@ object ChangeFeed {
   def read(spark: SparkSession, view: String, requests: Seq[ChangeRequest],
       localMaxBytes: Long): Map[String, TableChange] = {
     val (small, large) = requests.partition(r => changeBytes(spark, view, r) <= localMaxBytes)
-    val feeds = small.map(r => r -> signedFeed(spark, view, r))
+    // Planning a change-feed read (Delta resolves every commit of the interval) is driver work
+    // that overlaps well: the tables' reads are planned side by side.
+    val feeds = Parallel.run(spark, small.map(r => () => {
+      val feed = signedFeed(spark, view, r)
+      feed.queryExecution.executedPlan
+      r -> feed
+    }))
     // Rows per task are bounded by the files' sizes checked above; the bound is a safeguard.
     val collected = try LocalRows.collect(spark, feeds.map(_._2), Int.MaxValue - 1) catch {
       case NonFatal(e) => throw unavailable(view, small, e)

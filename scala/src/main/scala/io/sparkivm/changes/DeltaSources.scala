@@ -11,10 +11,14 @@ import org.apache.spark.sql.delta.DeltaLog
 import org.apache.spark.sql.functions._
 import org.apache.spark.sql.types.StructType
 
-/** A Delta base table as pinned for one refresh: its identity and the version read. */
-case class PinnedSource(table: TableIdentifier, tableId: String, version: Long, schema: StructType,
-    sizeInBytes: Long = Long.MaxValue) {
+/**
+ * A Delta base table as pinned for one refresh: its identity and the version read. Its size is
+ * read only if asked for (key probing): without a checksum file, Delta computes it by a job.
+ */
+case class PinnedSource(table: TableIdentifier, tableId: String, version: Long, schema: StructType)(
+    size: () => Long = () => Long.MaxValue) {
   def name: String = table.unquotedString
+  lazy val sizeInBytes: Long = size()
   def info: SourceInfo =
     SourceInfo(name, tableId, schema.fields.toSeq.map(f => f.name -> f.dataType.catalogString))
 }
@@ -43,7 +47,8 @@ object DeltaSources extends Logging {
       spark.sql(s"ALTER TABLE ${table.quotedString} SET TBLPROPERTIES ($CdfProperty = true)")
       snapshot = DeltaLog.forTable(spark, table).update()
     }
-    PinnedSource(table, snapshot.metadata.id, snapshot.version, snapshot.schema, snapshot.sizeInBytes)
+    val pinned = snapshot
+    PinnedSource(table, pinned.metadata.id, pinned.version, pinned.schema)(() => pinned.sizeInBytes)
   }
 
   /** The current version of a Delta table, from its log (no Spark job). */

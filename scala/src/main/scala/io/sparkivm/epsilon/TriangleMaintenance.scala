@@ -1,10 +1,6 @@
 package io.sparkivm.epsilon
 
-import java.util.concurrent.Executors
-
 import scala.collection.mutable
-import scala.concurrent.{Await, ExecutionContext, Future}
-import scala.concurrent.duration.Duration
 import scala.jdk.CollectionConverters._
 
 import io.sparkivm.catalog.EpsilonState
@@ -15,7 +11,7 @@ import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, Project}
 import org.apache.spark.sql.functions.{broadcast, col, lit, sum}
 import org.apache.spark.sql.catalyst.CatalystTypeConverters
 import org.apache.spark.sql.catalyst.expressions.GenericRowWithSchema
-import org.apache.spark.sql.ivm.{LocalRows, SparkInternals}
+import org.apache.spark.sql.ivm.{LocalRows, Parallel, SparkInternals}
 import org.apache.spark.sql.types.{DataType, LongType, StructField, StructType}
 
 /**
@@ -322,7 +318,7 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
    * heavy. Returns the keys turning heavy and light per occurrence.
    */
   def moves(state: EpsilonState, heavy: IndexedSeq[HeavySet]): IndexedSeq[(Set[Any], Set[Any])] =
-    parallel(sides.map(i => () => movesOf(i, state, heavy))).toIndexedSeq
+    Parallel.run(spark, sides.map(i => () => movesOf(i, state, heavy))).toIndexedSeq
 
   private def movesOf(i: Int, state: EpsilonState, heavy: IndexedSeq[HeavySet]): (Set[Any], Set[Any]) =
     deltas(i) match {
@@ -392,21 +388,6 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
 }
 
 object TriangleMaintenance {
-  /**
-   * Runs independent pieces of work side by side: they are small Spark jobs whose time goes to
-   * planning and scheduling, which overlap well. Threads created here inherit the caller's
-   * Spark local properties (job group, read metrics).
-   */
-  def parallel[T](tasks: Seq[() => T]): Seq[T] = tasks match {
-    case Seq() => Nil
-    case Seq(one) => Seq(one())
-    case many =>
-      val pool = Executors.newFixedThreadPool(many.size)
-      implicit val ec: ExecutionContext = ExecutionContext.fromExecutorService(pool)
-      try Await.result(Future.sequence(many.map(t => Future(t()))), Duration.Inf)
-      finally pool.shutdown()
-  }
-
   val W = "w"
   val KeyColumn = "key"
   /** Heavy sets up to this many keys are broadcast to split rows into parts. */

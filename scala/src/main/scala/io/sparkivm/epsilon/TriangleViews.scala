@@ -10,7 +10,7 @@ import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, Cast, Literal, NamedExpression}
 import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, Project}
 import org.apache.spark.sql.functions.{col, lit, sum}
-import org.apache.spark.sql.ivm.SparkInternals
+import org.apache.spark.sql.ivm.{Parallel, SparkInternals}
 import org.apache.spark.sql.types.IntegerType
 
 /**
@@ -202,10 +202,10 @@ object TriangleViews extends Logging {
       }
       joined.map(r => Option(r.getAs[Any]("deg")).map(_.asInstanceOf[Long]).getOrElse(0L)).sum
     }
-    val size = TriangleMaintenance.parallel((0 until 3).map(i => () => checkSide(i))).sum
+    val size = Parallel.run(spark, (0 until 3).map(i => () => checkSide(i))).sum
     if (size != state.size) fail(s"|D| is $size, the state says ${state.size}")
     if (!(state.n / 4 <= size && size < state.n)) fail(s"|D| = $size outside [floor(N/4), N)")
-    TriangleMaintenance.parallel((0 until 3).map(i => () => {
+    Parallel.run(spark, (0 until 3).map(i => () => {
       // The stored view minus its definition, folded per row: empty when they are equal.
       val cols = engine.auxCols(i).map(col)
       val stored = tables.read(3 + i, state.versions(3 + i)).select(cols :+ col(W): _*)

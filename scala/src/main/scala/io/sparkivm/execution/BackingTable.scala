@@ -68,22 +68,24 @@ object BackingTable {
    * else by MERGE. `rows` is None when no branch has a change (the commit records the versions).
    */
   def apply(spark: SparkSession, meta: ViewMetadata, maintenance: ViewMaintenance, rows: Option[LogicalPlan],
-      record: RefreshRecord, steps: RefreshSteps): MergeMetrics = inCommit(spark, meta, record) {
-    val plan = rows.getOrElse(RefreshSteps.local(SparkInternals.analyzed(
-      spark.table(meta.backing.quotedString).limit(0)).output, Nil))
-    val existedAt = plan.output.indexWhere(_.name == ViewMaintenance.ExistedColumn)
-    (RefreshSteps.localRows(plan), IvmConf.ApplyMode.get(spark)) match {
-      case (Some(local), "rewrite") =>
-        RewriteCommit.apply(spark, meta, maintenance, DataTypeUtils.fromAttributes(plan.output), local,
-          record.number, i => existedAt >= 0 && local(i).getBoolean(existedAt)).getOrElse(MergeMetrics(0, 0, 0))
-      case _ =>
-        val source = SparkInternals.dataFrame(spark, Project(plan.output.filterNot(_.name ==
-          ViewMaintenance.ExistedColumn), plan))
-        // MERGE reads its source twice: compute it once (a local plan already is).
-        val once = if (RefreshSteps.localRows(plan).isDefined) source else source.localCheckpoint(eager = true)
-        merge(spark, meta, maintenance, once, steps.probe)
+      record: RefreshRecord, steps: RefreshSteps, written: () => Unit = () => ()): MergeMetrics =
+    inCommit(spark, meta, record) {
+      val plan = rows.getOrElse(RefreshSteps.local(SparkInternals.analyzed(
+        spark.table(meta.backing.quotedString).limit(0)).output, Nil))
+      val existedAt = plan.output.indexWhere(_.name == ViewMaintenance.ExistedColumn)
+      (RefreshSteps.localRows(plan), IvmConf.ApplyMode.get(spark)) match {
+        case (Some(local), "rewrite") =>
+          RewriteCommit.apply(spark, meta, maintenance, DataTypeUtils.fromAttributes(plan.output), local,
+            record.number, i => existedAt >= 0 && local(i).getBoolean(existedAt), written)
+            .getOrElse(MergeMetrics(0, 0, 0))
+        case _ =>
+          val source = SparkInternals.dataFrame(spark, Project(plan.output.filterNot(_.name ==
+            ViewMaintenance.ExistedColumn), plan))
+          // MERGE reads its source twice: compute it once (a local plan already is).
+          val once = if (RefreshSteps.localRows(plan).isDefined) source else source.localCheckpoint(eager = true)
+          merge(spark, meta, maintenance, once, steps.probe)
+      }
     }
-  }
 
   /** Sorted distinct values of a one-column DataFrame, or None if there are more than `max`. */
   def distinctValues(df: DataFrame, max: Int): Option[Seq[Any]] = {

@@ -192,8 +192,9 @@ object RefreshPipeline extends Logging {
       }
       val record = RefreshRecord(number, "incremental", versions, attemptId, -1, 0, epsilon)
       FaultInjection.point(user, "before-commit")
-      val metrics = BackingTable.apply(spark, meta, analyzed.maintenance, rows, record, steps)
-      timer.mark("apply")
+      val metrics = BackingTable.apply(spark, meta, analyzed.maintenance, rows, record, steps,
+        () => timer.mark("apply"))
+      timer.mark("commit")
       FaultInjection.point(user, "after-commit")
       report(spark, meta, number, attemptId, "incremental", last, pinned, counts, branches, notes.toSeq,
         metrics, timer)

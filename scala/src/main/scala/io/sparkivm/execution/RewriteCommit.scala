@@ -39,7 +39,8 @@ object RewriteCommit extends DeltaCommand {
    * refresh number was already committed.
    */
   def apply(spark: SparkSession, meta: ViewMetadata, maintenance: ViewMaintenance, schema: StructType,
-      rows: Seq[InternalRow], number: Long, existed: Int => Boolean): Option[MergeMetrics] = {
+      rows: Seq[InternalRow], number: Long, existed: Int => Boolean,
+      written: () => Unit = () => ()): Option[MergeMetrics] = {
     val log = DeltaLog.forTable(spark, meta.backing)
     val txn = log.startTransaction(Some(SessionInternals.catalog(spark).getTableMetadata(meta.backing)), None)
     if (txn.txnVersion(meta.id) >= number) return None
@@ -77,6 +78,7 @@ object RewriteCommit extends DeltaCommand {
     }
     val data = kept.map(_.unionByName(fresh)).getOrElse(fresh)
     val adds = txn.writeFiles(data)
+    written()
     val now = System.currentTimeMillis()
     val actions: Seq[Action] = touched.map(_.removeWithTimestamp(now, dataChange = true)) ++ adds :+
       SetTransaction(meta.id, number, Some(now))

@@ -70,6 +70,35 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
       case other => other.mapChildren(substitute(_, read))
     }
 
+  /**
+   * Pre of a tree of table occurrences, filters, projections and inner joins as a weighted
+   * relation, Pre = Post - D (the Z-relation identity): each row of Post with weight 1, each row
+   * of the net change with weight -m, weights multiplied across joins. It reads the tables at
+   * the pinned version (whose Delta snapshots are loaded) instead of travelling back to the
+   * consumed one, whose snapshot would be rebuilt from the log. None for other trees.
+   */
+  def weightedPre(plan: LogicalPlan): Option[(LogicalPlan, Attribute)] = plan match {
+    case SourceLeaf(leaf) =>
+      val w = AttributeReference("__ivm_w", m.dataType, nullable = false)()
+      val post = Project(leaf.output :+ Alias(Literal(1), w.name)(exprId = w.exprId), reader.post(leaf))
+      Some(reader.delta(leaf) match {
+        case None => (post, w)
+        case Some(d) =>
+          val minus = Project(leaf.output :+ Alias(UnaryMinus(m), w.name)(), d)
+          (Union(post, minus), w)
+      })
+    case SubqueryAlias(_, child) => weightedPre(child)
+    case v: View => weightedPre(v.child)
+    case Filter(cond, child) => weightedPre(child).map { case (p, w) => (Filter(cond, p), w) }
+    case Project(list, child) => weightedPre(child).map { case (p, w) => (Project(list :+ w, p), w) }
+    case j: Join if j.joinType == Inner =>
+      for ((l, wl) <- weightedPre(j.left); (r, wr) <- weightedPre(j.right)) yield {
+        val w = AttributeReference("__ivm_w", m.dataType, nullable = false)()
+        (Project(j.output :+ Alias(Multiply(wl, wr), w.name)(exprId = w.exprId), j.copy(left = l, right = r)), w)
+      }
+    case _ => None
+  }
+
   /** The delta of `plan` as a union of branches (empty when nothing under it changed). */
   def delta(plan: LogicalPlan): Seq[Branch] =
     precomputed(plan).orElse(fk.delta(plan)).getOrElse(generic(plan))
@@ -89,8 +118,19 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
         Branch(Project(out, j.copy(left = b.plan, right = post(j.right))),
           b.terms ++ leafNames(j.right).map(n => s"Post($n)"))
       } ++ delta(j.right).map { b =>
-        Branch(Project(out, j.copy(left = pre(j.left), right = b.plan)),
-          leafNames(j.left).map(n => s"Pre($n)") ++ b.terms)
+        weightedPre(j.left) match {
+          case Some((left, w)) =>
+            // Pre(L) = Post(L) - D(L), weighted: a row's sign is its delta sign times its weight.
+            val inner = AttributeReference("__ivm_m_in", m.dataType, nullable = false)()
+            val right = Project(b.plan.output.filterNot(_.exprId == m.exprId) :+ Alias(m, inner.name)(exprId = inner.exprId),
+              b.plan)
+            Branch(Project(j.output :+ Alias(Multiply(inner, w), m.name)(exprId = m.exprId),
+              j.copy(left = left, right = right)),
+              leafNames(j.left).map(n => s"Pre($n)") ++ b.terms)
+          case None =>
+            Branch(Project(out, j.copy(left = pre(j.left), right = b.plan)),
+              leafNames(j.left).map(n => s"Pre($n)") ++ b.terms)
+        }
       }
     case u: Union =>
       u.children.zipWithIndex.flatMap { case (child, i) =>

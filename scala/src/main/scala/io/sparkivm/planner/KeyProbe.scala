@@ -10,7 +10,7 @@ case class ProbeSettings(enabled: Boolean, maxKeys: Int, maxRanges: Int, minTabl
    * Probing costs a small Spark job or two (collect the keys, compute the small side once);
    * it pays only where it can skip files, so small tables are joined as they are.
    */
-  def worth(tableBytes: Long): Boolean = enabled && tableBytes >= minTableBytes
+  def worth(tableBytes: => Long): Boolean = enabled && tableBytes >= minTableBytes
 }
 
 object ProbeSettings {

@@ -1,0 +1,46 @@
+package org.apache.spark.sql.ivm
+
+import java.util.concurrent.{Executors, ThreadFactory}
+import java.util.concurrent.atomic.AtomicInteger
+
+import scala.concurrent.{Await, ExecutionContext, Future}
+import scala.concurrent.duration.Duration
+
+import org.apache.spark.sql.SparkSession
+
+/**
+ * Runs independent pieces of a refresh side by side (planning several scans, small
+ * latency-bound jobs) on one pool shared by the JVM, never a pool per call. A task runs with
+ * the caller's Spark local properties (job group, the refresh's metrics tag) and active
+ * session, which pooled threads would not otherwise inherit.
+ */
+object Parallel {
+  private lazy val pool: ExecutionContext = ExecutionContext.fromExecutorService(
+    Executors.newCachedThreadPool(new ThreadFactory {
+      private val n = new AtomicInteger
+      override def newThread(r: Runnable): Thread = {
+        val t = new Thread(r, s"spark-ivm-${n.incrementAndGet()}")
+        t.setDaemon(true)
+        t
+      }
+    }))
+
+  def run[T](spark: SparkSession, tasks: Seq[() => T]): Seq[T] = tasks match {
+    case Seq() => Nil
+    case Seq(one) => Seq(one())
+    case many =>
+      val sc = spark.sparkContext
+      val props = sc.getLocalProperties
+      val active = SparkSession.getActiveSession
+      val futures = many.map(task => Future {
+        val before = sc.getLocalProperties
+        sc.setLocalProperties(props)
+        active.foreach(SparkSession.setActiveSession)
+        try task() finally {
+          sc.setLocalProperties(before)
+          SparkSession.clearActiveSession()
+        }
+      }(pool))
+      Await.result(Future.sequence(futures)(implicitly, pool), Duration.Inf)
+  }
+}
