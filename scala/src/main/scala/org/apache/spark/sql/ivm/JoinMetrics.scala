@@ -53,6 +53,13 @@ object JoinMetrics {
     walk(plan)
   }
 
+  /**
+   * Counts the joins of a plan that ran outside a Dataset action (spark-ivm collects several
+   * plans in one job through their RDDs, which query listeners do not see). Its SQL metrics are
+   * final once the job has returned.
+   */
+  def record(plan: SparkPlan): Unit = if (!registered.isEmpty) total.addAndGet(rowsEnteringJoins(plan))
+
   /** Runs `body` and returns the rows that entered joins in the queries it ran. */
   def measure[T](spark: SparkSession)(body: => T): (T, Long) = {
     registered.synchronized {

@@ -29,6 +29,7 @@ object LocalRows {
       }
     }
     val all = spark.sparkContext.union(rdds).collect()
+    dfs.foreach(df => JoinMetrics.record(df.queryExecution.executedPlan))
     if (all.exists(_._1 < 0)) None
     else {
       val byDf = all.groupBy(_._1)
