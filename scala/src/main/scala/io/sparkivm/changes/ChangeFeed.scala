@@ -68,11 +68,7 @@ object ChangeFeed {
     val (small, large) = requests.partition(r => changeBytes(spark, view, r) <= localMaxBytes)
     // Planning a change-feed read (Delta resolves every commit of the interval) is driver work
     // that overlaps well: the tables' reads are planned side by side.
-    val feeds = Parallel.run(spark, small.map(r => () => {
-      val feed = signedFeed(spark, view, r)
-      feed.queryExecution.executedPlan
-      r -> feed
-    }))
+    val feeds = Parallel.run(spark, small.map(r => () => r -> signedFeed(spark, view, r)))
     // Rows per task are bounded by the files' sizes checked above; the bound is a safeguard.
     val collected = try LocalRows.collect(spark, feeds.map(_._2), Int.MaxValue - 1) catch {
       case NonFatal(e) => throw unavailable(view, small, e)
@@ -110,8 +106,11 @@ object ChangeFeed {
       .option("startingVersion", r.from + 1).option("endingVersion", r.to)
       .table(r.table.quotedString)
     val data = feed.columns.toSeq.filterNot(c => c.startsWith("_commit_") || c == ChangeType)
-    feed.select(data.map(DeltaSources.quoted) :+
+    val signed = feed.select(data.map(DeltaSources.quoted) :+
       when(col(ChangeType).isin("insert", "update_postimage"), lit(1)).otherwise(lit(-1)).as(Sign): _*)
+    // Planned now: Delta checks here that the feed covers the versions (a gap is an error).
+    signed.queryExecution.executedPlan
+    signed
   } catch {
     case NonFatal(e) => throw IvmErrors.changeFeedUnavailable(view, r.table.quotedString, e)
   }

@@ -255,15 +255,15 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
     // 1. First hops of every step, in one job.
     val hops = changed.map { case (j, d) =>
       val p = next(j)
-      val qq = next(p)
+      val prev = next(p)
       val aKeys = keysOf(d, s"a$j")
       val bKeys = keysOf(d, s"b$j")
       val allHeavy = heavy(p).table.isEmpty
       val f1 = if (allHeavy) None else Some(join(d.frame, lightPart(probe(at(j)(p), s"a$p" -> bKeys), p, heavy(p)),
         Seq(s"b$j" -> s"a$p")))
-      val needF2 = !heavy(qq).empty && (!heavy(p).empty || !allHeavy)
-      val f2 = if (!needF2) None else Some(join(d.frame, heavyPart(probe(at(j)(qq), s"b$qq" -> aKeys), qq, heavy(qq)),
-        Seq(s"a$j" -> s"b$qq")))
+      val needF2 = !heavy(prev).empty && (!heavy(p).empty || !allHeavy)
+      val f2 = if (!needF2) None else Some(join(d.frame, heavyPart(probe(at(j)(prev), s"b$prev" -> aKeys), prev, heavy(prev)),
+        Seq(s"a$j" -> s"b$prev")))
       (j, d, f1, f2)
     }
     val firsts = smallAll(hops.flatMap { case (_, _, f1, f2) => f1.toSeq ++ f2.toSeq }).iterator
@@ -272,32 +272,32 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
     val out = mutable.ArrayBuffer[DataFrame]()
     computed.foreach { case (j, d, f1, f2) =>
       val p = next(j)
-      val qq = next(p)
+      val prev = next(p)
       val aKeys = keysOf(d, s"a$j")
       val bKeys = keysOf(d, s"b$j")
       val allHeavy = heavy(p).table.isEmpty
       // Light neighbours of each B-value (LH and LL), then point lookups in X_q.
       f1.foreach { first =>
-        out += complete(join(first.frame, probe(at(j)(qq), s"a$qq" -> keysOf(first, s"b$p"), s"b$qq" -> aKeys),
-          Seq(s"b$p" -> s"a$qq", s"a$j" -> s"b$qq")))
+        out += complete(join(first.frame, probe(at(j)(prev), s"a$prev" -> keysOf(first, s"b$p"), s"b$prev" -> aKeys),
+          Seq(s"b$p" -> s"a$prev", s"a$j" -> s"b$prev")))
       }
       // Heavy C-values pointing at each A-value (HH), then point lookups in X_p^H.
       f2.filter(_ => !heavy(p).empty).foreach { second =>
         out += complete(join(second.frame, heavyPart(probe(at(j)(p), s"a$p" -> bKeys,
-          s"b$p" -> keysOf(second, s"a$qq")), p, heavy(p)), Seq(s"b$j" -> s"a$p", s"a$qq" -> s"b$p")))
+          s"b$p" -> keysOf(second, s"a$prev")), p, heavy(p)), Seq(s"b$j" -> s"a$p", s"a$prev" -> s"b$p")))
       }
       // The auxiliary view V_p = X_p^H x X_q^L as of this step (HL): a lookup.
       if (!allHeavy && !heavy(p).empty) {
-        val v = (probe(auxTable(p), s"a$p" -> bKeys, s"b$qq" -> aKeys) +: pending(p)).reduce(_ unionByName _)
-        val hit = join(d.frame, v, Seq(s"b$j" -> s"a$p", s"a$j" -> s"b$qq"))
-        out += complete(if (q.needsY(p)) hit.withColumn(s"a$qq", col(s"b$p")) else hit)
+        val v = (probe(auxTable(p), s"a$p" -> bKeys, s"b$prev" -> aKeys) +: pending(p)).reduce(_ unionByName _)
+        val hit = join(d.frame, v, Seq(s"b$j" -> s"a$p", s"a$j" -> s"b$prev"))
+        out += complete(if (q.needsY(p)) hit.withColumn(s"a$prev", col(s"b$p")) else hit)
       }
       // Lines 9-11, from the first hops: V_j gains D^H x X_p^L, V_q gains X_q^H x D^L.
       if (!allHeavy && !heavy(j).empty) f1.foreach { first =>
         pending(j) :+= heavyPart(first.frame, j, heavy(j)).select((auxCols(j) :+ W).map(col): _*)
       }
-      if (!allHeavy && !heavy(qq).empty) f2.foreach { second =>
-        pending(qq) :+= lightPart(second.frame, j, heavy(j)).select((auxCols(qq) :+ W).map(col): _*)
+      if (!allHeavy && !heavy(prev).empty) f2.foreach { second =>
+        pending(prev) :+= lightPart(second.frame, j, heavy(j)).select((auxCols(prev) :+ W).map(col): _*)
       }
       notes += s"D(${q.sides(j).name}): ${d.count} changed rows"
     }

@@ -50,9 +50,9 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
   /** The branches of `plan` if it is a join block this planner handles. */
   def delta(plan: LogicalPlan): Option[Seq[Branch]] =
     if (!settings.pruning && !settings.probe.enabled) None
-    else built.getOrElseUpdate(plan, JoinBlock.of(plan).flatMap(plan1))
+    else built.getOrElseUpdate(plan, JoinBlock.of(plan).flatMap(planBlock))
 
-  private def plan1(block: JoinBlock): Option[Seq[Branch]] = {
+  private def planBlock(block: JoinBlock): Option[Seq[Branch]] = {
     val declared = if (settings.pruning) FkGraph.of(block, settings.keys) else FkGraph(block.units.size, Nil)
     if (declared.edges.isEmpty && !block.units.indices.exists(probes(block, _))) return None
     val name = block.units.indices.map(unitName(block, _))
