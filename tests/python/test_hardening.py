@@ -87,3 +87,10 @@ def test_order_dependent_aggregates_are_refused(spark: SparkSession, view: Mater
     e = refused(lambda: spark.sql(
         f"CREATE MATERIALIZED VIEW bad AS SELECT k, {fn} AS x FROM base GROUP BY k"))
     assert condition(e) == "IVM_UNSUPPORTED_OPERATOR" and "non-deterministic" in str(e), str(e)
+
+
+def test_create_or_replace_mends_a_broken_view(spark: SparkSession, view: MaterializedView) -> None:
+    spark.sql("DROP TABLE __ivm_backing_mv")  # the view is broken: its backing table is gone
+    assert condition(refused(view.refresh)) == "IVM_BACKING_TABLE_ALTERED"
+    spark.sql(f"CREATE OR REPLACE MATERIALIZED VIEW mv AS {Q}")
+    still_works(spark, view)

@@ -36,7 +36,10 @@ object ViewLifecycle {
       val existing = SessionInternals.catalog(spark).getTableMetadata(id)
       if (stmt.ifNotExists) return
       if (!stmt.orReplace || !ViewCatalog.isMaterializedView(existing)) throw IvmErrors.alreadyExists(id.quotedString)
-      Some(ViewCatalog.lookup(spark, stmt.name))
+      // The old backing table, as the catalog view names it (it may be gone: a broken view is
+      // replaced as well).
+      Some(existing.properties.get(ViewCatalog.BackingProperty)
+        .map(b => ViewCatalog.qualify(spark, b.split('.').toSeq)).getOrElse(ViewCatalog.backingTable(id)))
     }
     checkProperties(stmt.properties)
     val mode = stmt.properties.get(ViewCatalog.RefreshProperty).map(parseMode)
@@ -61,7 +64,7 @@ object ViewLifecycle {
     if (epsilon.isDefined && !strategy.isInstanceOf[EpsilonStrategy]) throw notTriangle(id.quotedString, analyzed)
     // Validated: from here on, things are written. A name that no existing view uses.
     val standard = ViewCatalog.backingTable(id)
-    val backing = if (replacing.exists(_.backing.table == standard.table)) {
+    val backing = if (replacing.exists(_.table == standard.table)) {
       standard.copy(table = standard.table + "_" + UUID.randomUUID().toString.take(8))
     } else standard
     // The whole plan is built (and so checked) against the base tables as they are before any
@@ -93,8 +96,8 @@ object ViewLifecycle {
         throw e
     }
     replacing.foreach { old =>
-      spark.sql(s"DROP TABLE IF EXISTS ${old.backing.quotedString}")
-      TriangleStateTables.dropFor(spark, old.backing)
+      spark.sql(s"DROP TABLE IF EXISTS ${old.quotedString}")
+      TriangleStateTables.dropFor(spark, old)
     }
   }
 
