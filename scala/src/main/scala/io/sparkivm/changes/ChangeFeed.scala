@@ -42,14 +42,19 @@ case class LocalChange(schema: StructType, data: IndexedSeq[InternalRow]) extend
 
 /** A change too large for the driver: netted by a distributed aggregate, computed once. */
 case class DistributedChange(df: DataFrame, rows: Long) extends TableChange {
-  def frame(spark: SparkSession): DataFrame = df.select(df.columns.toIndexedSeq.map(DeltaSources.quoted): _*)
+  def frame(spark: SparkSession): DataFrame = TableChange.fresh(df)
   override def release(): Unit = df.unpersist(blocking = false)
 }
 
 /** A change planned but not computed (EXPLAIN, which runs nothing). */
 case class PlannedChange(df: DataFrame) extends TableChange {
   def rows: Long = -1L
-  def frame(spark: SparkSession): DataFrame = df.select(df.columns.toIndexedSeq.map(DeltaSources.quoted): _*)
+  def frame(spark: SparkSession): DataFrame = TableChange.fresh(df)
+}
+
+object TableChange {
+  /** `df` under a new projection: its own attribute ids, so that it can join another read of it. */
+  def fresh(df: DataFrame): DataFrame = df.select(df.columns.toIndexedSeq.map(DeltaSources.quoted): _*)
 }
 
 /**
