@@ -7,7 +7,7 @@ PIP       := $(VENV)/bin/pip
 VERSION   := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 JAR_NAME  := spark-ivm_2.13-$(VERSION).jar
 JAR       := python/spark_ivm/jars/$(JAR_NAME)
-SCALA_SRC := $(shell find scala -name '*.scala' 2>/dev/null)
+SCALA_SRC := $(shell find scala -name '*.scala' -o -name '*.json' 2>/dev/null)
 STAMP     := $(VENV)/.installed
 
 .PHONY: install jar demo docs test lint test-scala test-python test-cluster bench bench-fk bench-triangles clean
@@ -33,9 +33,10 @@ $(JAR): $(SCALA_SRC) build.sbt project/build.properties pyproject.toml
 demo: install
 	$(PY) examples/quickstart.py
 
-# docs/sql.md's table of settings, generated from the registry (io.sparkivm.conf.IvmConf).
+# docs/sql.md's tables of settings and errors, generated from their registries (IvmConf, the
+# error conditions' JSON).
 docs: install
-	IVM_UPDATE_DOCS=1 build/sbt "testOnly io.sparkivm.conf.IvmConfSuite"
+	IVM_UPDATE_DOCS=1 build/sbt "testOnly io.sparkivm.conf.IvmConfSuite io.sparkivm.IvmErrorsSuite"
 
 test: install lint test-scala test-python test-cluster
 

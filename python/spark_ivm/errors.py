@@ -1,5 +1,229 @@
-"""Errors raised by the Python layer itself (the engine's errors are AnalysisExceptions)."""
+"""Typed exceptions for spark-ivm's errors.
+
+The engine raises every error through Spark's error framework with an ``IVM_*`` condition (see
+the errors table of docs/sql.md); PySpark surfaces it as ``pyspark.errors.AnalysisException``,
+whose ``getCondition()``, ``getSqlState()`` and ``getMessageParameters()`` tell them apart. The
+Python API raises the same error as the subclass below that names its condition, so callers can
+write ``except ViewNotFoundError`` (or keep catching ``AnalysisException``)::
+
+    from spark_ivm.errors import UnsupportedOperatorError
+    try:
+        MaterializedView.create(spark, "v", "SELECT ... LIMIT 10")
+    except UnsupportedOperatorError as e:
+        print(e.getMessageParameters()["operator"])
+
+Errors from ``spark.sql(...)`` called directly are plain ``AnalysisException``s;
+``typed(error)`` converts one, and ``translated()`` is a context manager that does so.
+"""
+
+from __future__ import annotations
+
+import functools
+from contextlib import contextmanager
+from typing import Any, Callable, Dict, Iterator, Optional, Type, TypeVar, cast
+
+from pyspark.errors import AnalysisException
+from pyspark.errors.exceptions.captured import AnalysisException as CapturedAnalysisException
 
 
 class IvmError(Exception):
-    """A misuse of the Python API, such as a view name that does not exist."""
+    """A misuse of the Python API itself, such as a column a view does not have."""
+
+
+class IvmAnalysisException(CapturedAnalysisException):
+    """An error raised by the spark-ivm engine (condition ``IVM_*``): a PySpark
+    ``AnalysisException`` over the JVM error, with its condition, parameters and SQLSTATE."""
+
+    condition: str = ""
+
+
+_BY_CONDITION: Dict[str, Type[IvmAnalysisException]] = {}
+
+
+def _register(cls: Type[IvmAnalysisException]) -> Type[IvmAnalysisException]:
+    _BY_CONDITION[cls.condition] = cls
+    return cls
+
+
+@_register
+class UnsupportedOperatorError(IvmAnalysisException):
+    """The query has an operator spark-ivm cannot maintain incrementally."""
+
+    condition = "IVM_UNSUPPORTED_OPERATOR"
+
+
+@_register
+class ViewNotFoundError(IvmAnalysisException):
+    """No materialized view of that name."""
+
+    condition = "IVM_VIEW_NOT_FOUND"
+
+
+@_register
+class ViewAlreadyExistsError(IvmAnalysisException):
+    """A view or table of that name exists."""
+
+    condition = "IVM_VIEW_ALREADY_EXISTS"
+
+
+@_register
+class ViewNotWritableError(IvmAnalysisException):
+    """UPDATE, DELETE or MERGE on a materialized view."""
+
+    condition = "IVM_VIEW_NOT_WRITABLE"
+
+
+@_register
+class NotAMaterializedViewError(IvmAnalysisException):
+    """The name is a table or plain view."""
+
+    condition = "IVM_NOT_A_MATERIALIZED_VIEW"
+
+
+@_register
+class InvalidNameError(IvmAnalysisException):
+    """Not a valid materialized view name."""
+
+    condition = "IVM_INVALID_NAME"
+
+
+@_register
+class SourceMissingError(IvmAnalysisException):
+    """A base table cannot be read."""
+
+    condition = "IVM_SOURCE_MISSING"
+
+
+@_register
+class SourceChangedError(IvmAnalysisException):
+    """A base table was recreated or a column it read changed."""
+
+    condition = "IVM_SOURCE_CHANGED"
+
+
+@_register
+class SourceNotDeltaError(IvmAnalysisException):
+    """A base table is not Delta."""
+
+    condition = "IVM_SOURCE_NOT_DELTA"
+
+
+@_register
+class ChangeFeedDisabledError(IvmAnalysisException):
+    """A base table's change data feed is off."""
+
+    condition = "IVM_CHANGE_FEED_DISABLED"
+
+
+@_register
+class ChangesUnavailableError(IvmAnalysisException):
+    """The change data feed no longer covers the changes since the last refresh: refresh FULL."""
+
+    condition = "IVM_CHANGES_UNAVAILABLE"
+
+
+@_register
+class BackingTableAlteredError(IvmAnalysisException):
+    """The table storing the view was changed outside spark-ivm."""
+
+    condition = "IVM_BACKING_TABLE_ALTERED"
+
+
+@_register
+class InvalidPropertyError(IvmAnalysisException):
+    """A bad ivm.* property."""
+
+    condition = "IVM_INVALID_PROPERTY"
+
+
+@_register
+class InvalidConfError(IvmAnalysisException):
+    """A bad spark.ivm.* setting."""
+
+    condition = "IVM_INVALID_CONF"
+
+
+@_register
+class ColumnCountMismatchError(IvmAnalysisException):
+    """The column list does not fit the query."""
+
+    condition = "IVM_COLUMN_COUNT_MISMATCH"
+
+
+@_register
+class DuplicateColumnError(IvmAnalysisException):
+    """The query returns two columns of one name."""
+
+    condition = "IVM_DUPLICATE_COLUMN"
+
+
+@_register
+class ConstraintInvalidError(IvmAnalysisException):
+    """A key constraint that cannot be declared."""
+
+    condition = "IVM_CONSTRAINT_INVALID"
+
+
+@_register
+class ConstraintAlreadyExistsError(IvmAnalysisException):
+    """The constraint exists."""
+
+    condition = "IVM_CONSTRAINT_ALREADY_EXISTS"
+
+
+@_register
+class ConstraintViolatedError(IvmAnalysisException):
+    """The table's rows violate the constraint."""
+
+    condition = "IVM_CONSTRAINT_VIOLATED"
+
+
+@_register
+class EpsilonInvariantError(IvmAnalysisException):
+    """An IVM^eps invariant check failed."""
+
+    condition = "IVM_EPSILON_INVARIANT"
+
+
+def error_class(condition: Optional[str]) -> Optional[Type[IvmAnalysisException]]:
+    """The typed exception class of an ``IVM_*`` condition, if it has one."""
+    if condition is None:
+        return None
+    return _BY_CONDITION.get(condition.split(".")[0])
+
+
+def typed(error: AnalysisException) -> AnalysisException:
+    """``error`` as its typed subclass when it is a spark-ivm error, else unchanged."""
+    if isinstance(error, IvmAnalysisException):
+        return error
+    cls = error_class(error.getCondition())
+    origin = getattr(error, "_origin", None)
+    if cls is None or origin is None:
+        return error
+    return cls(origin=origin)
+
+
+@contextmanager
+def translated() -> Iterator[None]:
+    """Re-raises spark-ivm's AnalysisExceptions raised inside as their typed subclasses."""
+    try:
+        yield
+    except AnalysisException as e:
+        converted = typed(e)
+        if converted is e:
+            raise
+        raise converted.with_traceback(e.__traceback__) from None
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def raises_typed(fn: _F) -> _F:
+    """Decorates an API function so that spark-ivm's errors leave it as their typed subclasses."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with translated():
+            return fn(*args, **kwargs)
+
+    return cast(_F, wrapper)

@@ -8,7 +8,7 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
-from spark_ivm.errors import IvmError
+from spark_ivm.errors import IvmError, raises_typed
 from spark_ivm.report import RefreshReport
 
 
@@ -32,6 +32,7 @@ def is_materialized_view(spark: SparkSession, name: str) -> bool:
     return bool(rows) and rows[0][1] == "true"
 
 
+@raises_typed
 def list_materialized_views(spark: SparkSession, database: Optional[str] = None) -> List[str]:
     """Qualified names (``db.view``) of the materialized views of a database (the current one
     by default), as SHOW MATERIALIZED VIEWS lists them."""
@@ -53,16 +54,18 @@ class MaterializedView:
         self._sql_name = quote_name(name)
 
     @classmethod
+    @raises_typed
     def for_name(cls, spark: SparkSession, name: str) -> "MaterializedView":
         """The view called ``name`` (``view`` or ``db.view``). A catalog lookup only: nothing is
-        analyzed or read. If there is none, the engine's ``AnalysisException``
-        (``IVM_VIEW_NOT_FOUND``), as ``DESCRIBE MATERIALIZED VIEW`` raises it."""
+        analyzed or read. If there is none, ``ViewNotFoundError`` (``IVM_VIEW_NOT_FOUND``), as
+        ``DESCRIBE MATERIALIZED VIEW`` raises it."""
         if not is_materialized_view(spark, name):
             spark.sql(f"DESCRIBE MATERIALIZED VIEW {quote_name(name)}")  # raises IVM_VIEW_NOT_FOUND
             raise IvmError(f"{name} is not a materialized view (SHOW MATERIALIZED VIEWS lists them)")
         return cls(spark, name)
 
     @classmethod
+    @raises_typed
     def create(
         cls,
         spark: SparkSession,
@@ -87,6 +90,7 @@ class MaterializedView:
         )
         return cls(spark, name)
 
+    @raises_typed
     def refresh(self, full: bool = False) -> RefreshReport:
         """Bring the view up to date; ``full=True`` recomputes it from scratch."""
         row = self.spark.sql(
@@ -94,6 +98,7 @@ class MaterializedView:
         ).collect()[0]
         return RefreshReport.from_json(row["report"])
 
+    @raises_typed
     def describe(self) -> Dict[str, Any]:
         """Columns and metadata of the view, from DESCRIBE MATERIALIZED VIEW.
 
@@ -130,12 +135,14 @@ class MaterializedView:
         return float(str(value).split()[0])
 
     @epsilon.setter
+    @raises_typed
     def epsilon(self, value: float) -> None:
         self.spark.sql(
             f"ALTER MATERIALIZED VIEW {self._sql_name} SET TBLPROPERTIES "
             f"('ivm.epsilon' = {_sql_string(str(value))})"
         )
 
+    @raises_typed
     def explain_refresh(self) -> str:
         """What the next refresh would run, in words and as Spark's plan. Changes nothing."""
         text: str = self.spark.sql(f"EXPLAIN REFRESH MATERIALIZED VIEW {self._sql_name}").collect()[0][0]
@@ -158,6 +165,7 @@ class MaterializedView:
             df = df.where(F.col(f"`{column}`").eqNullSafe(F.lit(value)))
         return df.toLocalIterator()
 
+    @raises_typed
     def drop(self) -> None:
         """DROP MATERIALIZED VIEW, with the tables it owns."""
         self.spark.sql(f"DROP MATERIALIZED VIEW {self._sql_name}")

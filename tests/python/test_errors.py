@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from pyspark.sql import SparkSession
 
+from pyspark.errors import AnalysisException
+
 from ivm_testing import assert_matches_query, condition, refused
-from spark_ivm import MaterializedView
-
-
+from spark_ivm import MaterializedView, add_primary_key, errors
 
 
 @pytest.fixture()
@@ -176,3 +176,47 @@ def test_duplicate_output_names_are_refused(spark: SparkSession, tables: str) ->
     error = refused(lambda: spark.sql(
         "CREATE MATERIALIZED VIEW d AS SELECT a.k, b.k FROM a JOIN b ON a.k = b.k"))
     assert condition(error) == "IVM_DUPLICATE_COLUMN"
+
+
+def test_errors_carry_condition_sqlstate_and_parameters(spark: SparkSession, tables: str) -> None:
+    """Through Spark's error framework: the same fields as Spark's own errors, from SQL too."""
+    error = refused(lambda: spark.sql("CREATE MATERIALIZED VIEW bad AS SELECT k FROM a LIMIT 2"))
+    assert error.getCondition() == "IVM_UNSUPPORTED_OPERATOR"
+    assert error.getSqlState() == "0A000"
+    assert error.getMessageParameters()["operator"] == "LIMIT / OFFSET"
+    assert "SQLSTATE: 0A000" in str(error)
+    error = refused(lambda: spark.sql("REFRESH MATERIALIZED VIEW nope"))
+    assert (error.getCondition(), error.getSqlState()) == ("IVM_VIEW_NOT_FOUND", "42P01")
+
+
+def test_python_api_raises_typed_errors(spark: SparkSession, tables: str) -> None:
+    with pytest.raises(errors.UnsupportedOperatorError) as info:
+        MaterializedView.create(spark, "bad", "SELECT k FROM a LIMIT 2")
+    assert isinstance(info.value, AnalysisException)
+    assert info.value.getMessageParameters()["operator"] == "LIMIT / OFFSET"
+    with pytest.raises(errors.ViewNotFoundError):
+        MaterializedView.for_name(spark, "nope")
+    mv = MaterializedView.create(spark, "ok", "SELECT k, count(*) AS n FROM a GROUP BY k")
+    with pytest.raises(errors.ViewAlreadyExistsError):
+        MaterializedView.create(spark, "ok", "SELECT k FROM a")
+    with pytest.raises(errors.InvalidPropertyError):
+        mv.epsilon = 0.5
+    with pytest.raises(errors.ConstraintInvalidError):
+        add_primary_key(spark, "a", ["nope"])
+    # Errors that are not spark-ivm's stay as PySpark raised them.
+    with pytest.raises(AnalysisException) as other:
+        MaterializedView.create(spark, "bad", "SELECT nope FROM a")
+    assert not isinstance(other.value, errors.IvmAnalysisException)
+    # spark.sql() itself raises PySpark's class; typed() converts.
+    raw = refused(lambda: spark.sql("REFRESH MATERIALIZED VIEW nope"))
+    assert isinstance(errors.typed(raw), errors.ViewNotFoundError)
+    with pytest.raises(errors.ViewNotFoundError), errors.translated():
+        spark.sql("DROP MATERIALIZED VIEW nope")
+
+
+def test_every_engine_condition_has_a_python_class() -> None:
+    import json
+    import pathlib
+    root = pathlib.Path(__file__).resolve().parents[2]
+    declared = json.loads((root / "scala/resources/error/ivm-error-conditions.json").read_text())
+    assert set(declared) == {c.condition for c in errors.IvmAnalysisException.__subclasses__()}

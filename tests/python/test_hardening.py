@@ -3,6 +3,9 @@ refused queries leave no trace. Each case is compared with recomputation after t
 
 from __future__ import annotations
 
+import os
+import time
+
 import pytest
 from pyspark.sql import SparkSession
 
@@ -93,4 +96,54 @@ def test_create_or_replace_mends_a_broken_view(spark: SparkSession, view: Materi
     spark.sql("DROP TABLE __ivm_backing_mv")  # the view is broken: its backing table is gone
     assert condition(refused(view.refresh)) == "IVM_BACKING_TABLE_ALTERED"
     spark.sql(f"CREATE OR REPLACE MATERIALIZED VIEW mv AS {Q}")
+    still_works(spark, view)
+
+
+def _log_dir(spark: SparkSession, table: str) -> str:
+    location = spark.sql(f"DESCRIBE DETAIL {table}").collect()[0]["location"]
+    return os.path.join(location.replace("file:", ""), "_delta_log")
+
+
+def _age_log(path: str, days: int) -> None:
+    """Makes every file of a Delta log look `days` old, as log cleanup judges age."""
+    then = time.time() - days * 86400
+    for name in os.listdir(path):
+        os.utime(os.path.join(path, name), (then, then))
+
+
+def test_refresh_record_survives_log_cleanup(spark: SparkSession, view: MaterializedView) -> None:
+    """A view not refreshed for longer than its log's retention, with OPTIMIZE and checkpoints
+    on its backing table meanwhile, still refreshes incrementally and exactly."""
+    spark.sql("INSERT INTO base VALUES (2, 7)")
+    assert view.refresh().mode == "incremental"
+    backing = "__ivm_backing_mv"
+    spark.sql(f"ALTER TABLE {backing} SET TBLPROPERTIES (delta.checkpointInterval = 1, "
+              "delta.logRetentionDuration = 'interval 7 days')")
+    log = _log_dir(spark, backing)
+    _age_log(log, days=40)
+    spark.sql(f"OPTIMIZE {backing}")  # a commit, a checkpoint, and the cleanup of expired files
+    spark.sql(f"ALTER TABLE {backing} SET TBLPROPERTIES ('spark.ivm.test.touch' = '1')")
+    commits = sorted(f for f in os.listdir(log) if f.endswith(".json"))
+    # The refresh's commit file is gone: only the maintenance commits after it remain.
+    assert len(commits) <= 2, commits
+    still_works(spark, view)
+    # A refresh that finds nothing new is still a no-op, from the same record.
+    assert view.refresh().mode == "noop"
+
+
+def test_base_table_vacuumed_past_the_changes_asks_for_full_refresh(spark: SparkSession,
+                                                                    view: MaterializedView) -> None:
+    spark.sql("INSERT INTO base VALUES (4, 40)")
+    spark.sql("DELETE FROM base WHERE k = 4")
+    spark.sql("SET spark.databricks.delta.retentionDurationCheck.enabled = false")
+    try:
+        spark.sql("VACUUM base RETAIN 0 HOURS")
+    finally:
+        spark.sql("SET spark.databricks.delta.retentionDurationCheck.enabled = true")
+    before = sorted(spark.table("mv").collect())
+    e = refused(view.refresh)
+    assert condition(e) == "IVM_CHANGES_UNAVAILABLE", str(e)[:800]
+    assert "FULL" in str(e)
+    assert sorted(spark.table("mv").collect()) == before
+    assert view.refresh(full=True).mode == "full"
     still_works(spark, view)

@@ -81,7 +81,7 @@ def test_large_changes_take_the_distributed_paths(spark: SparkSession, tables: s
     for name, q in views.items():
         spark.sql(f"CREATE MATERIALIZED VIEW {name} AS {q}")
     settings = [{"spark.ivm.changes.localMaxBytes": "0"}, {"spark.ivm.localMaxRows": "1"},
-                {"spark.ivm.apply.mode": "merge"}]
+                {"spark.ivm.changes.localMaxBytes": "0", "spark.ivm.localMaxRows": "1"}]
     for round_, values in enumerate(settings, start=1):
         change(spark, round_)
         with confs(spark, values):
@@ -110,7 +110,7 @@ def test_backing_table_has_no_change_feed_until_a_view_reads_it(spark: SparkSess
 
 
 def test_settings_are_checked_when_set(spark: SparkSession, db: str) -> None:
-    for key, bad in [("spark.ivm.localMaxRows", "many"), ("spark.ivm.apply.mode", "upsert"),
+    for key, bad in [("spark.ivm.localMaxRows", "many"), ("spark.ivm.epsilon.enabled", "often"),
                      ("spark.ivm.fkPruning.enabled", "maybe")]:
         with pytest.raises(Exception) as info:
             spark.conf.set(key, bad)

@@ -1,76 +1,97 @@
 package io.sparkivm
 
+import scala.jdk.CollectionConverters._
+
+import org.apache.spark.ErrorClassesJsonReader
 import org.apache.spark.sql.AnalysisException
 
 /**
- * Errors raised by spark-ivm. Each has an error class (`IVM_*`, returned by `getCondition`) so
- * that callers can tell them apart, and a message that says what to do. They are
- * AnalysisExceptions so that PySpark surfaces them as `pyspark.errors.AnalysisException`.
+ * Errors raised by spark-ivm, through Spark's error framework as Delta's are: every error
+ * condition (`IVM_*`) is declared once, with its message template and SQLSTATE, in
+ * `error/ivm-error-conditions.json`; an error carries its condition and message parameters, so
+ * `getCondition`, `getSqlState` and `getMessageParameters` work in Scala and in PySpark. They are
+ * AnalysisExceptions so that PySpark surfaces them as `pyspark.errors.AnalysisException` (and
+ * `spark_ivm.errors` as a typed subclass).
  */
-class IvmException(errorClass: String, message: String, cause: Option[Throwable] = None)
+class IvmException(
+    val condition: String,
+    val parameters: Map[String, String],
+    cause: Option[Throwable] = None)
   extends AnalysisException(
-    s"[$errorClass] $message", None, None, cause, Some(errorClass), Map.empty[String, String],
-    Array.empty)
+    IvmErrors.message(condition, parameters), None, None, cause, Some(condition), parameters,
+    Array.empty) {
+  override def getSqlState: String = IvmErrors.reader.getSqlState(condition)
+  override def getMessageParameters: java.util.Map[String, String] = parameters.asJava
+}
 
 object IvmErrors {
-  def unsupported(operator: String, hint: String): IvmException = new IvmException(
-    "IVM_UNSUPPORTED_OPERATOR",
-    s"$operator cannot be maintained incrementally. $hint Or create the view with " +
-      "TBLPROPERTIES ('ivm.refresh' = 'full') to recompute it on every refresh.")
+  private val Resource = "error/ivm-error-conditions.json"
+  private lazy val url = Option(getClass.getClassLoader.getResource(Resource))
+    .getOrElse(throw new IllegalStateException(s"$Resource is not on the classpath"))
+  private[sparkivm] lazy val reader = new ErrorClassesJsonReader(Seq(url))
 
-  def notFound(name: String): IvmException = new IvmException(
-    "IVM_VIEW_NOT_FOUND", s"Materialized view $name does not exist. SHOW MATERIALIZED VIEWS " +
-      "lists the existing ones.")
+  /** Every error condition spark-ivm declares. */
+  lazy val conditions: Seq[String] = {
+    val source = scala.io.Source.fromURL(url, "UTF-8")
+    try org.json4s.jackson.JsonMethods.parse(source.mkString) match {
+      case org.json4s.JObject(fields) => fields.map(_._1).sorted
+      case other => throw new IllegalStateException(s"$Resource is not an object: $other")
+    } finally source.close()
+  }
 
-  def alreadyExists(name: String): IvmException = new IvmException(
-    "IVM_VIEW_ALREADY_EXISTS", s"Materialized view or table $name already exists. Use " +
-      "CREATE MATERIALIZED VIEW IF NOT EXISTS, or DROP MATERIALIZED VIEW first.")
+  /** `[CONDITION] message SQLSTATE: s`, as Spark formats its own errors. */
+  private[sparkivm] def message(condition: String, parameters: Map[String, String]): String =
+    s"[$condition] ${reader.getErrorMessage(condition, parameters)} SQLSTATE: ${reader.getSqlState(condition)}"
+
+  /** An error of a declared condition; its template's parameters must all be given. */
+  def of(condition: String, parameters: (String, Any)*): IvmException =
+    withCause(condition, None, parameters: _*)
+
+  def withCause(condition: String, cause: Option[Throwable], parameters: (String, Any)*): IvmException = {
+    val named = parameters.map { case (k, v) => k -> String.valueOf(v) }.toMap
+    val expected = reader.getMessageParameters(condition).toSet
+    require(expected == named.keySet,
+      s"error $condition takes parameters ${expected.mkString(", ")}, got ${named.keySet.mkString(", ")}")
+    new IvmException(condition, named, cause)
+  }
+
+  def unsupported(operator: String, hint: String): IvmException =
+    of("IVM_UNSUPPORTED_OPERATOR", "operator" -> operator, "hint" -> hint)
+
+  def notFound(name: String): IvmException = of("IVM_VIEW_NOT_FOUND", "name" -> name)
+
+  def alreadyExists(name: String): IvmException = of("IVM_VIEW_ALREADY_EXISTS", "name" -> name)
 
   def sourceMissing(view: String, table: String, cause: Throwable): IvmException =
-    new IvmException("IVM_SOURCE_MISSING",
-      s"Base table $table of materialized view $view cannot be read (${firstLine(cause)}). " +
-        "Restore the table, or DROP and recreate the view.", Some(cause))
+    withCause("IVM_SOURCE_MISSING", Some(cause), "view" -> view, "table" -> table, "reason" -> firstLine(cause))
 
   def sourceChanged(view: String, table: String, what: String): IvmException =
-    new IvmException("IVM_SOURCE_CHANGED",
-      s"Base table $table of materialized view $view changed since the last refresh: $what. " +
-        s"Run REFRESH MATERIALIZED VIEW $view FULL, or DROP and recreate the view. " +
-        "The view was left as it was.")
+    of("IVM_SOURCE_CHANGED", "view" -> view, "table" -> table, "what" -> what)
 
   def backingAltered(view: String, what: String): IvmException =
-    new IvmException("IVM_BACKING_TABLE_ALTERED",
-      s"The table that stores materialized view $view was changed outside spark-ivm ($what). " +
-        s"Run REFRESH MATERIALIZED VIEW $view FULL to rebuild it, or DROP and recreate the " +
-        "view. The view was left as it was.")
+    of("IVM_BACKING_TABLE_ALTERED", "view" -> view, "what" -> what)
 
   def changeFeedUnavailable(view: String, table: String, cause: Throwable): IvmException =
-    new IvmException("IVM_CHANGES_UNAVAILABLE",
-      s"The changes of $table since the last refresh of $view cannot be read from its change " +
-        s"data feed (${firstLine(cause)}). Run REFRESH MATERIALIZED VIEW $view FULL. The view " +
-        "was left as it was.", Some(cause))
+    withCause("IVM_CHANGES_UNAVAILABLE", Some(cause), "view" -> view, "table" -> table,
+      "reason" -> firstLine(cause))
 
-  def notDelta(table: String, provider: String): IvmException = new IvmException(
-    "IVM_SOURCE_NOT_DELTA",
-    s"Table $table is a $provider table; incremental maintenance reads changes from Delta's " +
-      "change data feed, so base tables must be Delta tables (CONVERT TO DELTA converts " +
-      "Parquet in place).")
+  def notDelta(table: String, provider: String): IvmException =
+    of("IVM_SOURCE_NOT_DELTA", "table" -> table, "provider" -> provider)
 
-  def changeFeedDisabled(table: String): IvmException = new IvmException(
-    "IVM_CHANGE_FEED_DISABLED",
-    s"Delta table $table does not record its changes. Run ALTER TABLE $table SET " +
-      "TBLPROPERTIES (delta.enableChangeDataFeed = true), or set " +
-      "spark.ivm.autoEnableChangeDataFeed=true to let spark-ivm do it.")
+  def changeFeedDisabled(table: String): IvmException = of("IVM_CHANGE_FEED_DISABLED", "table" -> table)
 
-  def viewNotWritable(name: String, statement: String): IvmException = new IvmException(
-    "IVM_VIEW_NOT_WRITABLE", s"$name is a materialized view: $statement cannot change it. A " +
-      s"materialized view changes only by REFRESH MATERIALIZED VIEW $name; change its base tables " +
-      "and refresh it.")
+  def viewNotWritable(name: String, statement: String): IvmException =
+    of("IVM_VIEW_NOT_WRITABLE", "name" -> name, "statement" -> statement)
 
   def invalidConf(key: String, value: String, expected: String): IvmException =
-    new IvmException("IVM_INVALID_CONF", s"Invalid value '$value' for the setting $key: expected $expected.")
+    of("IVM_INVALID_CONF", "key" -> key, "value" -> value, "expected" -> expected)
 
   def invalidProperty(key: String, value: String, expected: String): IvmException =
-    new IvmException("IVM_INVALID_PROPERTY", s"Invalid value '$value' for $key: expected $expected.")
+    of("IVM_INVALID_PROPERTY", "key" -> key, "action" -> s"set to '$value'", "reason" -> s"expected $expected")
+
+  /** A property that is not the user's to set, or that does not apply to this view. */
+  def propertyNotSettable(key: String, reason: String): IvmException =
+    of("IVM_INVALID_PROPERTY", "key" -> key, "action" -> "set", "reason" -> reason)
 
   private def firstLine(t: Throwable): String =
     Option(t.getMessage).map(_.linesIterator.toSeq.headOption.getOrElse("")).getOrElse(t.toString)

@@ -2,7 +2,7 @@ package io.sparkivm.catalog
 
 import java.util.Locale
 
-import io.sparkivm.IvmException
+import io.sparkivm.IvmErrors
 import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.catalyst.TableIdentifier
 import org.apache.spark.sql.delta.DeltaLog
@@ -57,37 +57,37 @@ object KeyConstraints {
   def add(spark: SparkSession, c: KeyConstraint): Unit = {
     val existing = of(spark, c.table)
     if (existing.exists(_.name.equalsIgnoreCase(c.name))) {
-      throw error("IVM_CONSTRAINT_ALREADY_EXISTS",
-        s"Table ${c.table.quotedString} already has a constraint named ${c.name}.")
+      throw IvmErrors.of("IVM_CONSTRAINT_ALREADY_EXISTS", "table" -> c.table.quotedString,
+        "constraint" -> s"a constraint named ${c.name}")
     }
     val schema = spark.table(c.table.quotedString).schema.fieldNames
     def checkColumns(t: TableIdentifier, cols: Seq[String], names: Seq[String]): Unit =
       cols.filterNot(x => names.exists(_.equalsIgnoreCase(x))).foreach { missing =>
-        throw error("IVM_CONSTRAINT_INVALID", s"Table ${t.quotedString} has no column $missing.")
+        throw invalid(s"Table ${t.quotedString} has no column $missing.")
       }
     checkColumns(c.table, c.columns, schema.toIndexedSeq)
     if (c.columns.map(_.toLowerCase(Locale.ROOT)).distinct.size != c.columns.size) {
-      throw error("IVM_CONSTRAINT_INVALID", s"Constraint ${c.name} names a column twice.")
+      throw invalid(s"Constraint ${c.name} names a column twice.")
     }
     c match {
       case pk: PrimaryKey =>
         existing.collectFirst { case p: PrimaryKey => p }.foreach { p =>
-          throw error("IVM_CONSTRAINT_ALREADY_EXISTS", s"Table ${c.table.quotedString} already " +
-            s"has primary key ${p.name} ${columnList(p.columns)}; drop it first.")
+          throw IvmErrors.of("IVM_CONSTRAINT_ALREADY_EXISTS", "table" -> c.table.quotedString,
+            "constraint" -> s"primary key ${p.name} ${columnList(p.columns)}; drop it first")
         }
         checkPrimaryKey(spark, pk)
       case fk: ForeignKey =>
-        val parentPk = primaryKey(spark, fk.parent).getOrElse(throw error("IVM_CONSTRAINT_INVALID",
+        val parentPk = primaryKey(spark, fk.parent).getOrElse(throw invalid(
           s"Foreign key ${fk.name} references ${fk.parent.quotedString}, which has no primary key. " +
             s"Declare it first: ALTER TABLE ${fk.parent.quotedString} ADD CONSTRAINT <name> " +
             s"PRIMARY KEY ${columnList(fk.parentColumns)}."))
         if (fk.columns.size != fk.parentColumns.size) {
-          throw error("IVM_CONSTRAINT_INVALID", s"Foreign key ${fk.name} has ${fk.columns.size} " +
+          throw invalid(s"Foreign key ${fk.name} has ${fk.columns.size} " +
             s"columns but references ${fk.parentColumns.size}.")
         }
         val lower = (s: Seq[String]) => s.map(_.toLowerCase(Locale.ROOT)).toSet
         if (lower(parentPk.columns) != lower(fk.parentColumns)) {
-          throw error("IVM_CONSTRAINT_INVALID", s"Foreign key ${fk.name} must reference the " +
+          throw invalid(s"Foreign key ${fk.name} must reference the " +
             s"primary key of ${fk.parent.quotedString}, ${columnList(parentPk.columns)}, not " +
             s"${columnList(fk.parentColumns)}.")
         }
@@ -137,8 +137,8 @@ object KeyConstraints {
     if (examples.nonEmpty) {
       val n = bad.count()
       val shown = examples.map(r => r.toSeq.map(String.valueOf).mkString("(", ", ", ")")).mkString(", ")
-      throw error("IVM_CONSTRAINT_VIOLATED", s"Constraint ${c.name} (${c.text}) does not hold on " +
-        s"${c.table.quotedString}: $n $what, for example $shown. Fix the data and declare it again.")
+      throw IvmErrors.of("IVM_CONSTRAINT_VIOLATED", "constraint" -> s"${c.name} (${c.text})",
+        "table" -> c.table.quotedString, "violations" -> s"$n $what, for example $shown")
     }
   }
 
@@ -157,7 +157,7 @@ object KeyConstraints {
   def parse(name: String, table: TableIdentifier, text: String): KeyConstraint = {
     val open = text.indexOf('(')
     val close = text.indexOf(')')
-    if (open < 0 || close < open) throw error("IVM_CONSTRAINT_INVALID",
+    if (open < 0 || close < open) throw invalid(
       s"Table property $Prefix$name of ${table.quotedString} is not a constraint: $text")
     val cols = idents(text.substring(open, close + 1))
     if (text.startsWith("PRIMARY KEY")) PrimaryKey(name, table, cols)
@@ -169,11 +169,11 @@ object KeyConstraints {
         case Seq(c, d, t) => TableIdentifier(t, Some(d), Some(c))
         case Seq(d, t) => TableIdentifier(t, Some(d))
         case Seq(t) => TableIdentifier(t)
-        case _ => throw error("IVM_CONSTRAINT_INVALID", s"Bad parent table in $text")
+        case _ => throw invalid(s"Bad parent table in $text")
       }
       ForeignKey(name, table, cols, parent, idents(rest.substring(ref)), rely = text.trim.endsWith(" RELY"))
     }
   }
 
-  private def error(cls: String, msg: String) = new IvmException(cls, msg)
+  private def invalid(reason: String) = IvmErrors.of("IVM_CONSTRAINT_INVALID", "reason" -> reason)
 }

@@ -4,7 +4,7 @@ import java.util.Locale
 
 import scala.util.control.NonFatal
 
-import io.sparkivm.{IvmErrors, IvmException}
+import io.sparkivm.IvmErrors
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.TableIdentifier
@@ -33,8 +33,10 @@ object ViewCatalog extends Logging {
   val RefreshProperty = "ivm.refresh"
   val SourcesProperty = "ivm.sources"
   val CommentProperty = "ivm.comment"
+  /** The last refresh record: in the table's metadata, which Delta's checkpoints keep. */
+  val RecordProperty = "ivm.lastRefresh"
   private val ReservedProperties = Set(MarkerProperty, BackingProperty, ViewProperty, IdProperty,
-    QueryProperty, DatabaseProperty, SourcesProperty, CommentProperty)
+    QueryProperty, DatabaseProperty, SourcesProperty, CommentProperty, RecordProperty)
   val BackingPrefix = "__ivm_backing_"
   private val SessionCatalogName = "spark_catalog"
 
@@ -44,9 +46,8 @@ object ViewCatalog extends Logging {
     case Seq(db, name) => TableIdentifier(name, Some(db), Some(SessionCatalogName))
     case Seq(cat, db, name) if cat.equalsIgnoreCase(SessionCatalogName) =>
       TableIdentifier(name, Some(db), Some(SessionCatalogName))
-    case _ => throw new IvmException("IVM_INVALID_NAME",
-      s"${parts.mkString(".")} is not a valid materialized view name: materialized views live " +
-        s"in the session catalog ($SessionCatalogName), as [database.]name.")
+    case _ => throw IvmErrors.of("IVM_INVALID_NAME", "name" -> parts.mkString("."),
+      "catalog" -> SessionCatalogName)
   }
 
   /**
@@ -139,10 +140,6 @@ object ViewCatalog extends Logging {
     case other => throw new IllegalStateException(s"bad ivm.sources $other")
   }
 
-  /** Records the base tables' current shape after a full refresh (a maintenance commit). */
-  def updateSources(spark: SparkSession, meta: ViewMetadata): Unit =
-    setProperties(spark, meta.backing, Map(SourcesProperty -> renderSources(meta.sources)))
-
   def setProperties(spark: SparkSession, table: TableIdentifier, props: Map[String, String]): Unit =
     if (props.nonEmpty) {
       val list = props.map { case (k, v) => s"${sqlString(k)} = ${sqlString(v)}" }.mkString(", ")
@@ -199,19 +196,28 @@ object ViewCatalog extends Logging {
 
   /**
    * The last refresh committed to a backing table, and the commits after it that were not made
-   * by spark-ivm and change rows (which would make the view wrong). Reads commit files from the
-   * newest back, on the driver: usually the newest commit is the last refresh.
+   * by spark-ivm and change rows (which would make the view wrong). The record is the table
+   * property [[RecordProperty]], written in the refresh's own commit; the commits after it are
+   * found by reading commit files from the newest back, on the driver (usually the newest commit
+   * is the refresh's). Delta deletes commit files older than the log's retention once a
+   * checkpoint covers them: the walk stops there, and the property still holds the record.
+   * Views written before the property existed have the record only in their commits.
    */
   def lastRefresh(spark: SparkSession, meta: ViewMetadata): (RefreshRecord, Seq[String]) = {
     val log = deltaLog(spark, meta.backing)
     val conf = log.newDeltaHadoopConf()
+    val snapshot = log.update()
+    val stored = snapshot.metadata.configuration.get(RecordProperty)
+      .flatMap(parseRecord(_, snapshot.version, snapshot.timestamp))
     val foreign = Seq.newBuilder[String]
-    var version = log.update().version
+    var version = snapshot.version
     var found: Option[RefreshRecord] = None
-    while (found.isEmpty && version >= 0) {
+    var readable = true
+    while (found.isEmpty && readable && version >= 0) {
       val info = try {
         DeltaHistoryManager.getCommitInfoOpt(log.store, FileNames.unsafeDeltaFile(log.logPath, version), conf)
       } catch {
+        case _: java.io.FileNotFoundException if stored.isDefined => readable = false; None
         case NonFatal(e) => throw IvmErrors.backingAltered(meta.viewName,
           s"the log entry of version $version cannot be read (${e.getMessage}), and with it the " +
             "record of its last refresh")
@@ -225,7 +231,13 @@ object ViewCatalog extends Logging {
       }
       version -= 1
     }
-    found.map(_ -> foreign.result()).getOrElse(throw IvmErrors.backingAltered(meta.viewName,
+    // Both hold the same record when both exist; the property wins if the commit is older.
+    val record = (found, stored) match {
+      case (Some(c), Some(p)) if p.number > c.number => Some(p)
+      case (Some(c), _) => Some(c)
+      case (None, p) => p
+    }
+    record.map(_ -> foreign.result()).getOrElse(throw IvmErrors.backingAltered(meta.viewName,
       "no commit of it records a refresh by spark-ivm"))
   }
 }

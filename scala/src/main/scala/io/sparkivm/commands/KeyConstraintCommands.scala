@@ -4,7 +4,7 @@ import java.util.Locale
 
 import scala.util.control.NonFatal
 
-import io.sparkivm.IvmException
+import io.sparkivm.{IvmErrors, IvmException}
 import io.sparkivm.catalog.{ForeignKey, KeyConstraint, KeyConstraints, PrimaryKey, ViewCatalog}
 import org.apache.spark.sql.{Row, SparkSession}
 import org.apache.spark.sql.catalyst.TableIdentifier
@@ -48,17 +48,17 @@ object KeyConstraintCommands {
   /** The session-catalog table a name refers to; it must exist and be a Delta table. */
   private[commands] def tableOf(spark: SparkSession, parts: Seq[String]): TableIdentifier = {
     val id = try ViewCatalog.qualify(spark, parts) catch {
-      case _: IvmException => throw new IvmException("IVM_CONSTRAINT_INVALID",
+      case _: IvmException => throw IvmErrors.of("IVM_CONSTRAINT_INVALID", "reason" ->
         s"${parts.mkString(".")}: spark-ivm keeps key constraints for Delta tables of the session catalog.")
     }
     val catalog = SessionInternals.catalog(spark)
     if (!catalog.tableExists(id)) {
-      throw new IvmException("IVM_CONSTRAINT_INVALID", s"Table ${id.quotedString} does not exist.")
+      throw IvmErrors.of("IVM_CONSTRAINT_INVALID", "reason" -> s"Table ${id.quotedString} does not exist.")
     }
     val provider = catalog.getTableMetadata(id).provider
     if (!provider.exists(_.equalsIgnoreCase("delta"))) {
-      throw new IvmException("IVM_CONSTRAINT_INVALID", s"Table ${id.quotedString} is not a Delta " +
-        "table; spark-ivm keeps key constraints for Delta tables.")
+      throw IvmErrors.of("IVM_CONSTRAINT_INVALID", "reason" -> (s"Table ${id.quotedString} is not a Delta " +
+        "table; spark-ivm keeps key constraints for Delta tables."))
     }
     id
   }

@@ -62,12 +62,6 @@ object IvmConf {
       v.trim.toIntOption.filter(_ >= min).toRight(s"a whole number >= $min")
     }
 
-  private def choice(key: String, default: String, allowed: Seq[String], doc: String) =
-    entry(key, default, allowed.mkString(" | "), doc) { v =>
-      val t = v.trim.toLowerCase(Locale.ROOT)
-      if (allowed.contains(t)) Right(t) else Left(allowed.mkString(" or "))
-    }
-
   private def text(key: String, doc: String) =
     entry(key, "", "string", doc)(v => Right(v))
 
@@ -111,15 +105,10 @@ object IvmConf {
 
   // ---- apply ----
 
-  val ApplyMode: IvmConfEntry[String] = choice("spark.ivm.apply.mode", "rewrite",
-    Seq("rewrite", "merge"), "How a refresh writes the changed rows of a view: 'rewrite' " +
-      "rewrites only the files holding changed keys and appends new rows in one Delta commit " +
-      "(one or two Spark jobs); 'merge' runs Delta's MERGE.")
-
   val LocalMaxRows: IvmConfEntry[Int] = int("spark.ivm.localMaxRows", 500000,
     "Intermediate results of a refresh (the folded delta, the changed rows of the view) of at " +
       "most this many rows are held on the driver, so that later steps run no Spark job on them; " +
-      "larger ones are checkpointed on the executors and applied with MERGE.", min = 1)
+      "larger ones are checkpointed on the executors and applied with joins on the view's keys.", min = 1)
 
   // ---- reports ----
 

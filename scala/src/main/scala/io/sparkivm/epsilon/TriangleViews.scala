@@ -1,6 +1,6 @@
 package io.sparkivm.epsilon
 
-import io.sparkivm.IvmException
+import io.sparkivm.IvmErrors
 import io.sparkivm.catalog.EpsilonState
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.execution.AnalyzedView
@@ -173,8 +173,7 @@ object TriangleViews extends Logging {
    */
   def check(spark: SparkSession, engine: TriangleMaintenance, tables: TriangleStateTables,
       state: EpsilonState, strict: Boolean): Unit = {
-    def fail(what: String) = throw new IvmException("IVM_EPSILON_INVARIANT",
-      s"IVM^eps invariant violated: $what (state $state)")
+    def fail(what: String) = throw IvmErrors.of("IVM_EPSILON_INVARIANT", "invariant" -> what, "state" -> state)
     val theta = state.threshold
     val heavy = heavySets(state, tables, state.versions, engine)
     def checkSide(i: Int): Long = {

@@ -61,8 +61,8 @@ object RefreshSession {
  *     complete new rows are computed in one query and held on the driver ([[RefreshSteps]]).
  *     A strategy with state (IVM^eps) writes it here, before the commit.
  *  4. **apply + commit**: the rows replace those of their keys in the backing table in one Delta
- *     commit ([[RewriteCommit]]; MERGE when they are too many for the driver) that records
- *     refresh k+1 and the pinned versions, as Delta transaction (view id, k+1).
+ *     commit ([[RewriteCommit]]) that records refresh k+1 and the pinned versions (in the table's
+ *     properties, so that they survive the log's cleanup) and Delta's transaction (view id, k+1).
  * A refresh killed before step 4 commits leaves nothing behind; one killed after it is done.
  * Two refreshes racing for k+1: Delta lets one commit; the other fails its commit on the
  * conflict and starts again from step 1, where it finds only the newer changes.
@@ -143,11 +143,10 @@ object RefreshPipeline extends Logging {
       val epsilon = strategy.build(context(reader))
       val record = RefreshRecord(number, "full", versions, attemptId, -1, 0, epsilon)
       FaultInjection.point(user, "before-commit")
-      BackingTable.overwrite(spark, meta, rows, record)
+      // The base tables' shape as read now, in the same commit.
+      BackingTable.overwrite(spark, meta.copy(sources = pinned.values.toSeq.sortBy(_.name).map(_.info)), rows, record)
       timer.mark("recompute")
       FaultInjection.point(user, "after-commit")
-      val updated = meta.copy(sources = pinned.values.toSeq.sortBy(_.name).map(_.info))
-      ViewCatalog.updateSources(spark, updated)
       return report(spark, meta, number, attemptId, "full", last, pinned, Map.empty, Nil,
         epsilon.map(e => s"IVM^eps state rebuilt: eps = ${e.eps}, N = ${e.n}").toSeq,
         MergeMetrics(-1, -1, -1), timer)
@@ -192,7 +191,7 @@ object RefreshPipeline extends Logging {
       }
       val record = RefreshRecord(number, "incremental", versions, attemptId, -1, 0, epsilon)
       FaultInjection.point(user, "before-commit")
-      val metrics = BackingTable.apply(spark, meta, analyzed.maintenance, rows, record, steps,
+      val metrics = BackingTable.apply(spark, meta, analyzed.maintenance, rows, record,
         () => timer.mark("apply"))
       timer.mark("commit")
       FaultInjection.point(user, "after-commit")

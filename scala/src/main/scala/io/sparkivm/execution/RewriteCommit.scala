@@ -1,31 +1,36 @@
 package io.sparkivm.execution
 
-import io.sparkivm.catalog.ViewMetadata
+import io.sparkivm.catalog.{RefreshRecord, ViewCatalog, ViewMetadata}
 import io.sparkivm.planner.{KeyProbe, ViewMaintenance}
-import org.apache.spark.sql.{DataFrame, SaveMode, SparkSession}
+import org.apache.spark.sql.{Column, DataFrame, SaveMode, SparkSession}
 import org.apache.spark.sql.catalyst.{CatalystTypeConverters, InternalRow}
 import org.apache.spark.sql.catalyst.expressions.{AttributeReference, CreateStruct, Expression,
   GenericInternalRow, InSet, IsNull, Literal, Not, Or}
-import org.apache.spark.sql.catalyst.plans.logical.Filter
-import org.apache.spark.sql.delta.{DeltaLog, DeltaOperations}
+import org.apache.spark.sql.catalyst.plans.logical.{Filter, LogicalPlan}
+import org.apache.spark.sql.catalyst.types.DataTypeUtils
+import org.apache.spark.sql.catalyst.util.TypeUtils
+import org.apache.spark.sql.delta.{DeltaLog, DeltaOperations, OptimisticTransaction}
 import org.apache.spark.sql.delta.actions.{Action, AddFile, SetTransaction}
 import org.apache.spark.sql.delta.commands.DeltaCommand
-import org.apache.spark.sql.functions.{col, input_file_name}
+import org.apache.spark.sql.functions.{col, input_file_name, lit, sum, when}
 import org.apache.spark.sql.ivm.{LocalRows, SessionInternals, SparkInternals}
-import org.apache.spark.sql.catalyst.util.TypeUtils
 import org.apache.spark.sql.types.StructType
 
 /**
- * Applies a refresh's changed view rows to the backing table in one Delta commit, without
- * MERGE: the new rows of the changed keys are on the driver, so the keys are known. The files
- * that may hold a changed key (Delta's data skipping on the first key, then, when that leaves
- * much to rewrite, one job that finds the files that really do) are rewritten without the
- * changed keys' rows, together with the new rows, in one write job; the commit removes the old
- * files, adds the new ones and carries the view's transaction (txnAppId = view id, txnVersion =
- * refresh number), so a refresh number applies at most once. Measured against MERGE in
- * docs/benchmarks.md: a MERGE of a few hundred rows runs about 12 Spark jobs, this one or two.
- * Readers see an ordinary Delta table; the change feed (if a downstream view turned it on) shows
- * the rewritten files' rows as deleted and inserted, which nets to the real change.
+ * The commits that write a view's rows to its backing table. Each is one Delta commit that
+ * carries the refresh record twice, in the commit's `userMetadata` and in the table property
+ * `ivm.lastRefresh` (which Delta's checkpoints keep after the commit file is cleaned up), and
+ * Delta's idempotent-write transaction (appId = the view's id, version = the refresh number),
+ * so a refresh number applies at most once even if two refreshes race or one is retried.
+ *
+ * An incremental refresh rewrites only the files that hold a changed key, without MERGE.
+ * Measured against MERGE in docs/benchmarks.md: a MERGE of a few hundred rows ran about 12
+ * Spark jobs, this one or two. When the changed rows are on the driver their keys are known:
+ * Delta's data skipping on the first key finds the candidate files, and when they hold much, one
+ * job finds the files that really hold a key. When the rows are distributed (more than
+ * `spark.ivm.localMaxRows`), the same is done with semi and anti joins on the keys. Readers see an
+ * ordinary Delta table; the change feed (if a downstream view turned it on) shows the rewritten
+ * files' rows as deleted and inserted, which nets to the real change.
  */
 object RewriteCommit extends DeltaCommand {
   /** Candidate files up to this size are rewritten without first finding which hold a key. */
@@ -34,72 +39,160 @@ object RewriteCommit extends DeltaCommand {
   private val SkippingRanges = 64
 
   /**
-   * Writes `rows` (complete new rows of the changed keys, count 0 for keys that emptied;
-   * columns named as the backing table's) in one commit. Returns the metrics, or None if the
-   * refresh number was already committed.
+   * Writes `plan`'s rows (complete new rows of the changed keys, count 0 for keys that emptied,
+   * columns named as the backing table's, and [[ViewMaintenance.ExistedColumn]] last) in one
+   * commit carrying `record`. Returns the metrics, or None if the refresh number was already
+   * committed.
    */
-  def apply(spark: SparkSession, meta: ViewMetadata, maintenance: ViewMaintenance, schema: StructType,
-      rows: Seq[InternalRow], number: Long, existed: Int => Boolean,
-      written: () => Unit = () => ()): Option[MergeMetrics] = {
-    val log = DeltaLog.forTable(spark, meta.backing)
-    val txn = log.startTransaction(Some(SessionInternals.catalog(spark).getTableMetadata(meta.backing)), None)
-    if (txn.txnVersion(meta.id) >= number) return None
-    val countAt = schema.fieldIndex(ViewMaintenance.CountColumn)
-    val keep: InternalRow => Boolean = r => maintenance.global || r.getLong(countAt) != 0L
-    val keyNames = maintenance.keyNames
-    val candidates = keyNames.headOption match {
-      case None => txn.filterFiles()
-      case Some(first) => txn.filterFiles(Seq(skipping(schema, rows, first)), keepNumRecords = false)
+  def apply(spark: SparkSession, meta: ViewMetadata, maintenance: ViewMaintenance, plan: LogicalPlan,
+      record: RefreshRecord, written: () => Unit = () => ()): Option[MergeMetrics] = {
+    val (log, txn) = start(spark, meta)
+    if (txn.txnVersion(meta.id) >= record.number) return None
+    // Delta takes a metadata change only before the transaction writes data.
+    recordIn(txn, record, Map.empty, None)
+    val changed = RefreshSteps.localRows(plan) match {
+      case Some(rows) => new LocalChangedRows(spark, DataTypeUtils.fromAttributes(plan.output), rows, maintenance)
+      case None => new DistributedChangedRows(spark, SparkInternals.dataFrame(spark, plan), maintenance)
     }
-    // Rows of the changed keys, as a filter (null-safe: struct values compare NULL = NULL).
-    val keyAt = keyNames.map(schema.fieldIndex)
-    val keySet: Set[Any] = rows.map(r => new GenericInternalRow(keyAt.map(i => r.get(i, schema(i).dataType)).toArray)
-      : InternalRow).toSet
-    def changedKeys(df: DataFrame): Expression = {
-      val plan = SparkInternals.analyzed(df)
-      val attrs = keyNames.map(k => plan.output.find(_.name == k).get)
-      InSet(CreateStruct(attrs), keySet)
-    }
-    def where(df: DataFrame, cond: DataFrame => Expression): DataFrame =
-      SparkInternals.dataFrame(spark, Filter(cond(df), SparkInternals.analyzed(df)))
+    val candidates = changed.skipping.map(f => txn.filterFiles(Seq(f), keepNumRecords = false))
+      .getOrElse(txn.filterFiles())
     val touched: Seq[AddFile] =
-      if (candidates.isEmpty || keyNames.isEmpty || candidates.map(_.size).sum <= RewriteWithoutSearchBytes) candidates
+      if (candidates.isEmpty || maintenance.keyNames.isEmpty ||
+        candidates.map(_.size).sum <= RewriteWithoutSearchBytes) candidates
       else {
-        val scan = log.createDataFrame(txn.snapshot, candidates)
         val fileMap = generateCandidateFileMap(log.dataPath, candidates)
-        where(scan, changedKeys).select(input_file_name()).distinct()
+        changed.holdingKeys(log.createDataFrame(txn.snapshot, candidates)).select(input_file_name()).distinct()
           .collect().toSeq.map(r => getTouchedFile(log.dataPath, r.getString(0), fileMap))
       }
     val columns = maintenance.backingColumns.map(c => col(ViewMaintenance.quote(c)))
-    val fresh = LocalRows.frame(spark, schema, rows.filter(keep)).select(columns: _*)
     val kept = if (touched.isEmpty) None else {
       val scan = log.createDataFrame(txn.snapshot, touched)
-      Some((if (keyNames.isEmpty) scan.limit(0) else where(scan, df => Not(changedKeys(df)))).select(columns: _*))
+      Some((if (maintenance.keyNames.isEmpty) scan.limit(0) else changed.withoutKeys(scan)).select(columns: _*))
     }
-    val data = kept.map(_.unionByName(fresh)).getOrElse(fresh)
-    val adds = txn.writeFiles(data)
+    val fresh = changed.fresh.select(columns: _*)
+    val adds = txn.writeFiles(kept.map(_.unionByName(fresh)).getOrElse(fresh))
     written()
     val now = System.currentTimeMillis()
-    val actions: Seq[Action] = touched.map(_.removeWithTimestamp(now, dataChange = true)) ++ adds :+
-      SetTransaction(meta.id, number, Some(now))
-    txn.commit(actions, DeltaOperations.Write(SaveMode.Append,
-      predicate = Some(s"spark-ivm refresh $number of ${meta.viewName}")))
-    val inserted = rows.indices.count(i => keep(rows(i)) && !existed(i))
-    val updated = rows.indices.count(i => keep(rows(i)) && existed(i))
-    val deleted = rows.indices.count(i => !keep(rows(i)) && existed(i))
-    Some(MergeMetrics(inserted, updated, deleted))
+    commit(txn, meta, record.number, touched.map(_.removeWithTimestamp(now, dataChange = true)) ++ adds,
+      DeltaOperations.Write(SaveMode.Append, predicate = Some(s"spark-ivm refresh ${record.number} of ${meta.viewName}")))
+    Some(changed.metrics)
   }
 
-  /** A filter on the first key for Delta's data skipping: the changed values, as ranges. */
-  private def skipping(schema: StructType, rows: Seq[InternalRow], key: String): Expression = {
-    val at = schema.fieldIndex(key)
-    val t = schema(at).dataType
-    if (!KeyProbe.probeable(t)) return Literal.TrueLiteral
-    val column = AttributeReference(key, t)()
-    val values = rows.map(_.get(at, t))
-    val sorted = values.filter(_ != null).distinct.sorted(TypeUtils.getInterpretedOrdering(t))
-      .map(v => CatalystTypeConverters.convertToScala(v, t))
-    val ranges = KeyProbe.filter(column, sorted, SkippingRanges)
-    if (values.contains(null)) Or(ranges, IsNull(column)) else ranges
+  /**
+   * Replaces all rows of the backing table by `rows` (a full refresh), with the schema of `rows`
+   * and the view's metadata `properties`, in one commit carrying `record`. Returns false if the
+   * refresh number was already committed.
+   */
+  def overwrite(spark: SparkSession, meta: ViewMetadata, rows: DataFrame, properties: Map[String, String],
+      record: RefreshRecord): Boolean = {
+    val (_, txn) = start(spark, meta)
+    if (txn.txnVersion(meta.id) >= record.number) return false
+    val old = txn.filterFiles()
+    recordIn(txn, record, properties, Some(SparkInternals.nullable(rows.schema)))
+    val adds = txn.writeFiles(rows)
+    val now = System.currentTimeMillis()
+    commit(txn, meta, record.number, old.map(_.removeWithTimestamp(now, dataChange = true)) ++ adds,
+      DeltaOperations.Write(SaveMode.Overwrite, predicate = Some(s"spark-ivm full refresh ${record.number} of ${meta.viewName}")))
+    true
+  }
+
+  private def start(spark: SparkSession, meta: ViewMetadata): (DeltaLog, OptimisticTransaction) = {
+    val log = DeltaLog.forTable(spark, meta.backing)
+    (log, log.startTransaction(Some(SessionInternals.catalog(spark).getTableMetadata(meta.backing)), None))
+  }
+
+  /** The refresh record (and other `properties`, a new `schema`) into the table's metadata. */
+  private def recordIn(txn: OptimisticTransaction, record: RefreshRecord, properties: Map[String, String],
+      schema: Option[StructType]): Unit = {
+    val metadata = txn.metadata
+    txn.updateMetadata(metadata.copy(schemaString = schema.map(_.json).getOrElse(metadata.schemaString),
+      configuration = metadata.configuration ++ properties +
+        (ViewCatalog.RecordProperty -> ViewCatalog.renderRecord(record))))
+  }
+
+  /** Commits `actions` with the view's transaction (view id, refresh number). */
+  private def commit(txn: OptimisticTransaction, meta: ViewMetadata, number: Long, actions: Seq[Action],
+      op: DeltaOperations.Operation): Long =
+    txn.commit(actions :+ SetTransaction(meta.id, number, Some(System.currentTimeMillis())), op)
+
+  /** The changed rows of a refresh, as [[apply]] needs them. */
+  private sealed trait ChangedRows {
+    /** A filter on the first key for Delta's data skipping, if one can be formed. */
+    def skipping: Option[Expression]
+    /** The rows of `scan` whose key is a changed key. */
+    def holdingKeys(scan: DataFrame): DataFrame
+    /** The rows of `scan` whose key is not a changed key. */
+    def withoutKeys(scan: DataFrame): DataFrame
+    /** The rows to write: those whose count is not 0 (a global aggregate keeps its one row). */
+    def fresh: DataFrame
+    def metrics: MergeMetrics
+  }
+
+  /** Rows held on the driver: the keys filter as an InSet of key structs (null-safe). */
+  private class LocalChangedRows(spark: SparkSession, schema: StructType, rows: Seq[InternalRow],
+      maintenance: ViewMaintenance) extends ChangedRows {
+    private val countAt = schema.fieldIndex(ViewMaintenance.CountColumn)
+    private val existedAt = schema.fieldIndex(ViewMaintenance.ExistedColumn)
+    private def keep(r: InternalRow) = maintenance.global || r.getLong(countAt) != 0L
+    private val keyAt = maintenance.keyNames.map(schema.fieldIndex)
+    private val keySet: Set[Any] = rows.map(r =>
+      new GenericInternalRow(keyAt.map(i => r.get(i, schema(i).dataType)).toArray): InternalRow).toSet
+
+    def skipping: Option[Expression] = maintenance.keyNames.headOption.map { key =>
+      val at = schema.fieldIndex(key)
+      val t = schema(at).dataType
+      if (!KeyProbe.probeable(t)) Literal.TrueLiteral else {
+        val column = AttributeReference(key, t)()
+        val values = rows.map(_.get(at, t))
+        val sorted = values.filter(_ != null).distinct.sorted(TypeUtils.getInterpretedOrdering(t))
+          .map(v => CatalystTypeConverters.convertToScala(v, t))
+        val ranges = KeyProbe.filter(column, sorted, SkippingRanges)
+        if (values.contains(null)) Or(ranges, IsNull(column)) else ranges
+      }
+    }
+
+    private def inKeys(df: DataFrame): Expression = {
+      val plan = SparkInternals.analyzed(df)
+      InSet(CreateStruct(maintenance.keyNames.map(k => plan.output.find(_.name == k).get)), keySet)
+    }
+    private def where(df: DataFrame, cond: Expression): DataFrame =
+      SparkInternals.dataFrame(spark, Filter(cond, SparkInternals.analyzed(df)))
+
+    def holdingKeys(scan: DataFrame): DataFrame = where(scan, inKeys(scan))
+    def withoutKeys(scan: DataFrame): DataFrame = where(scan, Not(inKeys(scan)))
+    def fresh: DataFrame = LocalRows.frame(spark, schema, rows.filter(keep))
+
+    def metrics: MergeMetrics = {
+      val existed = (r: InternalRow) => r.getBoolean(existedAt)
+      MergeMetrics(rows.count(r => keep(r) && !existed(r)), rows.count(r => keep(r) && existed(r)),
+        rows.count(r => !keep(r) && existed(r)))
+    }
+  }
+
+  /** Rows computed on the executors (already checkpointed): the keys filter as joins. */
+  private class DistributedChangedRows(spark: SparkSession, rows: DataFrame, maintenance: ViewMaintenance)
+    extends ChangedRows {
+    private val count = rows.col(ViewMaintenance.quote(ViewMaintenance.CountColumn))
+    private val existed = rows.col(ViewMaintenance.quote(ViewMaintenance.ExistedColumn))
+    private val keep: Column = if (maintenance.global) lit(true) else count =!= 0L
+    private val keys = rows.select(maintenance.keyNames.map(k => rows.col(ViewMaintenance.quote(k))): _*)
+
+    def skipping: Option[Expression] = None
+
+    private def on(scan: DataFrame): Column = maintenance.keyNames.map { k =>
+      val q = ViewMaintenance.quote(k)
+      scan.col(q) <=> keys.col(q)
+    }.reduce(_ && _)
+
+    def holdingKeys(scan: DataFrame): DataFrame = scan.join(keys, on(scan), "left_semi")
+    def withoutKeys(scan: DataFrame): DataFrame = scan.join(keys, on(scan), "left_anti")
+    def fresh: DataFrame = rows.where(keep)
+
+    def metrics: MergeMetrics = {
+      def n(c: Column) = sum(when(c, 1L).otherwise(0L))
+      val r = rows.agg(n(keep && !existed), n(keep && existed), n(!keep && existed)).head()
+      def at(i: Int) = if (r.isNullAt(i)) 0L else r.getLong(i)
+      MergeMetrics(at(0), at(1), at(2))
+    }
   }
 }

@@ -128,11 +128,11 @@ object ViewExplainer {
         line(s"Branches (${branches.size}, for $occurrences table occurrences):")
         branches.zipWithIndex.foreach { case (b, i) => line(s"  ${i + 1}. ${b.describe}") }
         val keys = if (maintenance.keyNames.isEmpty) "its one row" else maintenance.keyNames.mkString(", ")
-        line(s"Apply: the changed rows are computed once and held on the driver; the files of " +
+        line(s"Apply: the changed rows are computed once and held on the driver (past " +
+          s"${IvmConf.LocalMaxRows.key} rows, on the executors); the files of " +
           s"${meta.backing.quotedString} holding their keys ($keys) are rewritten with them " +
           (if (maintenance.global) "" else "(rows whose __ivm_count reaches 0 are dropped) ") +
-          s"in one Delta commit with txn (view id, ${last.number + 1}); MERGE past " +
-          s"${IvmConf.LocalMaxRows.key} rows or with ${IvmConf.ApplyMode.key} = merge")
+          s"in one Delta commit with txn (view id, ${last.number + 1}) and the refresh record")
         val checks = rules.fk.notes.count(n => n.startsWith("FK-Guard and integrity hold") ||
           n.startsWith("integrity fails"))
         val recompute = if (maintenance.states.exists(_.recompute.isDefined)) 2 else 0

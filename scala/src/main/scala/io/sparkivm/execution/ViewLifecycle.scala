@@ -48,15 +48,14 @@ object ViewLifecycle {
     val plan = ViewAnalysis.analyze(spark, stmt.queryTextInPlace, database)
     val columns = if (stmt.columnNames.isEmpty) plan.output.map(_.name) else {
       if (stmt.columnNames.size != plan.output.size) {
-        throw new IvmException("IVM_COLUMN_COUNT_MISMATCH", s"The column list of ${id.quotedString} " +
-          s"names ${stmt.columnNames.size} columns but its query returns ${plan.output.size}.")
+        throw IvmErrors.of("IVM_COLUMN_COUNT_MISMATCH", "view" -> id.quotedString,
+          "listed" -> stmt.columnNames.size, "returned" -> plan.output.size)
       }
       stmt.columnNames
     }
     val lower = columns.map(_.toLowerCase(Locale.ROOT))
     lower.diff(lower.distinct).headOption.foreach { dup =>
-      throw new IvmException("IVM_DUPLICATE_COLUMN", s"The query of ${id.quotedString} returns " +
-        s"two columns named '$dup'. Name them apart with AS, or give a column list.")
+      throw IvmErrors.of("IVM_DUPLICATE_COLUMN", "view" -> id.quotedString, "column" -> dup)
     }
     val analyzed = ViewAnalysis.prepare(plan, columns, incremental)
     val epsilon = stmt.properties.get(EpsilonState.Property).map(parseEpsilon)
@@ -138,8 +137,7 @@ object ViewLifecycle {
     if (ViewCatalog.exists(spark, id)) {
       val table = SessionInternals.catalog(spark).getTableMetadata(id)
       if (!ViewCatalog.isMaterializedView(table)) {
-        throw new IvmException("IVM_NOT_A_MATERIALIZED_VIEW", s"${id.quotedString} is not a " +
-          "materialized view; use DROP TABLE or DROP VIEW.")
+        throw IvmErrors.of("IVM_NOT_A_MATERIALIZED_VIEW", "name" -> id.quotedString)
       }
       val backing = table.properties.get(ViewCatalog.BackingProperty)
         .map(b => ViewCatalog.qualify(spark, b.split('.').toSeq)).getOrElse(ViewCatalog.backingTable(id))
@@ -163,6 +161,12 @@ object ViewLifecycle {
     val newMode = stmt.set.get(ViewCatalog.RefreshProperty).map(parseMode)
       .orElse(if (stmt.unset.contains(ViewCatalog.RefreshProperty)) Some(RefreshMode.Incremental) else None)
     val plain = stmt.set.filter { case (k, _) => !k.startsWith("ivm.") }
+    // Validated before anything is written: ivm.epsilon applies to triangle views only.
+    lazy val analyzed = ViewAnalysis.reanalyze(spark, meta, meta.mode == RefreshMode.Incremental)
+    if (stmt.set.contains(EpsilonState.Property) &&
+      TriangleViews.query(spark, analyzed, meta.mode == RefreshMode.Incremental).isEmpty) {
+      throw notTriangle(meta.viewName, analyzed)
+    }
     newMode.filter(_ != meta.mode) match {
       case Some(mode) =>
         // The backing table's layout depends on the mode: the view is rebuilt as by CREATE OR
@@ -178,7 +182,6 @@ object ViewLifecycle {
         ViewCatalog.setProperties(spark, meta.backing, plain)
     }
     newEpsilon.filter(_ != meta.eps).foreach { eps =>
-      val analyzed = ViewAnalysis.reanalyze(spark, meta, meta.mode == RefreshMode.Incremental)
       if (TriangleViews.query(spark, analyzed, meta.mode == RefreshMode.Incremental).isEmpty) {
         throw notTriangle(meta.viewName, analyzed)
       }
@@ -212,10 +215,9 @@ object ViewLifecycle {
   private def parseEpsilon(v: String): Double = EpsilonState.parse(v).getOrElse(
     throw IvmErrors.invalidProperty(EpsilonState.Property, v, "a number in [0, 1]"))
 
-  private def notTriangle(view: String, analyzed: AnalyzedView) = new IvmException("IVM_INVALID_PROPERTY",
-    s"${EpsilonState.Property} applies to views that IVM^eps maintains (a triangle of three " +
-      s"relations joined in a cycle), and $view is not one" +
-      TriangleViews.genericBecause(analyzed).map(w => s": $w").getOrElse("") + ".")
+  private def notTriangle(view: String, analyzed: AnalyzedView) = IvmErrors.propertyNotSettable(
+    EpsilonState.Property, "it applies to views that IVM^eps maintains (a triangle of three relations " +
+      s"joined in a cycle), and $view is not one" + TriangleViews.genericBecause(analyzed).map(w => s": $w").getOrElse(""))
 
   private def parseMode(v: String): RefreshMode = RefreshMode.parse(v).getOrElse(
     throw IvmErrors.invalidProperty(ViewCatalog.RefreshProperty, v, "'incremental' or 'full'"))
@@ -225,7 +227,6 @@ object ViewLifecycle {
       if (!SettableProperties.contains(k)) throw reserved(k)
     }
 
-  private def reserved(key: String) = new IvmException("IVM_INVALID_PROPERTY",
-    s"Property $key cannot be set: the ivm.* properties a user may set are " +
-      s"${SettableProperties.toSeq.sorted.mkString(", ")}.")
+  private def reserved(key: String) = IvmErrors.propertyNotSettable(key,
+    s"the ivm.* properties a user may set are ${SettableProperties.toSeq.sorted.mkString(", ")}")
 }
