@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
+import json
+from typing import Any, Dict, Iterator, List, Mapping, Optional
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, Row, SparkSession
@@ -100,26 +101,20 @@ class MaterializedView:
 
     @raises_typed
     def describe(self) -> Dict[str, Any]:
-        """Columns and metadata of the view, from DESCRIBE MATERIALIZED VIEW.
+        """The view's metadata as structured fields, from ``DESCRIBE MATERIALIZED VIEW ... AS JSON``.
 
-        Returns ``{"columns": [(name, type), ...], "info": {key: value or [values]}}``.
+        Keys: ``catalog``, ``database``, ``name``, ``qualified_name``, ``backing_table``,
+        ``query``, ``refresh_mode``, ``comment``, ``columns`` (``[(name, type), ...]``),
+        ``maintenance`` (``strategy``: ``counting``, ``ivm_eps`` or ``full``; ``shape``;
+        ``epsilon``: the IVM^eps state or None), ``sources`` (``table``, ``consumed_version``,
+        ``current_version``), ``last_refresh`` (``number``, ``mode``, ``timestamp``,
+        ``backing_version``), ``properties``, ``warnings``, and ``info``: the rows of plain
+        DESCRIBE as ``{key: value or [values]}``.
         """
-        rows = self.spark.sql(f"DESCRIBE MATERIALIZED VIEW {self._sql_name}").collect()
-        columns: List[Tuple[str, str]] = []
-        info: Dict[str, Any] = {}
-        in_info = False
-        for r in rows:
-            if r["col_name"].startswith("# "):
-                in_info = True
-            elif not in_info and r["col_name"]:
-                columns.append((r["col_name"], r["data_type"]))
-            elif in_info:
-                key, value = r["col_name"], r["data_type"]
-                if key in info:
-                    info[key] = [*info[key], value] if isinstance(info[key], list) else [info[key], value]
-                else:
-                    info[key] = value
-        return {"columns": columns, "info": info}
+        row = self.spark.sql(f"DESCRIBE MATERIALIZED VIEW {self._sql_name} AS JSON").collect()[0]
+        fields: Dict[str, Any] = json.loads(row["json_metadata"])
+        fields["columns"] = [(name, dtype) for name, dtype in fields["columns"]]
+        return fields
 
     @property
     def epsilon(self) -> Optional[float]:
@@ -129,10 +124,8 @@ class MaterializedView:
         which rebuilds the heavy/light partitions and auxiliary views; a value outside [0, 1]
         is an error that changes nothing.
         """
-        value = self.describe()["info"].get("Epsilon")
-        if value is None:
-            return None
-        return float(str(value).split()[0])
+        state = self.describe()["maintenance"]["epsilon"]
+        return None if state is None else float(state["eps"])
 
     @epsilon.setter
     @raises_typed

@@ -122,3 +122,23 @@ def test_names_that_need_quoting(spark: SparkSession, orders: str, name: str) ->
     assert not is_materialized_view(spark, name)
     with pytest.raises(AnalysisException, match="IVM_VIEW_NOT_FOUND"):
         MaterializedView.for_name(spark, "orders")  # a table, not a materialized view
+
+
+def test_describe_returns_structured_fields(spark: SparkSession, orders: str) -> None:
+    mv = MaterializedView.create(spark, "s", "SELECT cust, count(*) AS n FROM orders GROUP BY cust",
+                                 comment="per customer", properties={"team": "me"})
+    d = mv.describe()
+    assert (d["name"], d["database"], d["refresh_mode"]) == ("s", orders, "incremental")
+    assert d["columns"] == [("cust", "int"), ("n", "bigint")]
+    assert d["maintenance"]["strategy"] == "counting" and d["maintenance"]["epsilon"] is None
+    assert d["comment"] == "per customer" and d["properties"] == {"team": "me"}
+    [source] = d["sources"]
+    assert source["table"].endswith("orders") and source["consumed_version"] == source["current_version"]
+    assert d["last_refresh"]["number"] == 0 and d["last_refresh"]["mode"] == "create"
+    spark.sql("INSERT INTO orders VALUES (99, 7, 1.0)")
+    assert mv.describe()["sources"][0]["current_version"] == source["current_version"] + 1
+    mv.refresh()
+    after = mv.describe()
+    assert after["last_refresh"]["number"] == 1 and after["last_refresh"]["mode"] == "incremental"
+    assert after["sources"][0]["consumed_version"] == source["current_version"] + 1
+    assert after["warnings"] == []

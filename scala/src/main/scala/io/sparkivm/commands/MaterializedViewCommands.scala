@@ -51,10 +51,19 @@ case class ShowMaterializedViewsCommand(statement: ShowMaterializedViews) extend
     ViewLifecycle.show(spark, statement.namespace).map { case (a, b, c) => Row(a, b, c) }
 }
 
+/**
+ * DESCRIBE MATERIALIZED VIEW: rows in the layout of DESCRIBE TABLE EXTENDED, or with AS JSON
+ * (as Spark's DESCRIBE TABLE ... AS JSON) one row whose `json_metadata` holds the same as fields.
+ */
 case class DescribeMaterializedViewCommand(statement: DescribeMaterializedView) extends LeafRunnableCommand {
-  override val output: Seq[Attribute] = Seq(string("col_name"), string("data_type"), string("comment"))
-  override def run(spark: SparkSession): Seq[Row] =
-    ViewExplainer.describe(spark, statement.name).map { case (a, b, c) => Row(a, b, c) }
+  override val output: Seq[Attribute] =
+    if (statement.asJson) Seq(string("json_metadata"))
+    else Seq(string("col_name"), string("data_type"), string("comment"))
+  override def run(spark: SparkSession): Seq[Row] = {
+    val description = ViewExplainer.describe(spark, statement.name)
+    if (statement.asJson) Seq(Row(description.json))
+    else description.rows.map { case (a, b, c) => Row(a, b, c) }
+  }
 }
 
 case class ExplainRefreshCommand(statement: ExplainRefresh) extends LeafRunnableCommand {

@@ -11,50 +11,99 @@ import io.sparkivm.changes.{ChangeFeed, ChangeRequest, DeltaSources}
 import io.sparkivm.planner.{AggregateState, PlanOnly}
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.ivm.{SessionInternals, SparkInternals}
+import org.json4s._
+import org.json4s.jackson.JsonMethods.{compact, render}
+
+/** DESCRIBE MATERIALIZED VIEW as (name, value, comment) rows and as one JSON document. */
+case class ViewDescription(rows: Seq[(String, String, String)], json: String)
 
 /** DESCRIBE MATERIALIZED VIEW and EXPLAIN REFRESH MATERIALIZED VIEW. */
 object ViewExplainer {
 
-  /** (name, value, comment) rows, in the layout of DESCRIBE TABLE EXTENDED. */
-  def describe(spark: SparkSession, name: Seq[String]): Seq[(String, String, String)] = {
+  /**
+   * DESCRIBE MATERIALIZED VIEW: the view's columns, metadata, maintenance, sources and last
+   * refresh, as rows (the layout of DESCRIBE TABLE EXTENDED) and as JSON fields.
+   */
+  def describe(spark: SparkSession, name: Seq[String]): ViewDescription = {
     val meta = ViewCatalog.lookup(spark, name)
     val view = SessionInternals.catalog(spark).getTableMetadata(meta.view)
     val (last, foreign) = ViewCatalog.lastRefresh(spark, meta)
     val columns = view.schema.fields.toSeq.map(f => (f.name, f.dataType.simpleString,
       f.getComment().getOrElse("")))
+    var strategy = if (meta.mode == RefreshMode.Full) "full" else "counting"
+    var shape: Option[String] = None
+    var epsilon: Option[JValue] = None
     val maintenance = try {
       val a = ViewAnalysis.reanalyze(spark, meta, meta.mode == RefreshMode.Incremental)
       val m = a.maintenance
+      shape = Some(m.shape.kind)
       Seq(("Maintenance", if (meta.mode == RefreshMode.Full) "recomputed on every refresh"
         else s"counting IVM, ${m.shape.kind}", "")) ++
         m.states.map(s => ("Aggregate", AggregateState.describe(s), "")) ++
         TriangleViews.query(spark, a, meta.mode == RefreshMode.Incremental).toSeq.flatMap { q =>
-          last.epsilon.filter(_.eps == meta.eps).map(TriangleViews.describe(_, q)).getOrElse(Seq(
+          strategy = "ivm_eps"
+          val state = last.epsilon.filter(_.eps == meta.eps)
+          epsilon = Some(state.map(_.toJson).getOrElse(JObject("eps" -> JDouble(meta.eps))))
+          state.map(TriangleViews.describe(_, q)).getOrElse(Seq(
             ("Strategy", s"IVM^eps triangle (${q.describe})", ""),
             ("Epsilon", s"${meta.eps} (state not built yet: the next refresh builds it)", "")))
         }
     } catch {
-      case NonFatal(e) => Seq(("Maintenance", s"the query does not analyze now: ${e.getMessage}", ""))
+      case NonFatal(e) =>
+        strategy = "unavailable"
+        Seq(("Maintenance", s"the query does not analyze now: ${e.getMessage}", ""))
     }
     val sources = meta.sources.map { s =>
-      val consumed = last.sourceVersions.get(s.table).map(_.toString).getOrElse("none")
-      val current = try DeltaSources.pin(spark, ViewCatalog.qualify(spark,
+      val current = try Some(DeltaSources.pin(spark, ViewCatalog.qualify(spark,
           s.table.split('.').toSeq.takeRight(2)), requireChangeFeed = false, autoEnable = false)
-        .version.toString catch { case NonFatal(_) => "unavailable" }
-      ("Source", s"${s.table}: consumed version $consumed, current version $current", "")
+        .version) catch { case NonFatal(_) => None }
+      (s.table, last.sourceVersions.get(s.table), current)
     }
-    columns ++ Seq(("", "", ""), ("# Materialized View Information", "", ""),
+    val warnings = if (foreign.isEmpty) Nil else Seq("the backing table was changed outside " +
+      s"spark-ivm (${foreign.mkString("; ")}); run REFRESH ... FULL")
+    val refreshedAt = new Timestamp(last.timestampMs)
+    val info = Seq(
       ("View", meta.viewName, ""),
       ("Backing table", meta.backing.quotedString, ""),
       ("Query", meta.queryText, ""),
       ("Refresh mode", meta.mode.name, "")) ++
-      maintenance ++ sources ++
-      Seq(("Last refresh", s"#${last.number} (${last.mode}) at ${new Timestamp(last.timestampMs)}, " +
+      maintenance ++ sources.map { case (t, consumed, current) =>
+        ("Source", s"$t: consumed version ${consumed.map(_.toString).getOrElse("none")}, current " +
+          s"version ${current.map(_.toString).getOrElse("unavailable")}", "")
+      } ++
+      Seq(("Last refresh", s"#${last.number} (${last.mode}) at $refreshedAt, " +
         s"backing table version ${last.backingVersion}", "")) ++
       meta.comment.map(c => ("Comment", c, "")) ++
       meta.userProperties.toSeq.sorted.map { case (k, v) => ("Table property", s"$k=$v", "") } ++
-      (if (foreign.isEmpty) Nil else Seq(("Warning", "the backing table was changed outside " +
-        s"spark-ivm (${foreign.mkString("; ")}); run REFRESH ... FULL", "")))
+      warnings.map(w => ("Warning", w, ""))
+    def opt[T](o: Option[T])(f: T => JValue): JValue = o.map(f).getOrElse(JNull)
+    val fields = JObject(
+      "catalog" -> JString(meta.view.catalog.getOrElse("spark_catalog")),
+      "database" -> JString(meta.view.database.getOrElse("")),
+      "name" -> JString(meta.view.table),
+      "qualified_name" -> JString(meta.viewName),
+      "backing_table" -> JString(meta.backing.quotedString),
+      "query" -> JString(meta.queryText),
+      "refresh_mode" -> JString(meta.mode.name),
+      "comment" -> opt(meta.comment)(JString(_)),
+      "columns" -> JArray(columns.map { case (n, t, _) => JArray(List(JString(n), JString(t))) }.toList),
+      "maintenance" -> JObject("strategy" -> JString(strategy), "shape" -> opt(shape)(JString(_)),
+        "epsilon" -> epsilon.getOrElse(JNull)),
+      "sources" -> JArray(sources.map { case (t, consumed, current) =>
+        JObject("table" -> JString(t), "consumed_version" -> opt(consumed)(JLong(_)),
+          "current_version" -> opt(current)(JLong(_)))
+      }.toList),
+      "last_refresh" -> JObject("number" -> JLong(last.number), "mode" -> JString(last.mode),
+        "timestamp" -> JString(refreshedAt.toInstant.toString), "backing_version" -> JLong(last.backingVersion)),
+      "properties" -> JObject(meta.userProperties.toSeq.sorted.map { case (k, v) => k -> JString(v) }.toList),
+      "warnings" -> JArray(warnings.map(JString(_)).toList),
+      // The same as the rows' "# Materialized View Information" part: key -> value, or values.
+      "info" -> JObject(info.groupBy(_._1).toSeq.sortBy { case (k, _) => info.indexWhere(_._1 == k) }.map {
+        case (k, Seq(one)) => k -> JString(one._2)
+        case (k, many) => k -> JArray(many.map(r => JString(r._2)).toList)
+      }.toList))
+    ViewDescription(columns ++ Seq(("", "", ""), ("# Materialized View Information", "", "")) ++ info,
+      compact(render(fields)))
   }
 
   /** What the next refresh would do, in words, then Spark's plan for it. Changes nothing. */

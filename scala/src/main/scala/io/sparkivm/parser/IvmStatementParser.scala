@@ -191,8 +191,9 @@ object IvmStatementParser {
         case "DESCRIBE" | "DESC" =>
           expectKeyword("MATERIALIZED"); expectKeyword("VIEW")
           val name = multipartName()
+          val asJson = if (acceptKeyword("AS")) { expectKeyword("JSON"); true } else false
           expectEnd()
-          DescribeMaterializedView(name)
+          DescribeMaterializedView(name, asJson)
         case "EXPLAIN" =>
           expectKeyword("REFRESH"); expectKeyword("MATERIALIZED"); expectKeyword("VIEW")
           val name = multipartName()

@@ -18,7 +18,8 @@ case class CreateMaterializedView(
 case class RefreshMaterializedView(name: Seq[String], full: Boolean) extends IvmStatement
 case class DropMaterializedView(name: Seq[String], ifExists: Boolean) extends IvmStatement
 case class ShowMaterializedViews(namespace: Option[Seq[String]]) extends IvmStatement
-case class DescribeMaterializedView(name: Seq[String]) extends IvmStatement
+/** DESCRIBE MATERIALIZED VIEW name [AS JSON]. */
+case class DescribeMaterializedView(name: Seq[String], asJson: Boolean = false) extends IvmStatement
 case class ExplainRefresh(name: Seq[String]) extends IvmStatement
 case class AlterMaterializedViewProperties(
     name: Seq[String], set: Map[String, String], unset: Seq[String]) extends IvmStatement

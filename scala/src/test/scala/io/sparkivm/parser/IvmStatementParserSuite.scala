@@ -44,6 +44,7 @@ class IvmStatementParserSuite extends AnyFunSuite {
     assert(parse("SHOW MATERIALIZED VIEWS FROM db") == ShowMaterializedViews(Some(Seq("db"))))
     assert(parse("SHOW MATERIALIZED VIEWS") == ShowMaterializedViews(None))
     assert(parse("DESC MATERIALIZED VIEW v") == DescribeMaterializedView(Seq("v")))
+    assert(parse("DESCRIBE MATERIALIZED VIEW db.v AS JSON") == DescribeMaterializedView(Seq("db", "v"), asJson = true))
     assert(parse("EXPLAIN REFRESH MATERIALIZED VIEW v") == ExplainRefresh(Seq("v")))
     assert(parse("ALTER MATERIALIZED VIEW v SET TBLPROPERTIES ('ivm.refresh' = 'full')") ==
       AlterMaterializedViewProperties(Seq("v"), Map("ivm.refresh" -> "full"), Nil))
