@@ -6,7 +6,7 @@ import pytest
 from pyspark.errors import ParseException
 from pyspark.sql import SparkSession
 
-from ivm_testing import condition, refused
+from ivm_testing import assert_matches_query, condition, refused
 from spark_ivm import MaterializedView
 
 
@@ -144,3 +144,39 @@ def test_alter_properties_and_refresh_mode(spark: SparkSession, sales: str) -> N
     assert condition(error) == "IVM_INVALID_PROPERTY"
     spark.sql("ALTER MATERIALIZED VIEW m UNSET TBLPROPERTIES ('team')")
     assert "Table property" not in mv.describe()["info"]
+
+
+NAMES = ["1st", "select", "MiXed_Case"]
+
+
+def test_names_that_need_quoting_work_everywhere(spark: SparkSession, db: str) -> None:
+    """Leading digits, reserved words and mixed case, for views, base tables and columns, through
+    SQL and the Python API (key constraints, FK pruning, describe, explain, listing)."""
+    from spark_ivm import add_foreign_key, add_primary_key, is_materialized_view, list_materialized_views
+
+    spark.sql("CREATE TABLE `group` (`order` INT, `2nd` STRING) USING delta")
+    spark.sql("CREATE TABLE `Table` (`Key` INT, `order` INT, `select` DOUBLE) USING delta")
+    spark.sql("INSERT INTO `group` VALUES (1, 'a'), (2, 'b')")
+    spark.sql("INSERT INTO `Table` VALUES (1, 1, 1.5), (2, 1, 2.5), (3, 2, 4.0)")
+    add_primary_key(spark, "group", ["order"])
+    add_foreign_key(spark, "Table", ["order"], "group", ["order"], rely=True)
+    query = ("SELECT g.`2nd`, count(*) AS `count`, sum(t.`select`) AS `sum` "
+             "FROM `Table` t JOIN `group` g ON t.`order` = g.`order` GROUP BY g.`2nd`")
+    views = {name: MaterializedView.create(spark, name, query) for name in NAMES}
+    spark.sql("INSERT INTO `group` VALUES (3, 'c')")
+    spark.sql("INSERT INTO `Table` VALUES (4, 3, 1.0), (5, 1, 1.0)")
+    spark.sql("DELETE FROM `Table` WHERE `Key` = 3")
+    for name, mv in views.items():
+        assert mv.refresh().mode == "incremental"
+        assert_matches_query(spark, f"`{name}`", query)
+        assert is_materialized_view(spark, name)
+        # The session catalog is case-insensitive and keeps names in lower case, as for tables.
+        assert MaterializedView.for_name(spark, name).describe()["name"] == name.lower()
+        assert "Branches" in mv.explain_refresh()
+    assert sorted(n.split(".")[1] for n in list_materialized_views(spark)) == sorted(n.lower() for n in NAMES)
+    spark.sql("INSERT INTO `Table` VALUES (6, 2, 3.0)")
+    spark.sql("REFRESH MATERIALIZED VIEW `1st`")
+    assert_matches_query(spark, "`1st`", query)
+    for mv in views.values():
+        mv.drop()
+    assert list_materialized_views(spark) == []
