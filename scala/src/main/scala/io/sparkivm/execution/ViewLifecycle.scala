@@ -8,7 +8,9 @@ import io.sparkivm.conf.IvmConf
 import io.sparkivm.epsilon.{EpsilonStrategy, TriangleStateTables, TriangleViews}
 import io.sparkivm.parser.{AlterMaterializedViewProperties, CreateMaterializedView}
 import io.sparkivm.planner.ViewMaintenance
-import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.{AnalysisException, SparkSession}
+import org.apache.spark.sql.catalyst.analysis.NoSuchTableException
+import org.apache.spark.sql.delta.DeltaConcurrentModificationException
 import org.apache.spark.sql.catalyst.TableIdentifier
 import org.apache.spark.sql.ivm.SessionInternals
 
@@ -61,16 +63,18 @@ object ViewLifecycle {
     val epsilon = stmt.properties.get(EpsilonState.Property).map(parseEpsilon)
     val strategy = MaintenanceStrategy.of(spark, analyzed, incremental)
     if (epsilon.isDefined && !strategy.isInstanceOf[EpsilonStrategy]) throw notTriangle(id.quotedString, analyzed)
-    // Validated: from here on, things are written. A name that no existing view uses.
-    val standard = ViewCatalog.backingTable(id)
-    val backing = if (replacing.exists(_.table == standard.table)) {
-      standard.copy(table = standard.table + "_" + UUID.randomUUID().toString.take(8))
-    } else standard
     // The whole plan is built (and so checked) against the base tables as they are before any
     // of them changes: a refused CREATE turns no change data feed on.
     new PinnedReader(spark, Map.empty, ViewAnalysis.pin(spark, id.quotedString, analyzed, incremental = false,
       autoEnable = false), id.quotedString).fullRows(analyzed.maintenance)
-    dropOrphanBacking(spark, id, backing, failIfForeign = true)
+    // Validated: from here on, things are written. A backing table name no existing view uses
+    // and no concurrent CREATE is writing: the standard one if it is free (or a dead CREATE's
+    // orphan), else the standard one with a random suffix.
+    val standard = ViewCatalog.backingTable(id)
+    val backing = if (!replacing.exists(_.table == standard.table) &&
+      (!ViewCatalog.exists(spark, standard) || dropOrphanBacking(spark, id, standard, failIfForeign = true))) {
+      standard
+    } else standard.copy(table = standard.table + "_" + UUID.randomUUID().toString.take(8))
     val pinned = ViewAnalysis.pin(spark, id.quotedString, analyzed, incremental,
       IvmConf.AutoEnableChangeDataFeed.get(spark))
     val meta = ViewMetadata(id, backing, UUID.randomUUID().toString, stmt.queryText, database, mode,
@@ -84,20 +88,38 @@ object ViewLifecycle {
       val state = strategy.build(RefreshContext(spark, meta, analyzed,
         RefreshRecord(-1, "create", Map.empty, attempt, -1, 0), reader, attempt))
       val record = RefreshRecord(0, "create", pinned.map { case (t, p) => t -> p.version }, attempt, -1, 0, state)
-      BackingTable.create(spark, meta, rows, record)
+      try BackingTable.create(spark, meta, rows, record) catch {
+        case e: Exception if isCreateConflict(e) =>
+          // A concurrent CREATE of this view made the table first: it is that CREATE's, not ours.
+          throw IvmErrors.alreadyExists(id.quotedString)
+      }
       FaultInjection.point(spark, "create-after-backing")
       createCatalogView(spark, meta, analyzed.maintenance, replace = replacing.isDefined)
     } catch {
+      case e: IvmException if e.getCondition == "IVM_VIEW_ALREADY_EXISTS" => throw e
       case e: Throwable =>
         // Nothing the user sees has changed: drop what this CREATE wrote.
         scala.util.Try(spark.sql(s"DROP TABLE IF EXISTS ${backing.quotedString}"))
         scala.util.Try(TriangleStateTables.dropFor(spark, backing))
-        throw e
+        e match {
+          // A concurrent CREATE of the same name made its catalog view first.
+          case a: AnalysisException if a.getCondition == "TABLE_OR_VIEW_ALREADY_EXISTS" =>
+            throw IvmErrors.alreadyExists(id.quotedString)
+          case _ => throw e
+        }
     }
     replacing.foreach { old =>
       spark.sql(s"DROP TABLE IF EXISTS ${old.quotedString}")
       TriangleStateTables.dropFor(spark, old)
     }
+  }
+
+  /** The error of a CREATE TABLE that lost a race with another for the same table. */
+  private def isCreateConflict(e: Throwable): Boolean = e match {
+    case null => false
+    case _: DeltaConcurrentModificationException => true
+    case a: AnalysisException if a.getCondition == "TABLE_OR_VIEW_ALREADY_EXISTS" => true
+    case other => isCreateConflict(other.getCause)
   }
 
   /** The user-facing catalog view over the backing table. */
@@ -124,6 +146,9 @@ object ViewLifecycle {
       case _: Exception => Map.empty[String, String]
     }
     if (props.get(ViewCatalog.ViewProperty).exists(_.equalsIgnoreCase(view.unquotedString))) {
+      // Written moments ago: a CREATE that is still running (it makes its catalog view next).
+      val lastCommit = scala.util.Try(ViewCatalog.deltaLog(spark, backing).update().timestamp).getOrElse(0L)
+      if (System.currentTimeMillis() - lastCommit < CreateInProgressMs) return false
       spark.sql(s"DROP TABLE IF EXISTS ${backing.quotedString}")
       TriangleStateTables.dropFor(spark, backing)
       true
@@ -132,16 +157,26 @@ object ViewLifecycle {
     } else false
   }
 
+  /**
+   * A backing table without a catalog view whose last commit is younger than this is taken to
+   * belong to a CREATE still running, and is left alone (a CREATE makes its catalog view right
+   * after the backing table's commit).
+   */
+  private val CreateInProgressMs = 60000L
+
   def drop(spark: SparkSession, name: Seq[String], ifExists: Boolean): Unit = {
     val id = ViewCatalog.qualify(spark, name)
-    if (ViewCatalog.exists(spark, id)) {
-      val table = SessionInternals.catalog(spark).getTableMetadata(id)
-      if (!ViewCatalog.isMaterializedView(table)) {
+    // The view may vanish under a concurrent DROP at any step: then this DROP found none.
+    val table = try Some(SessionInternals.catalog(spark).getTableMetadata(id)) catch {
+      case _: NoSuchTableException => None
+    }
+    if (table.isDefined) {
+      if (!ViewCatalog.isMaterializedView(table.get)) {
         throw IvmErrors.of("IVM_NOT_A_MATERIALIZED_VIEW", "name" -> id.quotedString)
       }
-      val backing = table.properties.get(ViewCatalog.BackingProperty)
+      val backing = table.get.properties.get(ViewCatalog.BackingProperty)
         .map(b => ViewCatalog.qualify(spark, b.split('.').toSeq)).getOrElse(ViewCatalog.backingTable(id))
-      spark.sql(s"DROP VIEW ${id.quotedString}")
+      spark.sql(s"DROP VIEW IF EXISTS ${id.quotedString}")
       spark.sql(s"DROP TABLE IF EXISTS ${backing.quotedString}")
       TriangleStateTables.dropFor(spark, backing)
     } else {
