@@ -50,7 +50,55 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
   /** The branches of `plan` if it is a join block this planner handles. */
   def delta(plan: LogicalPlan): Option[Seq[Branch]] =
     if (!settings.pruning && !settings.probe.enabled) None
-    else built.getOrElseUpdate(plan, JoinBlock.of(plan).flatMap(planBlock))
+    else built.getOrElseUpdate(plan, JoinBlock.of(plan).flatMap(b => updatesLast(plan, b).orElse(planBlock(b))))
+
+  /**
+   * Updates of dimension rows (a key both deleted and inserted), which fail the FK-Guard, applied
+   * as a change of their own after all the others. A refresh's change may be split and applied
+   * in any order (the view's delta is the sum of the steps' deltas):
+   *  1. every change but the updated keys' rows: the dimension goes from Pre to
+   *     S = Post - D_U (its other keys changed; the updated keys still hold their old rows). The
+   *     guard holds on this step, so the block is FK-pruned as usual, with PreDel(y) =
+   *     S + Del_R = Post(y) without the updated keys + Del(y);
+   *  2. the updated keys' change D_U, with every other table already at Post: D_U x Post(rest)
+   *     by the generic rule, which reads the rest of the block only for those keys (probed).
+   * Without this, the dimension would lose its pruning (Svingos et al. 2023, section 4.1, dynamic
+   * variant) and every branch would read Pre and Post of the whole block. Used when the change of
+   * the dimension is held on the driver, its primary key is one column, and the block reads it
+   * once.
+   */
+  private def updatesLast(plan: LogicalPlan, block: JoinBlock): Option[Seq[Branch]] = {
+    if (!settings.pruning) return None
+    val declared = FkGraph.of(block, settings.keys)
+    val splits = declared.edges.map(_.to).distinct.flatMap(updatedKeys(block, _)).map(s => s.leaf.name -> s).toMap
+    if (splits.isEmpty) return None
+    val others = new DeltaRules(new UpdatesSplitReader(reader, splits, rules.m, updatesOnly = false), rules.m, settings)
+    val updates = new DeltaRules(new UpdatesSplitReader(reader, splits, rules.m, updatesOnly = true), rules.m,
+      settings.copy(pruning = false))
+    val first = others.delta(plan)
+    val last = updates.delta(plan)
+    splits.values.toSeq.sortBy(_.leaf.name).foreach { s =>
+      lines += s"${s.keys.size} updated keys of ${s.leaf.name} (deleted and inserted): applied after the " +
+        "other changes, joined with Post of the rest of the block (the FK-Guard holds on the rest)"
+    }
+    lines ++= others.fk.notes
+    lines ++= updates.fk.notes
+    // In step 2 every other table is at Post (its reader's Pre is Post): name the terms so.
+    def step2(term: String) =
+      if (term.startsWith("D(")) term.dropRight(1) + " updates)"
+      else if (term.startsWith("Pre(")) "Post(" + term.stripPrefix("Pre(") else term
+    Some(first ++ last.map(b => b.copy(terms = b.terms.map(step2))))
+  }
+
+  /** The keys of dimension unit y both deleted and inserted, when the update can be split off. */
+  private def updatedKeys(block: JoinBlock, y: Int): Option[UpdatedKeys] = for {
+    (leaf, _) <- block.leafOf(y)
+    if block.units.indices.count(u => block.leafOf(u).exists(_._1.name == leaf.name)) == 1
+    pk <- settings.keys(leaf).primaryKey.filter(_.size == 1).map(_.head)
+    local <- reader.localDelta(leaf)
+    keys = signsPerKey(local, Seq(pk)).collect { case (k, (lo, hi)) if lo < 0 && hi > 0 => k.head }.toSet
+    if keys.nonEmpty
+  } yield UpdatedKeys(leaf, pk, keys)
 
   private def planBlock(block: JoinBlock): Option[Seq[Branch]] = {
     val declared = if (settings.pruning) FkGraph.of(block, settings.keys) else FkGraph(block.units.size, Nil)
@@ -334,3 +382,66 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
     alias(block.units(u)).orElse(block.leafOf(u).map(_._1.table.table)).getOrElse(block.units(u).nodeName)
   }
 }
+
+/** The keys of a dimension table that a refresh's change both deletes and inserts (updates). */
+private case class UpdatedKeys(leaf: SourceLeaf, pk: String, keys: Set[Any])
+
+/**
+ * The tables of a block as one of the two steps of [[FkDeltaPlanner]]'s `updatesLast` sees them.
+ * With `updatesOnly` false (step 1), an updated dimension's change is its change without the
+ * updated keys, and its state after the step is S = Post - D_U (the updated keys keep their old
+ * rows); with `updatesOnly` true (step 2), its change is that of the updated keys alone, from S to
+ * Post, and every other table is unchanged at Post.
+ */
+private class UpdatesSplitReader(base: LeafReader, splits: Map[String, UpdatedKeys], m: Attribute,
+    updatesOnly: Boolean) extends LeafReader {
+  private def keyIn(plan: LogicalPlan, s: UpdatedKeys): Expression =
+    InSet(plan.output.find(_.name.equalsIgnoreCase(s.pk)).get, s.keys)
+
+  private def deleted(leaf: SourceLeaf, onlyUpdated: Boolean): Option[LogicalPlan] = base.delta(leaf).map { d =>
+    val del = Filter(LessThan(m, Literal(0)), d)
+    Project(leaf.output, if (onlyUpdated) Filter(keyIn(d, splits(leaf.name)), del) else del)
+  }
+
+  /** S = Post - D_U: Post without the updated keys' new rows, with their old ones. */
+  private def afterOthers(leaf: SourceLeaf): LogicalPlan = {
+    val post = base.post(leaf)
+    Union(Filter(Not(keyIn(post, splits(leaf.name))), post) +: deleted(leaf, onlyUpdated = true).toSeq)
+  }
+
+  def pre(leaf: SourceLeaf): LogicalPlan = splits.get(leaf.name) match {
+    case Some(_) if updatesOnly => afterOthers(leaf)
+    case None if updatesOnly => base.post(leaf)
+    case _ => base.pre(leaf)
+  }
+
+  def post(leaf: SourceLeaf): LogicalPlan =
+    if (splits.contains(leaf.name) && !updatesOnly) afterOthers(leaf) else base.post(leaf)
+
+  def delta(leaf: SourceLeaf): Option[LogicalPlan] = splits.get(leaf.name) match {
+    // No change at all in this step when none of the rows held on the driver belong to it.
+    case Some(_) if localDelta(leaf).exists(_.rows.isEmpty) => None
+    case Some(s) => base.delta(leaf).map(d => Filter(if (updatesOnly) keyIn(d, s) else Not(keyIn(d, s)), d))
+    case None => if (updatesOnly) None else base.delta(leaf)
+  }
+
+  def preDel(leaf: SourceLeaf): LogicalPlan = splits.get(leaf.name) match {
+    case Some(_) if !updatesOnly =>
+      val post = base.post(leaf)
+      Union(Filter(Not(keyIn(post, splits(leaf.name))), post) +: deleted(leaf, onlyUpdated = false).toSeq)
+    case Some(_) => Union(base.post(leaf) +: deleted(leaf, onlyUpdated = true).toSeq)
+    case None => if (updatesOnly) base.post(leaf) else base.preDel(leaf)
+  }
+
+  override def sizeInBytes(leaf: SourceLeaf): Long = base.sizeInBytes(leaf)
+
+  override def localDelta(leaf: SourceLeaf): Option[LocalDeltaRows] = splits.get(leaf.name) match {
+    case Some(s) => base.localDelta(leaf).map { local =>
+      val at = local.positions(Seq(s.pk)).head
+      val t = local.schema(at).dataType
+      local.copy(rows = local.rows.filter(r => s.keys.contains(r.get(at, t)) == updatesOnly))
+    }
+    case None => if (updatesOnly) None else base.localDelta(leaf)
+  }
+}
+
