@@ -12,7 +12,9 @@ import org.apache.spark.sql.types.{IntegerType, LongType}
 /** What FK-aware delta planning needs from the layers around the planner. */
 case class FkSettings(pruning: Boolean, probe: ProbeSettings, keys: SourceLeaf => TableKeys,
     /** Runs small plans: the guard and integrity checks, probe keys, materialized steps. */
-    steps: PlanSteps)
+    steps: PlanSteps,
+    /** Join blocks start every branch from its delta, then each unit that shares a conjunct. */
+    deltaFirst: Boolean = false)
 
 object FkSettings {
   val Off: FkSettings = FkSettings(pruning = false, ProbeSettings.Off, _ => TableKeys.Empty, PlanOnly)
@@ -49,7 +51,7 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
 
   /** The branches of `plan` if it is a join block this planner handles. */
   def delta(plan: LogicalPlan): Option[Seq[Branch]] =
-    if (!settings.pruning && !settings.probe.enabled) None
+    if (!settings.pruning && !settings.probe.enabled && !settings.deltaFirst) None
     else built.getOrElseUpdate(plan, JoinBlock.of(plan).flatMap(b => updatesLast(plan, b).orElse(planBlock(b))))
 
   /**
@@ -74,7 +76,8 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
     if (splits.isEmpty) return None
     val others = new DeltaRules(new UpdatesSplitReader(reader, splits, rules.m, updatesOnly = false), rules.m, settings)
     val updates = new DeltaRules(new UpdatesSplitReader(reader, splits, rules.m, updatesOnly = true), rules.m,
-      settings.copy(pruning = false))
+      // The updates are few: join them first, then along the block's conjuncts.
+      settings.copy(pruning = false, deltaFirst = true))
     val first = others.delta(plan)
     val last = updates.delta(plan)
     splits.values.toSeq.sortBy(_.leaf.name).foreach { s =>
@@ -102,7 +105,7 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
 
   private def planBlock(block: JoinBlock): Option[Seq[Branch]] = {
     val declared = if (settings.pruning) FkGraph.of(block, settings.keys) else FkGraph(block.units.size, Nil)
-    if (declared.edges.isEmpty && !block.units.indices.exists(probes(block, _))) return None
+    if (declared.edges.isEmpty && !settings.deltaFirst && !block.units.indices.exists(probes(block, _))) return None
     val name = block.units.indices.map(unitName(block, _))
     def edgeName(e: FkEdge) = s"${name(e.from)} -> ${name(e.to)} (${e.fk})"
     if (declared.edges.nonEmpty) lines += "FK graph: " + declared.edges.map(edgeName).mkString(", ")
