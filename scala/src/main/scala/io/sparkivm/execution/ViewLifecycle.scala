@@ -142,12 +142,11 @@ object ViewLifecycle {
   private def dropOrphanBacking(spark: SparkSession, view: TableIdentifier, backing: TableIdentifier,
       failIfForeign: Boolean): Boolean = {
     if (!ViewCatalog.exists(spark, backing)) return false
-    val props = try ViewCatalog.deltaLog(spark, backing).update().metadata.configuration catch {
-      case _: Exception => Map.empty[String, String]
-    }
+    val snapshot = scala.util.Try(ViewCatalog.deltaLog(spark, backing).update()).toOption
+    val props = snapshot.map(_.metadata.configuration).getOrElse(Map.empty[String, String])
     if (props.get(ViewCatalog.ViewProperty).exists(_.equalsIgnoreCase(view.unquotedString))) {
       // Written moments ago: a CREATE that is still running (it makes its catalog view next).
-      val lastCommit = scala.util.Try(ViewCatalog.deltaLog(spark, backing).update().timestamp).getOrElse(0L)
+      val lastCommit = snapshot.map(_.timestamp).getOrElse(0L)
       if (System.currentTimeMillis() - lastCommit < CreateInProgressMs) return false
       spark.sql(s"DROP TABLE IF EXISTS ${backing.quotedString}")
       TriangleStateTables.dropFor(spark, backing)

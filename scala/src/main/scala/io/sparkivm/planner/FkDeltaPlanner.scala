@@ -406,11 +406,14 @@ private class UpdatesSplitReader(base: LeafReader, splits: Map[String, UpdatedKe
     Project(leaf.output, if (onlyUpdated) Filter(keyIn(d, splits(leaf.name)), del) else del)
   }
 
-  /** S = Post - D_U: Post without the updated keys' new rows, with their old ones. */
-  private def afterOthers(leaf: SourceLeaf): LogicalPlan = {
+  /** Post without the updated keys' rows, with the deleted rows (of the updated keys only, or all). */
+  private def withoutUpdates(leaf: SourceLeaf, onlyUpdatedDeletes: Boolean): LogicalPlan = {
     val post = base.post(leaf)
-    Union(Filter(Not(keyIn(post, splits(leaf.name))), post) +: deleted(leaf, onlyUpdated = true).toSeq)
+    Union(Filter(Not(keyIn(post, splits(leaf.name))), post) +: deleted(leaf, onlyUpdatedDeletes).toSeq)
   }
+
+  /** S = Post - D_U: Post without the updated keys' new rows, with their old ones. */
+  private def afterOthers(leaf: SourceLeaf): LogicalPlan = withoutUpdates(leaf, onlyUpdatedDeletes = true)
 
   def pre(leaf: SourceLeaf): LogicalPlan = splits.get(leaf.name) match {
     case Some(_) if updatesOnly => afterOthers(leaf)
@@ -429,9 +432,8 @@ private class UpdatesSplitReader(base: LeafReader, splits: Map[String, UpdatedKe
   }
 
   def preDel(leaf: SourceLeaf): LogicalPlan = splits.get(leaf.name) match {
-    case Some(_) if !updatesOnly =>
-      val post = base.post(leaf)
-      Union(Filter(Not(keyIn(post, splits(leaf.name))), post) +: deleted(leaf, onlyUpdated = false).toSeq)
+    // S + Del_R: Post without the updated keys, with every deleted row.
+    case Some(_) if !updatesOnly => withoutUpdates(leaf, onlyUpdatedDeletes = false)
     case Some(_) => Union(base.post(leaf) +: deleted(leaf, onlyUpdated = true).toSeq)
     case None => if (updatesOnly) base.post(leaf) else base.preDel(leaf)
   }
