@@ -226,3 +226,36 @@ def test_failed_refresh_after_state_write_leaves_nothing_wrong(spark: SparkSessi
     report = view.refresh()
     assert report.mode == "incremental"
     assert_matches_query(spark, "tri", query)
+
+
+def test_resident_state_follows_refreshes(spark: SparkSession, db: str) -> None:
+    """The IVM^eps state kept in the executors' memory between refreshes (relation occurrences
+    and auxiliary views): a refresh that finds it reads no Delta table for its probes and runs
+    fewer Spark jobs than one that reads them; refreshes with it, without it, after a failed
+    refresh that moved it on (its retry finds it at the retry's versions) all agree with
+    recomputation."""
+    rng = random.Random(23)
+    edge_table(spark, skewed_edges(rng, nodes=14, edges=45, hub_share=0.6), rng)
+    query = SHAPES["unary"]
+    view = MaterializedView.create(spark, "tri_kept", query, properties={"ivm.epsilon": "0.5"})
+    jobs: Dict[bool, List[int]] = {True: [], False: []}
+    key = "spark.ivm.epsilon.residentState"
+    try:
+        for step in range(5):
+            random_round(spark, rng, nodes=14)
+            resident = step != 3
+            spark.conf.set(key, str(resident).lower())
+            if step == 4:
+                spark.conf.set("spark.ivm.testing.failAt", "after-state")
+                with pytest.raises(Exception, match="after-state"):
+                    view.refresh()
+                spark.conf.unset("spark.ivm.testing.failAt")
+            report = view.refresh()
+            assert report.mode == "incremental"
+            assert_matches_query(spark, "tri_kept", query)
+            jobs[resident].append(report.spark_jobs)
+    finally:
+        spark.conf.unset(key)
+        spark.conf.unset("spark.ivm.testing.failAt")
+    # The first refresh builds the kept rows; the next two find them.
+    assert max(jobs[True][1:3]) < jobs[False][0], jobs

@@ -99,6 +99,11 @@ object IvmConf {
   val EpsilonEnabled: IvmConfEntry[Boolean] = bool("spark.ivm.epsilon.enabled", default = true,
     "Maintain triangle views with IVM^eps; false gives them the generic (first-order) rules.")
 
+  val EpsilonResidentState: IvmConfEntry[Boolean] = bool("spark.ivm.epsilon.residentState", default = true,
+    "Keep the IVM^eps auxiliary views of triangle views in the executors' memory between " +
+      "refreshes, partitioned by the key refreshes look them up by; false reads them from their " +
+      "Delta state tables in every refresh.")
+
   val EpsilonCheckInvariants: IvmConfEntry[Boolean] = bool("spark.ivm.epsilon.checkInvariants",
     default = false, "Check the IVM^eps invariants (degrees, sizes, auxiliary views) inside every " +
       "refresh of a triangle view, failing it if one is violated. For tests; costs several jobs.")

@@ -11,7 +11,7 @@ import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, Project}
 import org.apache.spark.sql.functions.{broadcast, col, lit, sum}
 import org.apache.spark.sql.catalyst.CatalystTypeConverters
 import org.apache.spark.sql.catalyst.expressions.GenericRowWithSchema
-import org.apache.spark.sql.ivm.{LocalRows, Parallel, SparkInternals}
+import org.apache.spark.sql.ivm.{LocalRows, PartitionedRows, SparkInternals}
 import org.apache.spark.sql.types.{DataType, LongType, StructField, StructType}
 
 /**
@@ -41,7 +41,8 @@ import org.apache.spark.sql.types.{DataType, LongType, StructField, StructType}
  * the change of one occurrence) nor the bounds per changed tuple; a key's moves are decided
  * once per batch from its degree after the batch.
  */
-class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRules, maxKeys: Int) {
+class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRules, maxKeys: Int,
+    resident: Option[ResidentState.Owner] = None) {
   import TriangleMaintenance._
 
   private val sides = 0 until 3
@@ -119,32 +120,95 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
   // ---- parts ----
 
   /**
-   * The heavy keys of an occurrence: `table` is None when every key is heavy (eps = 0); `keys`
+   * The heavy keys of an occurrence (`allHeavy` when every key is heavy, at eps = 0). `keys`
    * holds them on the driver when there are at most maxKeys, so that splitting rows into parts
-   * is a filter in the scan (rows of the other part never enter a join), not a join.
+   * is a filter in the scan (rows of the other part never enter a join), not a join; the table
+   * is read only when they are not.
    */
-  case class HeavySet(table: Option[DataFrame], size: Long, keys: Option[Set[Any]] = None) {
-    def empty: Boolean = table.isDefined && size == 0
+  class HeavySet(val allHeavy: Boolean, val size: Long, val keys: Option[Set[Any]], read: () => DataFrame) {
+    lazy val table: DataFrame = read()
+    def empty: Boolean = !allHeavy && size == 0
+  }
+  object HeavySet {
+    val all: HeavySet = new HeavySet(true, 0, None, () => throw new IllegalStateException("every key is heavy"))
   }
 
   /** The heavy set of occurrence i read from its table, with its keys collected if few. */
-  def heavySet(i: Int, table: DataFrame, size: Long, cached: (=> Set[Any]) => Set[Any]): HeavySet =
-    HeavySet(Some(table), size,
-      if (size <= maxKeys) Some(cached(table.collect().map(_.get(0)).toSet)) else None)
+  def heavySet(i: Int, table: => DataFrame, size: Long, cached: (=> Set[Any]) => Set[Any]): HeavySet = {
+    lazy val t = table
+    new HeavySet(false, size, if (size <= maxKeys) Some(cached(t.collect().map(_.get(0)).toSet)) else None, () => t)
+  }
 
-  private def heavyPart(df: DataFrame, i: Int, h: HeavySet): DataFrame = (h.table, h.keys) match {
-    case (None, _) => df
-    case (Some(_), _) if h.empty => df.limit(0)
-    case (_, Some(keys)) => df.where(col(s"a$i").isin(keys.toSeq: _*))
-    case (Some(t), None) => df.join(hint(t, h.size), Seq(s"a$i"), "left_semi")
-  }
-  private def lightPart(df: DataFrame, i: Int, h: HeavySet): DataFrame = (h.table, h.keys) match {
-    case (None, _) => df.limit(0)
-    case (Some(_), _) if h.empty => df
-    case (_, Some(keys)) => df.where(!col(s"a$i").isin(keys.toSeq: _*))
-    case (Some(t), None) => df.join(hint(t, h.size), Seq(s"a$i"), "left_anti")
-  }
+  private def heavyPart(df: DataFrame, i: Int, h: HeavySet): DataFrame =
+    if (h.allHeavy) df else if (h.empty) df.limit(0) else h.keys match {
+      case Some(keys) => df.where(col(s"a$i").isin(keys.toSeq: _*))
+      case None => df.join(hint(h.table, h.size), Seq(s"a$i"), "left_semi")
+    }
+  private def lightPart(df: DataFrame, i: Int, h: HeavySet): DataFrame =
+    if (h.allHeavy) df.limit(0) else if (h.empty) df else h.keys match {
+      case Some(keys) => df.where(!col(s"a$i").isin(keys.toSeq: _*))
+      case None => df.join(hint(h.table, h.size), Seq(s"a$i"), "left_anti")
+    }
   private def hint(t: DataFrame, size: Long) = if (size <= BroadcastKeys) broadcast(t) else t
+
+  // ---- resident occurrences ----
+
+  private def positions(i: Int): Seq[Int] =
+    q.sides(i).columns.map(c => q.sides(i).plan.output.indexWhere(_.exprId == c.exprId))
+
+  /** The first occurrence defined as i is: a self-join's occurrences share resident rows. */
+  private lazy val group: IndexedSeq[Int] = sides.map(i => sides.find(k => k == i ||
+    (q.sides(k).plan.canonicalized == q.sides(i).plan.canonicalized && positions(k) == positions(i))).get)
+
+  /**
+   * Occurrence i at Post from the executors' memory, laid out by its column `layout` ("a" or
+   * "b"), only the partitions that can hold `keys` (the caller filters the rows). The kept rows
+   * as of the last refresh's versions plus this refresh's change make the rows at Post (no Delta
+   * read); with no kept rows, the occurrence is read at Post once and kept. None when resident
+   * state is off or the occurrence does not read pinned Delta tables.
+   */
+  private def residentPost(i: Int, layout: String, keys: Seq[Any]): Option[DataFrame] = for {
+    owner <- resident
+    (preVersions, postVersions) <- rules.stamps(q.sides(i).plan)
+  } yield {
+    val name = owner.name(group(i), layout)
+    val (preStamp, postStamp) = (owner.stamp(preVersions), owner.stamp(postVersions))
+    val entry = ResidentState.synchronized {
+      ResidentState.get(spark, name, postStamp).getOrElse {
+        val advanced = ResidentState.get(spark, name, preStamp).flatMap { kept =>
+          deltas(i) match {
+            case None => Some(kept.copy(version = postStamp))
+            case Some(d) if d.local => kept.plus(postStamp, PartitionedRows.toInternal(kept.base.schema, d.rows))
+            case Some(_) => None
+          }
+        }
+        val entry = advanced.getOrElse {
+          val bytes = rules.sizeInBytes(q.sides(i).plan)
+          val parts = math.max(2L * spark.sparkContext.defaultParallelism, math.min(
+            ResidentState.MaxPartitions.toLong, if (bytes == Long.MaxValue) 0L else bytes / (1L << 20))).toInt
+          ResidentState.Entry(postStamp, PartitionedRows(post(i), s"$layout$i", parts), Vector.empty)
+        }
+        ResidentState.put(name, entry)
+        entry
+      }
+    }
+    entry.frame(spark, Some(keys)).toDF(cols(i) :+ W: _*)
+  }
+
+  /**
+   * Occurrence k at Post (`atPost`) or Pre, rows whose columns hold the given values: resident
+   * rows when a filter is on its a or b column, else read from the Delta tables.
+   */
+  private def side(k: Int, atPost: Boolean, filters: (String, Option[Seq[Any]])*): DataFrame = {
+    val kept = filters.collectFirst { case (c, Some(v)) if c == s"a$k" || c == s"b$k" => (c.take(1), v) }
+      .flatMap { case (layout, v) => residentPost(k, layout, v) }
+    val rows = kept match {
+      case Some(postRows) if atPost => postRows
+      case Some(postRows) => deltas(k).fold(postRows)(d => postRows.unionByName(d.frame.withColumn(W, -col(W))))
+      case None => if (atPost) post(k) else pre(k)
+    }
+    probe(rows, filters: _*)
+  }
 
   // ---- probes and weighted joins ----
 
@@ -249,20 +313,20 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
    * auxiliary-view lookups (V_p as of the step: stored plus earlier steps' changes) are one
    * query, summed per row.
    */
-  def blockDelta(state: EpsilonState, heavy: IndexedSeq[HeavySet], auxTable: Int => DataFrame): DataFrame = {
+  def blockDelta(state: EpsilonState, heavy: IndexedSeq[HeavySet],
+      auxTable: (Int, Option[Seq[Any]]) => DataFrame): DataFrame = {
     val changed = sides.flatMap(j => deltas(j).map(j -> _))
-    def at(j: Int)(k: Int) = if (k < j) post(k) else pre(k)
     // 1. First hops of every step, in one job.
     val hops = changed.map { case (j, d) =>
       val p = next(j)
       val prev = next(p)
       val aKeys = keysOf(d, s"a$j")
       val bKeys = keysOf(d, s"b$j")
-      val allHeavy = heavy(p).table.isEmpty
-      val f1 = if (allHeavy) None else Some(join(d.frame, lightPart(probe(at(j)(p), s"a$p" -> bKeys), p, heavy(p)),
+      val allHeavy = heavy(p).allHeavy
+      val f1 = if (allHeavy) None else Some(join(d.frame, lightPart(side(p, p < j, s"a$p" -> bKeys), p, heavy(p)),
         Seq(s"b$j" -> s"a$p")))
       val needF2 = !heavy(prev).empty && (!heavy(p).empty || !allHeavy)
-      val f2 = if (!needF2) None else Some(join(d.frame, heavyPart(probe(at(j)(prev), s"b$prev" -> aKeys), prev, heavy(prev)),
+      val f2 = if (!needF2) None else Some(join(d.frame, heavyPart(side(prev, prev < j, s"b$prev" -> aKeys), prev, heavy(prev)),
         Seq(s"a$j" -> s"b$prev")))
       (j, d, f1, f2)
     }
@@ -275,20 +339,20 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
       val prev = next(p)
       val aKeys = keysOf(d, s"a$j")
       val bKeys = keysOf(d, s"b$j")
-      val allHeavy = heavy(p).table.isEmpty
+      val allHeavy = heavy(p).allHeavy
       // Light neighbours of each B-value (LH and LL), then point lookups in X_q.
       f1.foreach { first =>
-        out += complete(join(first.frame, probe(at(j)(prev), s"a$prev" -> keysOf(first, s"b$p"), s"b$prev" -> aKeys),
+        out += complete(join(first.frame, side(prev, prev < j, s"a$prev" -> keysOf(first, s"b$p"), s"b$prev" -> aKeys),
           Seq(s"b$p" -> s"a$prev", s"a$j" -> s"b$prev")))
       }
       // Heavy C-values pointing at each A-value (HH), then point lookups in X_p^H.
       f2.filter(_ => !heavy(p).empty).foreach { second =>
-        out += complete(join(second.frame, heavyPart(probe(at(j)(p), s"a$p" -> bKeys,
+        out += complete(join(second.frame, heavyPart(side(p, p < j, s"a$p" -> bKeys,
           s"b$p" -> keysOf(second, s"a$prev")), p, heavy(p)), Seq(s"b$j" -> s"a$p", s"a$prev" -> s"b$p")))
       }
       // The auxiliary view V_p = X_p^H x X_q^L as of this step (HL): a lookup.
       if (!allHeavy && !heavy(p).empty) {
-        val v = (probe(auxTable(p), s"a$p" -> bKeys, s"b$prev" -> aKeys) +: pending(p)).reduce(_ unionByName _)
+        val v = (probe(auxTable(p, bKeys), s"a$p" -> bKeys, s"b$prev" -> aKeys) +: pending(p)).reduce(_ unionByName _)
         val hit = join(d.frame, v, Seq(s"b$j" -> s"a$p", s"a$j" -> s"b$prev"))
         out += complete(if (q.needsY(p)) hit.withColumn(s"a$prev", col(s"b$p")) else hit)
       }
@@ -317,25 +381,31 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
    * touched: a heavy key below 1/2 N^eps turns light, a light key at 3/2 N^eps or more turns
    * heavy. Returns the keys turning heavy and light per occurrence.
    */
-  def moves(state: EpsilonState, heavy: IndexedSeq[HeavySet]): IndexedSeq[(Set[Any], Set[Any])] =
-    Parallel.run(spark, sides.map(i => () => movesOf(i, state, heavy))).toIndexedSeq
-
-  private def movesOf(i: Int, state: EpsilonState, heavy: IndexedSeq[HeavySet]): (Set[Any], Set[Any]) =
-    deltas(i) match {
-      case Some(d) if !state.allHeavy =>
-        val touched = keysOf(d, s"a$i").getOrElse(
-          d.frame.select(s"a$i").where(col(s"a$i").isNotNull).distinct().collect().map(_.get(0)).toSeq)
-        val degree = probe(post(i), s"a$i" -> Some(touched)).groupBy(s"a$i").agg(sum(W))
-          .collect().map(r => r.get(0) -> r.getLong(1)).toMap
-        val wasHeavy = heavy(i).keys.map(_.intersect(touched.toSet)).getOrElse(
-          heavy(i).table.filterNot(_ => heavy(i).empty)
-            .map(t => probe(t, s"a$i" -> Some(touched)).collect().map(_.get(0)).toSet).getOrElse(Set.empty[Any]))
-        val theta = state.threshold
-        val turnLight = wasHeavy.filter(k => degree.getOrElse(k, 0L) < 0.5 * theta)
-        val turnHeavy = touched.toSet.diff(wasHeavy).filter(k => degree.getOrElse(k, 0L) >= 1.5 * theta)
-        (turnHeavy, turnLight)
-      case _ => (Set.empty[Any], Set.empty[Any])
+  def moves(state: EpsilonState, heavy: IndexedSeq[HeavySet]): IndexedSeq[(Set[Any], Set[Any])] = {
+    val touched = sides.map(i => deltas(i).filter(_ => !state.allHeavy).map { d =>
+      keysOf(d, s"a$i").getOrElse(
+        d.frame.select(s"a$i").where(col(s"a$i").isNotNull).distinct().collect().map(_.get(0)).toSeq)
+    })
+    // The degrees after the refresh of every touched key, of all occurrences in one job.
+    val queried = sides.filter(touched(_).isDefined)
+    val degrees = queried.zip(smallAll(queried.map { i =>
+      side(i, atPost = true, s"a$i" -> touched(i)).groupBy(s"a$i").agg(sum(W))
+    })).toMap
+    sides.map { i =>
+      touched(i) match {
+        case Some(keys) =>
+          val degree = degrees(i).all.map(r => r.get(0) -> r.getLong(1)).toMap
+          val wasHeavy = heavy(i).keys.map(_.intersect(keys.toSet)).getOrElse(
+            if (heavy(i).empty) Set.empty[Any]
+            else probe(heavy(i).table, s"a$i" -> Some(keys)).collect().map(_.get(0)).toSet)
+          val theta = state.threshold
+          val turnLight = wasHeavy.filter(k => degree.getOrElse(k, 0L) < 0.5 * theta)
+          val turnHeavy = keys.toSet.diff(wasHeavy).filter(k => degree.getOrElse(k, 0L) >= 1.5 * theta)
+          (turnHeavy, turnLight)
+        case None => (Set.empty[Any], Set.empty[Any])
+      }
     }
+  }
 
   /**
    * The auxiliary views' changes from moving keys between parts, over Post:
@@ -349,16 +419,16 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
     val movedJ = inJ ++ outJ
     val terms = Seq.newBuilder[DataFrame]
     if (inI.nonEmpty || outI.nonEmpty) {
-      val dH = moved(post(i), i, inI, outI)
+      val dH = moved(side(i, atPost = true, s"a$i" -> Some((inI ++ outI).toSeq)), i, inI, outI)
       // X_{j}^L after the moves: light before, minus keys turning heavy, plus keys turning light.
-      val target = probe(post(j), s"a$j" -> keysOf(dH, s"b$i"))
+      val target = side(j, atPost = true, s"a$j" -> keysOf(dH, s"b$i"))
       val lightAfter = lightPart(target.where(!col(s"a$j").isin(movedJ.toSeq: _*)), j, heavy(j))
         .unionByName(if (outJ.isEmpty) target.limit(0) else target.where(col(s"a$j").isin(outJ.toSeq: _*)))
       terms += aux(i, dH, lightAfter)
     }
     if (movedJ.nonEmpty) {
-      val dL = moved(post(j), j, outJ, inJ)
-      terms += aux(i, heavyPart(probe(post(i), s"b$i" -> Some(movedJ.toSeq)), i, heavy(i)), dL)
+      val dL = moved(side(j, atPost = true, s"a$j" -> Some(movedJ.toSeq)), j, outJ, inJ)
+      terms += aux(i, heavyPart(side(i, atPost = true, s"b$i" -> Some(movedJ.toSeq)), i, heavy(i)), dL)
     }
     terms.result().reduceOption(_ unionByName _).map(t => materialize(aggregate(t, auxCols(i))))
   }
@@ -399,6 +469,8 @@ object TriangleMaintenance {
   /** A computed result: its rows on the driver (`local`), or a checkpoint of them. */
   case class LocalDelta(frame: DataFrame, rows: Seq[Row], local: Boolean = true) {
     def isEmpty: Boolean = if (local) rows.isEmpty else frame.isEmpty
+    /** Every row, on the driver. */
+    def all: Seq[Row] = if (local) rows else frame.collect().toSeq
     def count: Long = if (local) rows.size.toLong else frame.count()
     /** The sum of the weights (the change of the relation's size). */
     def weight: Long =

@@ -1,14 +1,17 @@
 package io.sparkivm.epsilon
 
+import scala.collection.mutable
 import scala.util.control.NonFatal
 
 import io.sparkivm.IvmErrors
 import io.sparkivm.catalog.{EpsilonState, ViewCatalog, ViewMetadata}
-import org.apache.spark.sql.{DataFrame, SparkSession}
+import io.sparkivm.conf.IvmConf
+import org.apache.spark.sql.{DataFrame, Row, SparkSession}
 import org.apache.spark.sql.catalyst.TableIdentifier
 import org.apache.spark.sql.delta.{DeltaHistoryManager, DeltaLog}
 import org.apache.spark.sql.delta.util.FileNames
 import org.apache.spark.sql.functions.col
+import org.apache.spark.sql.ivm.PartitionedRows
 
 /**
  * The Delta tables holding a triangle view's IVM^eps state (heavy keys and auxiliary views,
@@ -21,11 +24,19 @@ import org.apache.spark.sql.functions.col
  */
 class TriangleStateTables(spark: SparkSession, meta: ViewMetadata, attempt: String) {
   val names: Seq[TableIdentifier] = EpsilonState.tables(meta.backing)
-  private val UserMetadata = "spark.databricks.delta.commitInfo.userMetadata"
   private val tag = s"""{"ivmState":"$attempt"}"""
 
   private def log(i: Int): DeltaLog = DeltaLog.forTable(spark, names(i))
   def version(i: Int): Long = log(i).update().version
+
+  private val ids = mutable.Map[Int, String]()
+  /** Table i's Delta id (kept by appends, overwrites and RESTORE; new if it is re-created). */
+  private def id(i: Int): String = ids.synchronized(ids.getOrElseUpdate(i, log(i).update().metadata.id))
+  /** This instance of the view's state: the Delta id of its first state table (new when re-created). */
+  def instance: String = id(0)
+
+  private val resident = IvmConf.EpsilonResidentState.get(spark)
+  private def stamp(i: Int, version: Long): String = s"${id(i)}@$version"
 
   private val reads = scala.collection.mutable.Map[(Int, Long), DataFrame]()
 
@@ -39,7 +50,7 @@ class TriangleStateTables(spark: SparkSession, meta: ViewMetadata, attempt: Stri
    * in memory, as the paper's hash maps are; the Delta table is their checkpoint).
    */
   def heavyKeys(i: Int, version: Long, read: => Set[Any]): Set[Any] = {
-    val key = (log(i).update().metadata.id, version)
+    val key = (id(i), version)
     Option(TriangleStateTables.heavyCache.get(key)).getOrElse {
       val keys = read
       TriangleStateTables.heavyCache.put(key, keys)
@@ -67,29 +78,59 @@ class TriangleStateTables(spark: SparkSession, meta: ViewMetadata, attempt: Stri
     } else current
   }
 
-  private def tagged[T](body: => T): T = {
-    val previous = spark.conf.getOption(UserMetadata)
-    spark.conf.set(UserMetadata, tag)
-    try body finally previous match {
-      case Some(v) => spark.conf.set(UserMetadata, v)
-      case None => spark.conf.unset(UserMetadata)
+  /**
+   * Auxiliary view i as of a version, the rows whose first column (its probe key) is one of
+   * `keys` or more: resident when kept ([[ResidentState]]), else read from its table and kept.
+   */
+  def aux(i: Int, version: Long, rows: Long, keyColumn: String, keys: Option[Seq[Any]]): DataFrame =
+    if (!resident) read(3 + i, version) else {
+      val table = ResidentState.tableName(names(3 + i))
+      val entry = ResidentState.get(spark, table, stamp(3 + i, version)).getOrElse {
+        val parts = math.min(ResidentState.MaxPartitions.toLong, math.max(
+          spark.sparkContext.defaultParallelism.toLong, rows / ResidentState.RowsPerPartition + 1)).toInt
+        val built = ResidentState.Entry(stamp(3 + i, version),
+          PartitionedRows(read(3 + i, version), keyColumn, parts), Vector.empty)
+        ResidentState.put(table, built)
+        built
+      }
+      entry.frame(spark, keys)
     }
-  }
 
   /** Replaces table i's rows, laid out in files by `sortKey`; returns the new version. */
   def overwrite(i: Int, rows: DataFrame, sortKey: String, rowsPerFile: Long = 200000L): Long = {
     val files = math.max(1L, rows.sparkSession.sparkContext.defaultParallelism.toLong)
     val laid = rows.repartitionByRange(files.toInt, col(sortKey)).sortWithinPartitions(sortKey)
-    tagged(laid.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
-      .option("maxRecordsPerFile", rowsPerFile).saveAsTable(names(i).quotedString))
+    laid.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+      .option("maxRecordsPerFile", rowsPerFile).option("userMetadata", tag).saveAsTable(names(i).quotedString)
+    ResidentState.remove(ResidentState.tableName(names(i)))
     version(i)
   }
 
   /** Appends rows to table i; returns the new version. */
   def append(i: Int, rows: DataFrame, sortKey: String): Long = {
-    tagged(rows.sortWithinPartitions(sortKey).write.format("delta").mode("append")
-      .saveAsTable(names(i).quotedString))
+    rows.sortWithinPartitions(sortKey).write.format("delta").mode("append").option("userMetadata", tag)
+      .saveAsTable(names(i).quotedString)
     version(i)
+  }
+
+  /**
+   * Appends a refresh's change to auxiliary view i, which was at version `from`; the resident
+   * rows follow when the append is the next version and the change is held on the driver.
+   */
+  def appendAux(i: Int, from: Long, change: TriangleMaintenance.LocalDelta, sortKey: String): Long = {
+    val table = ResidentState.tableName(names(3 + i))
+    val to = append(3 + i, change.frame, sortKey)
+    val followed = for {
+      entry <- ResidentState.get(spark, table, stamp(3 + i, from)) if change.local && to == from + 1
+      schema = entry.base.schema
+      next <- entry.plus(stamp(3 + i, to), PartitionedRows.toInternal(schema,
+        change.rows.map(r => Row.fromSeq(schema.fieldNames.toSeq.map(n => r.getAs[Any](n))))))
+    } yield next
+    followed match {
+      case Some(entry) => ResidentState.put(table, entry)
+      case None => ResidentState.remove(table)
+    }
+    to
   }
 
   /** Fails as a commit conflict if a version after `from` up to `to` is not this attempt's. */
@@ -105,7 +146,10 @@ class TriangleStateTables(spark: SparkSession, meta: ViewMetadata, attempt: Stri
     }
   }
 
-  def drop(): Unit = names.foreach(n => spark.sql(s"DROP TABLE IF EXISTS ${n.quotedString}"))
+  def drop(): Unit = names.foreach { n =>
+    ResidentState.remove(ResidentState.tableName(n))
+    spark.sql(s"DROP TABLE IF EXISTS ${n.quotedString}")
+  }
 }
 
 /** Another refresh of the same view wrote the state concurrently: the refresh retries. */
@@ -119,8 +163,11 @@ object TriangleStateTables {
     })
 
   /** Drops the state tables of a view's backing table, if there are any. */
-  def dropFor(spark: SparkSession, backing: TableIdentifier): Unit =
+  def dropFor(spark: SparkSession, backing: TableIdentifier): Unit = {
+    ResidentState.removeView(backing)
     EpsilonState.tables(backing).foreach { n =>
+      ResidentState.remove(ResidentState.tableName(n))
       if (ViewCatalog.exists(spark, n)) spark.sql(s"DROP TABLE IF EXISTS ${n.quotedString}")
     }
+  }
 }

@@ -38,7 +38,7 @@ object TriangleViews extends Logging {
 
   def heavySets(state: EpsilonState, tables: TriangleStateTables, versions: Seq[Long],
       engine: TriangleMaintenance): IndexedSeq[engine.HeavySet] = (0 until 3).map { i =>
-    if (state.allHeavy) engine.HeavySet(None, 0)
+    if (state.allHeavy) engine.HeavySet.all
     else engine.heavySet(i, tables.read(i, versions(i)).select(col(KeyColumn).as(s"a$i")), state.heavy(i),
       keys => tables.heavyKeys(i, versions(i), keys))
   }
@@ -69,7 +69,8 @@ object TriangleViews extends Logging {
   /** The state's heavy sets and auxiliary views as of `state`, for one refresh's delta. */
   def blockDelta(engine: TriangleMaintenance, tables: TriangleStateTables, state: EpsilonState)(
       heavy: IndexedSeq[engine.HeavySet]): DataFrame =
-    engine.blockDelta(state, heavy, i => tables.read(3 + i, state.versions(3 + i)))
+    engine.blockDelta(state, heavy, (i, keys) =>
+      tables.aux(i, state.versions(3 + i), state.auxRows(i), s"a$i", keys))
 
   /**
    * The state after a refresh whose block delta `engine` computed: auxiliary-view changes
@@ -96,11 +97,11 @@ object TriangleViews extends Logging {
       val heavyCounts = state.heavy.toArray
       val auxRows = state.auxRows.toArray
       val auxCompact = state.auxCompact.toArray
-      (0 until 3).foreach { i =>
+      val compacted = Array.fill(3)(false)
+      // The three occurrences' writes are independent: side by side.
+      Parallel.run(spark, (0 until 3).map(i => () => {
         val (turnHeavy, turnLight) = moves(i)
         if (turnHeavy.nonEmpty || turnLight.nonEmpty) {
-          notes += s"minor rebalancing of ${engine.sideName(i)}: ${turnHeavy.size} keys turn heavy, " +
-            s"${turnLight.size} turn light"
           val kept = tables.read(i, state.versions(i))
           val after = (if (turnLight.isEmpty) kept else kept.where(!col(KeyColumn).isin(turnLight.toSeq: _*)))
             .unionByName(engine.keyFrame(i, turnHeavy)).localCheckpoint(eager = true)
@@ -110,7 +111,7 @@ object TriangleViews extends Logging {
         Seq(dataChanges(i), rebalance(i)).flatten.reduceOption(_ unionByName _).foreach { change =>
           val rows = engine.settled(change, engine.auxCols(i))
           if (!rows.isEmpty) {
-            versions(3 + i) = tables.append(3 + i, rows.frame, s"a$i")
+            versions(3 + i) = tables.appendAux(i, versions(3 + i), rows, s"a$i")
             auxRows(i) += rows.count
           }
         }
@@ -121,8 +122,16 @@ object TriangleViews extends Logging {
           versions(3 + i) = tables.overwrite(3 + i, folded, s"a$i")
           auxRows(i) = folded.count()
           auxCompact(i) = auxRows(i)
-          notes += s"${EpsilonState.Views(i)} compacted to ${auxRows(i)} rows"
+          compacted(i) = true
         }
+      }))
+      (0 until 3).foreach { i =>
+        val (turnHeavy, turnLight) = moves(i)
+        if (turnHeavy.nonEmpty || turnLight.nonEmpty) {
+          notes += s"minor rebalancing of ${engine.sideName(i)}: ${turnHeavy.size} keys turn heavy, " +
+            s"${turnLight.size} turn light"
+        }
+        if (compacted(i)) notes += s"${EpsilonState.Views(i)} compacted to ${auxRows(i)} rows"
       }
       EpsilonState(state.eps, state.n, size, heavyCounts.toSeq, auxRows.toSeq, auxCompact.toSeq,
         versions.toSeq)
@@ -178,9 +187,9 @@ object TriangleViews extends Logging {
     val heavy = heavySets(state, tables, state.versions, engine)
     def checkSide(i: Int): Long = {
       val degrees = engine.post(i).groupBy(s"a$i").agg(sum(W).as("deg"))
-      val joined = heavy(i).table.map(keys => degrees.join(keys.withColumn("heavy", lit(true)),
-        Seq(s"a$i"), "full_outer")).getOrElse(degrees.withColumn("heavy", lit(true))).collect()
-      if (heavy(i).table.isDefined) {
+      val joined = (if (heavy(i).allHeavy) degrees.withColumn("heavy", lit(true))
+        else degrees.join(heavy(i).table.withColumn("heavy", lit(true)), Seq(s"a$i"), "full_outer")).collect()
+      if (!heavy(i).allHeavy) {
         val heavyCount = joined.count(_.getAs[Any]("heavy") != null)
         if (heavyCount != state.heavy(i)) fail(s"${engine.sideName(i)} has $heavyCount heavy keys, " +
           s"the state says ${state.heavy(i)}")

@@ -58,6 +58,9 @@ class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
       LocalDeltaRows(schema, data)
     }
 
+  override def versions(leaf: SourceLeaf): Option[(String, Long, Long)] =
+    for (p <- pinned.get(leaf.name); c <- consumed.get(leaf.name)) yield (p.tableId, c, p.version)
+
   override def sizeInBytes(leaf: SourceLeaf): Long =
     pinned.get(leaf.name).map(_.sizeInBytes).getOrElse(Long.MaxValue)
 

@@ -21,6 +21,8 @@ trait LeafReader {
   def sizeInBytes(leaf: SourceLeaf): Long = Long.MaxValue
   /** The net change as rows on the driver, when it is held there (decisions then run no job). */
   def localDelta(leaf: SourceLeaf): Option[LocalDeltaRows] = None
+  /** The table's Delta id and the versions read as Pre and as Post, if it is a pinned Delta table. */
+  def versions(leaf: SourceLeaf): Option[(String, Long, Long)] = None
 }
 
 /** A net change held on the driver: the table's columns by name, then the sign `m`. */
@@ -170,6 +172,23 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
     case Seq(one) => one
     case many => Union(many)
   }
+
+  /**
+   * What `plan` reads as Pre and as Post, as stamps ("id@version" of each Delta table it reads,
+   * sorted): rows computed from the same stamp are the same rows. None if a leaf is not pinned.
+   */
+  def stamps(plan: LogicalPlan): Option[(String, String)] = {
+    val versions = plan.collect { case SourceLeaf(leaf) => reader.versions(leaf) }
+    if (versions.isEmpty || versions.exists(_.isEmpty)) None else {
+      def stamp(v: ((String, Long, Long)) => Long) =
+        versions.flatten.map(t => s"${t._1}@${v(t)}").distinct.sorted.mkString(",")
+      Some((stamp(_._2), stamp(_._3)))
+    }
+  }
+
+  /** Bytes of the tables `plan` reads, at the pinned versions (Long.MaxValue if unknown). */
+  def sizeInBytes(plan: LogicalPlan): Long = plan.collect { case SourceLeaf(leaf) => reader.sizeInBytes(leaf) }
+    .foldLeft(0L)((a, b) => if (a == Long.MaxValue || b == Long.MaxValue) Long.MaxValue else a + b)
 
   private def leafNames(plan: LogicalPlan): Seq[String] = plan.collect {
     case SourceLeaf(leaf) => leaf.name

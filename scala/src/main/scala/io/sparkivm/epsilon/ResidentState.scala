@@ -1,0 +1,84 @@
+package io.sparkivm.epsilon
+
+import scala.collection.mutable
+
+import org.apache.spark.sql.{DataFrame, SparkSession}
+import org.apache.spark.sql.catalyst.{InternalRow, TableIdentifier}
+import org.apache.spark.sql.ivm.{LocalRows, PartitionedRows}
+
+/**
+ * IVM^eps state kept resident between refreshes: the relation occurrences and the auxiliary
+ * views. Kara et al. (2020, section 4) keep them as in-memory maps probed by key; here they are
+ * rows in the executors' memory, partitioned by the key a refresh probes them with
+ * ([[PartitionedRows]]), so a refresh reads neither a Delta table nor the partitions its keys
+ * cannot be in.
+ *
+ * Delta tables stay the durable copy. An entry is named (an auxiliary view's state table, or a
+ * view's occurrence in one layout) and stamped with the Delta table ids and versions its rows
+ * are, and a version's rows never change, so an entry is right for as long as it is kept,
+ * whether or not the refresh that advanced it commits. A refresh that finds no entry for the
+ * versions it reads (a new session, a killed refresh whose writes were restored away, a
+ * compaction) reads the tables and keeps that. One entry per name: the rows as first read,
+ * plus the changes refreshes added since, held on the driver (the small per-refresh changes).
+ */
+object ResidentState {
+  /** Appended rows held on the driver past this many: the entry is dropped and rebuilt. */
+  val MaxAppendedRows = 200000
+  /** Rows per partition when a table is first read. */
+  val RowsPerPartition = 50000L
+  val MaxPartitions = 256
+
+  final case class Entry(version: String, base: PartitionedRows, appended: Vector[InternalRow]) {
+    /** The rows whose probe key is one of `keys` (or more rows: the caller filters). */
+    def frame(spark: SparkSession, keys: Option[Seq[Any]]): DataFrame = {
+      val kept = base.frame(spark, keys)
+      if (appended.isEmpty) kept else kept.union(LocalRows.frame(spark, base.schema, appended))
+    }
+
+    /** The entry of the next version, with rows added (in the base's column order). */
+    def plus(next: String, rows: Seq[InternalRow]): Option[Entry] =
+      if (appended.size + rows.size > MaxAppendedRows) None else Some(Entry(next, base, appended ++ rows))
+  }
+
+  private val entries = mutable.Map[String, Entry]()
+
+  /** The entry of a name for exactly this version, if one is kept and its context runs. */
+  def get(spark: SparkSession, name: String, version: String): Option[Entry] = synchronized {
+    entries.get(name) match {
+      case Some(e) if !e.base.alive(spark.sparkContext) =>
+        remove(name)
+        None
+      case found => found.filter(_.version == version)
+    }
+  }
+
+  def put(name: String, entry: Entry): Unit = synchronized {
+    entries.put(name, entry).foreach(old => if (old.base ne entry.base) old.base.release())
+  }
+
+  def remove(name: String): Unit = synchronized {
+    entries.remove(name).foreach(_.base.release())
+  }
+
+  /**
+   * Whose occurrences an entry holds: a view's backing table, and an id of this instance of the
+   * view (a view dropped and created again under its name reads the same tables, maybe not
+   * the same way).
+   */
+  final case class Owner(backing: TableIdentifier, instance: String) {
+    def name(occurrence: Int, layout: String): String = s"${backing.unquotedString}/$occurrence/$layout"
+    def stamp(versions: String): String = s"$instance|$versions"
+  }
+
+  /** Drops the entries of a view's occurrences: the view was dropped. */
+  def removeView(backing: TableIdentifier): Unit = synchronized {
+    val prefix = s"${backing.unquotedString}/"
+    entries.keys.filter(_.startsWith(prefix)).toSeq.foreach(remove)
+  }
+
+  /** The name of a state table's entry. */
+  def tableName(table: TableIdentifier): String = table.unquotedString
+
+  /** Entries kept now, for tests and DESCRIBE. */
+  def size: Int = synchronized(entries.size)
+}

@@ -1,0 +1,61 @@
+package org.apache.spark.sql.ivm
+
+import java.nio.file.Files
+
+import scala.util.Random
+
+import org.apache.spark.rdd.RDD
+import org.apache.spark.sql.{Row, SparkSession}
+import org.apache.spark.sql.execution.LogicalRDD
+import org.apache.spark.sql.functions.col
+import org.scalatest.BeforeAndAfterAll
+import org.scalatest.funsuite.AnyFunSuite
+
+/**
+ * Rows kept resident and partitioned by key (the layout of IVM^eps's resident state): a lookup
+ * by keys sees every row with those keys, reads only the partitions the keys hash to, and the
+ * same rows from another session; rows follow their SparkContext.
+ */
+class PartitionedRowsSuite extends AnyFunSuite with BeforeAndAfterAll {
+  private lazy val spark: SparkSession = SparkSession.builder()
+    .master("local[2]")
+    .config("spark.ui.enabled", "false")
+    .config("spark.sql.shuffle.partitions", "2")
+    .config("spark.sql.warehouse.dir", Files.createTempDirectory("ivm-rows").toString)
+    .getOrCreate()
+
+  private def readRdd(df: org.apache.spark.sql.DataFrame): RDD[_] =
+    SparkInternals.analyzed(df).collectFirst { case l: LogicalRDD => l.rdd }.get
+
+  test("a lookup by keys sees exactly the rows of those keys, from the partitions they hash to") {
+    import spark.implicits._
+    val rng = new Random(7)
+    val data = Seq.fill(5000)((rng.nextInt(300), rng.nextInt(1000).toString, rng.nextLong()))
+    val df = data.toDF("k", "v", "w")
+    val kept = PartitionedRows(df, "k", 16)
+    (1 to 20).foreach { round =>
+      val keys = Seq.fill(1 + rng.nextInt(5))(rng.nextInt(320)) // some keys have no rows
+      val got = kept.frame(spark, Some(keys)).where(col("k").isin(keys: _*)).collect().map(_.toSeq).sortBy(_.toString)
+      val want = data.filter(r => keys.contains(r._1)).map(r => Seq(r._1, r._2, r._3)).sortBy(_.toString)
+      assert(got.toSeq == want, s"round $round, keys $keys")
+      val read = readRdd(kept.frame(spark, Some(keys))).getNumPartitions
+      assert(read <= keys.distinct.size && read < 16)
+    }
+    assert(kept.frame(spark, None).count() == data.size)
+    assert(readRdd(kept.frame(spark, Some(Nil))).getNumPartitions == 0)
+    kept.release()
+  }
+
+  test("string keys and null keys hash as Spark lays them out; other sessions read the same rows") {
+    val rows = Seq(Row("a", 1L), Row("b", 2L), Row(null, 3L), Row("a", 4L))
+    val schema = org.apache.spark.sql.types.StructType.fromDDL("k STRING, w BIGINT")
+    val kept = PartitionedRows(spark.createDataFrame(java.util.Arrays.asList(rows: _*), schema), "k", 4)
+    val other = spark.newSession()
+    assert(kept.frame(other, Some(Seq("a"))).where(col("k") === "a").collect().map(_.getLong(1)).sorted.toSeq ==
+      Seq(1L, 4L))
+    assert(kept.frame(spark, Some(Seq(null))).where(col("k").isNull).collect().map(_.getLong(1)).toSeq == Seq(3L))
+    assert(kept.alive(spark.sparkContext))
+    val rowsOut = PartitionedRows.toInternal(schema, Seq(Row("c", 5L)))
+    assert(rowsOut.head.getUTF8String(0).toString == "c" && rowsOut.head.getLong(1) == 5L)
+  }
+}
