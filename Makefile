@@ -48,7 +48,7 @@ test-scala: install
 	build/sbt test
 
 test-python: install
-	$(VENV)/bin/pytest -q tests/python
+	$(VENV)/bin/pytest -q --durations=15 tests/python
 
 test-cluster: install
 	$(VENV)/bin/pytest -q tests/cluster

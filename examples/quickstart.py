@@ -80,15 +80,19 @@ def triangles(spark: SparkSession) -> None:
           f"N {info['Threshold base N']}, threshold {info['Heavy threshold']}")
     print(f"   heavy keys: {info['Heavy keys']}")
     print(f"   auxiliary views: {info['Auxiliary view']}")
-    spark.createDataFrame([(u, 0) for u in range(30, 80)], "src INT, dst INT").write \
-        .format("delta").mode("append").saveAsTable("edges")
-    spark.sql("DELETE FROM edges WHERE dst = 0 AND src < 10")
-    r = mv.refresh()
-    print(f"   after 50 new edges into the hub and 9 removed: {spark.table('triangles').first()[0]} "
-          f"triangles; refresh in {r.total_ms} ms, {r.spark_jobs} Spark jobs")
-    for note in r.plan_notes:
-        print(f"      {note}")
-    print(f"      matches recomputation: {matches(spark, 'triangles', TRIANGLES)}")
+    # The first refresh in a session reads the IVM^eps state into the executors' memory; later
+    # ones find it there and read no Delta table for their lookups.
+    for round_, (lo, hi) in enumerate([(30, 80), (80, 130)]):
+        spark.createDataFrame([(u, 0) for u in range(lo, hi)], "src INT, dst INT").write \
+            .format("delta").mode("append").saveAsTable("edges")
+        spark.sql(f"DELETE FROM edges WHERE dst = 0 AND src < {10 * (round_ + 1)}")
+        r = mv.refresh()
+        print(f"   round {round_ + 1}: 50 new edges into the hub, 9-10 removed: "
+              f"{spark.table('triangles').first()[0]} triangles; refresh in {r.total_ms} ms, "
+              f"{r.spark_jobs} Spark jobs")
+        for note in r.plan_notes:
+            print(f"      {note}")
+        print(f"      matches recomputation: {matches(spark, 'triangles', TRIANGLES)}")
 
 
 def main() -> None:
