@@ -12,7 +12,7 @@ import org.apache.spark.sql.functions.{broadcast, col, lit, sum}
 import org.apache.spark.sql.catalyst.CatalystTypeConverters
 import org.apache.spark.sql.catalyst.expressions.GenericRowWithSchema
 import org.apache.spark.sql.ivm.{LocalRows, PartitionedRows, SparkInternals}
-import org.apache.spark.sql.types.{DataType, LongType, StructField, StructType}
+import org.apache.spark.sql.types._
 
 /**
  * IVM^eps for a triangle view (Kara et al. 2020), batched per refresh.
@@ -323,17 +323,17 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
       val aKeys = keysOf(d, s"a$j")
       val bKeys = keysOf(d, s"b$j")
       val allHeavy = heavy(p).allHeavy
-      val f1 = if (allHeavy) None else Some(join(d.frame, lightPart(side(p, p < j, s"a$p" -> bKeys), p, heavy(p)),
+      val f1 = if (allHeavy) None else Some(Hop(d, lightPart(side(p, p < j, s"a$p" -> bKeys), p, heavy(p)),
         Seq(s"b$j" -> s"a$p")))
       val needF2 = !heavy(prev).empty && (!heavy(p).empty || !allHeavy)
-      val f2 = if (!needF2) None else Some(join(d.frame, heavyPart(side(prev, prev < j, s"b$prev" -> aKeys), prev, heavy(prev)),
-        Seq(s"a$j" -> s"b$prev")))
+      val f2 = if (!needF2) None else Some(Hop(d, heavyPart(side(prev, prev < j, s"b$prev" -> aKeys), prev,
+        heavy(prev)), Seq(s"a$j" -> s"b$prev")))
       (j, d, f1, f2)
     }
-    val firsts = smallAll(hops.flatMap { case (_, _, f1, f2) => f1.toSeq ++ f2.toSeq }).iterator
+    val firsts = hopsAll(hops.flatMap { case (_, _, f1, f2) => f1.toSeq ++ f2.toSeq }).iterator
     val computed = hops.map { case (j, d, f1, f2) => (j, d, f1.map(_ => firsts.next()), f2.map(_ => firsts.next())) }
-    // 2. Second hops and lookups of every step, in one query.
-    val out = mutable.ArrayBuffer[DataFrame]()
+    // 2. Second hops and lookups of every step, in one job.
+    val seconds = mutable.ArrayBuffer[(Hop, DataFrame => DataFrame)]()
     computed.foreach { case (j, d, f1, f2) =>
       val p = next(j)
       val prev = next(p)
@@ -342,19 +342,20 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
       val allHeavy = heavy(p).allHeavy
       // Light neighbours of each B-value (LH and LL), then point lookups in X_q.
       f1.foreach { first =>
-        out += complete(join(first.frame, side(prev, prev < j, s"a$prev" -> keysOf(first, s"b$p"), s"b$prev" -> aKeys),
-          Seq(s"b$p" -> s"a$prev", s"a$j" -> s"b$prev")))
+        seconds += Hop(first, side(prev, prev < j, s"a$prev" -> keysOf(first, s"b$p"), s"b$prev" -> aKeys),
+          Seq(s"b$p" -> s"a$prev", s"a$j" -> s"b$prev")) -> complete
       }
       // Heavy C-values pointing at each A-value (HH), then point lookups in X_p^H.
       f2.filter(_ => !heavy(p).empty).foreach { second =>
-        out += complete(join(second.frame, heavyPart(side(p, p < j, s"a$p" -> bKeys,
-          s"b$p" -> keysOf(second, s"a$prev")), p, heavy(p)), Seq(s"b$j" -> s"a$p", s"a$prev" -> s"b$p")))
+        seconds += Hop(second, heavyPart(side(p, p < j, s"a$p" -> bKeys, s"b$p" -> keysOf(second, s"a$prev")), p,
+          heavy(p)), Seq(s"b$j" -> s"a$p", s"a$prev" -> s"b$p")) -> complete
       }
       // The auxiliary view V_p = X_p^H x X_q^L as of this step (HL): a lookup.
       if (!allHeavy && !heavy(p).empty) {
         val v = (probe(auxTable(p, bKeys), s"a$p" -> bKeys, s"b$prev" -> aKeys) +: pending(p)).reduce(_ unionByName _)
-        val hit = join(d.frame, v, Seq(s"b$j" -> s"a$p", s"a$j" -> s"b$prev"))
-        out += complete(if (q.needsY(p)) hit.withColumn(s"a$prev", col(s"b$p")) else hit)
+        seconds += Hop(d, v, Seq(s"b$j" -> s"a$p", s"a$j" -> s"b$prev")) -> { hit =>
+          complete(if (q.needsY(p)) hit.withColumn(s"a$prev", col(s"b$p")) else hit)
+        }
       }
       // Lines 9-11, from the first hops: V_j gains D^H x X_p^L, V_q gains X_q^H x D^L.
       if (!allHeavy && !heavy(j).empty) f1.foreach { first =>
@@ -365,9 +366,49 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
       }
       notes += s"D(${q.sides(j).name}): ${d.count} changed rows"
     }
-    if (out.isEmpty) spark.createDataFrame(spark.sparkContext.emptyRDD[Row],
-      StructType(allCols.map(c => StructField(c, types(c))) :+ StructField(W, LongType)))
-    else materialize(aggregate(out.reduce(_ unionByName _), allCols))
+    val out = hopsAll(seconds.map(_._1).toSeq).zip(seconds.map(_._2)).map { case (hit, finish) => finish(hit.frame) }
+    val schema = StructType(allCols.map(c => StructField(c, types(c))) :+ StructField(W, LongType))
+    if (out.forall(isLocal)) {
+      // Every term is held here: summed per row here, no job.
+      local(schema, fold(out.flatMap(_.collect().toSeq).toSeq, allCols.size)).frame
+    } else materialize(aggregate(out.reduce(_ unionByName _), allCols))
+  }
+
+  /** A join of rows computed before with a probe of the state (weights multiplied). */
+  private case class Hop(left: LocalDelta, right: DataFrame, on: Seq[(String, String)])
+
+  /**
+   * Several hops computed in one Spark job. When a hop's left side is held on the driver, only
+   * its probed rows are collected (the paper's bounded sets) and joined here: Spark would run a
+   * job of its own to broadcast the left side. Otherwise Spark joins them.
+   */
+  private def hopsAll(hops: Seq[Hop]): Seq[LocalDelta] = {
+    val here: Seq[Boolean] = hops.map(h => h.left.local && h.on.forall { case (l, r) =>
+      val lt = h.left.frame.schema(l).dataType
+      lt == h.right.schema(r).dataType && TriangleMaintenance.equalsHere(lt)
+    })
+    val done = smallAll(hops.zip(here).map { case (h, driver) => if (driver) h.right else join(h.left.frame, h.right, h.on) })
+    hops.indices.map { i =>
+      val (h, result) = (hops(i), done(i))
+      if (!here(i)) result
+      else if (result.local) joinHere(h.left, result, h.on)
+      else small(join(h.left.frame, result.frame, h.on))
+    }
+  }
+
+  /** [[join]] of two results held on the driver, as a hash join here (null keys match nothing). */
+  private def joinHere(l: LocalDelta, r: LocalDelta, on: Seq[(String, String)]): LocalDelta = {
+    val (ls, rs) = (l.frame.schema, r.frame.schema)
+    val (lKeys, rKeys) = (on.map(c => ls.fieldIndex(c._1)), on.map(c => rs.fieldIndex(c._2)))
+    val (lW, rW) = (ls.fieldIndex(W), rs.fieldIndex(W))
+    val rKept = rs.fields.indices.filter(_ != rW)
+    val byKey = r.rows.groupBy(row => rKeys.map(row.get))
+    val rows = for {
+      lr <- l.rows
+      key = lKeys.map(lr.get) if !key.contains(null)
+      rr <- byKey.getOrElse(key, Nil)
+    } yield Row.fromSeq(lr.toSeq.updated(lW, lr.getLong(lW) * rr.getLong(rW)) ++ rKept.map(rr.get))
+    local(StructType(ls.fields ++ rKept.map(rs.fields)), rows)
   }
 
   /** The auxiliary views' changes from the data, one per view (after [[blockDelta]]). */
@@ -458,6 +499,18 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
 }
 
 object TriangleMaintenance {
+  /**
+   * Types whose values Spark's join equality compares as the JVM's equals does (no floating
+   * point: NaN and -0.0 are normalized by Spark; no binary or collated strings).
+   */
+  def equalsHere(t: DataType): Boolean = t match {
+    case ByteType | ShortType | IntegerType | LongType | BooleanType | DateType | TimestampType |
+         TimestampNTZType => true
+    case _: DecimalType => true
+    case s: StringType => s == StringType
+    case _ => false
+  }
+
   val W = "w"
   val KeyColumn = "key"
   /** Heavy sets up to this many keys are broadcast to split rows into parts. */
