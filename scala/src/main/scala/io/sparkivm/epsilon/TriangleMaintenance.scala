@@ -11,7 +11,7 @@ import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, Project}
 import org.apache.spark.sql.functions.{broadcast, col, lit, sum}
 import org.apache.spark.sql.catalyst.CatalystTypeConverters
 import org.apache.spark.sql.catalyst.expressions.GenericRowWithSchema
-import org.apache.spark.sql.ivm.{LocalRows, PartitionedRows, SparkInternals}
+import org.apache.spark.sql.ivm.{JoinMetrics, LocalRows, PartitionedRows, SparkInternals}
 import org.apache.spark.sql.types._
 
 /**
@@ -402,6 +402,7 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
     val (lKeys, rKeys) = (on.map(c => ls.fieldIndex(c._1)), on.map(c => rs.fieldIndex(c._2)))
     val (lW, rW) = (ls.fieldIndex(W), rs.fieldIndex(W))
     val rKept = rs.fields.indices.filter(_ != rW)
+    JoinMetrics.recordRows(l.rows.size.toLong + r.rows.size)
     val byKey = r.rows.groupBy(row => rKeys.map(row.get))
     val rows = for {
       lr <- l.rows

@@ -15,7 +15,8 @@ import org.apache.spark.sql.util.QueryExecutionListener
  * counts them: a filtered scan, an aggregate, a broadcast). This is the work measure of the
  * IVM^eps benchmark ("rows touched"), comparable across refresh strategies and recomputation.
  * One counter for the JVM: work measured at the same time in other threads is counted too
- * (benchmarks measure one thing at a time). Queries Delta runs inside its own commands (MERGE's
+ * (benchmarks measure one thing at a time). Joins spark-ivm runs on the driver over rows held
+ * there count their inputs the same way ([[recordRows]]). Queries Delta runs inside its own commands (MERGE's
  * internal joins) are not seen by query listeners and not counted.
  */
 object JoinMetrics {
@@ -59,6 +60,9 @@ object JoinMetrics {
    * final once the job has returned.
    */
   def record(plan: SparkPlan): Unit = if (!registered.isEmpty) total.addAndGet(rowsEnteringJoins(plan))
+
+  /** Counts a join spark-ivm ran on the driver, whose inputs were `rows` rows in all. */
+  def recordRows(rows: Long): Unit = if (!registered.isEmpty) total.addAndGet(rows)
 
   /** Runs `body` and returns the rows that entered joins in the queries it ran. */
   def measure[T](spark: SparkSession)(body: => T): (T, Long) = {
