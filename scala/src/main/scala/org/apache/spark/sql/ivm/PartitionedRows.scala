@@ -17,8 +17,8 @@ import org.apache.spark.storage.StorageLevel
  * Rows kept in the executors' memory (spilling to their disks) across queries and sessions of
  * one SparkContext, hash-partitioned by one column exactly as Spark's `HashPartitioning` lays
  * rows out, so that a lookup by a few values of that column reads only the partitions that can
- * hold them. Holds the RDD, never a session or a DataFrame: each read builds its plan in the
- * reading session.
+ * hold them. Holds the RDD, not a DataFrame: each read builds its plan in the reading session
+ * (the RDD's lineage keeps the plan, and so the session, that first computed the rows).
  */
 final class PartitionedRows private (val schema: StructType, keyIndex: Int, partitions: Int,
     rdd: RDD[InternalRow]) {
