@@ -1,0 +1,59 @@
+package io.sparkivm.epsilon
+
+import java.nio.file.Files
+
+import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.catalyst.{InternalRow, TableIdentifier}
+import org.apache.spark.sql.ivm.PartitionedRows
+import org.apache.spark.unsafe.types.UTF8String
+import org.scalatest.BeforeAndAfterAll
+import org.scalatest.funsuite.AnyFunSuite
+
+/**
+ * IVM^eps state kept between refreshes: an entry answers only for the exact versions it is
+ * stamped with, moves on by adding a change, stops holding appended rows past its bound, and
+ * dropping a view drops its entries and no other view's.
+ */
+class ResidentStateSuite extends AnyFunSuite with BeforeAndAfterAll {
+  private lazy val spark: SparkSession = SparkSession.builder()
+    .master("local[2]")
+    .config("spark.ui.enabled", "false")
+    .config("spark.sql.shuffle.partitions", "2")
+    .config("spark.sql.warehouse.dir", Files.createTempDirectory("ivm-resident").toString)
+    .getOrCreate()
+
+  private def row(k: Int, s: String, w: Long): InternalRow = InternalRow(k, UTF8String.fromString(s), w)
+
+  test("entries answer for their stamp only and move on by adding changes") {
+    import spark.implicits._
+    val base = PartitionedRows(Seq((1, "a", 1L), (2, "b", 1L), (3, "c", 1L)).toDF("a0", "b0", "w"), "a0", 4)
+    val owner = ResidentState.Owner(TableIdentifier("v", Some("db")), "instance-1")
+    val name = owner.name(0, "a")
+    ResidentState.put(name, ResidentState.Entry(owner.stamp("t@1"), base, Vector.empty))
+    assert(ResidentState.get(spark, name, owner.stamp("t@1")).isDefined)
+    assert(ResidentState.get(spark, name, owner.stamp("t@2")).isEmpty)
+    // Another instance of a view under the same name never reads this one's rows.
+    assert(ResidentState.get(spark, name, ResidentState.Owner(owner.backing, "instance-2").stamp("t@1")).isEmpty)
+
+    val moved = ResidentState.get(spark, name, owner.stamp("t@1")).get
+      .plus(owner.stamp("t@2"), Seq(row(2, "b", -1L), row(4, "d", 1L))).get
+    ResidentState.put(name, moved)
+    val rows = ResidentState.get(spark, name, owner.stamp("t@2")).get.frame(spark, Some(Seq(2, 4)))
+      .where("a0 IN (2, 4)").collect().map(r => (r.getInt(0), r.getString(1), r.getLong(2))).sorted.toSeq
+    assert(rows == Seq((2, "b", -1L), (2, "b", 1L), (4, "d", 1L)))
+    // Past the bound on appended rows the entry is not moved on (the next refresh reads the tables).
+    assert(moved.plus(owner.stamp("t@3"), Seq.fill(ResidentState.MaxAppendedRows)(row(5, "e", 1L))).isEmpty)
+  }
+
+  test("dropping a view drops its entries and keeps those of a view whose name it prefixes") {
+    import spark.implicits._
+    val rows = PartitionedRows(Seq((1, "a", 1L)).toDF("a0", "b0", "w"), "a0", 2)
+    val tri = ResidentState.Owner(TableIdentifier("tri", Some("db")), "i")
+    val tri2 = ResidentState.Owner(TableIdentifier("tri2", Some("db")), "j")
+    Seq(tri, tri2).foreach(o => ResidentState.put(o.name(0, "b"), ResidentState.Entry(o.stamp("t@1"), rows, Vector.empty)))
+    ResidentState.removeView(tri.backing)
+    assert(ResidentState.get(spark, tri.name(0, "b"), tri.stamp("t@1")).isEmpty)
+    assert(ResidentState.get(spark, tri2.name(0, "b"), tri2.stamp("t@1")).isDefined)
+    ResidentState.removeView(tri2.backing)
+  }
+}
