@@ -24,7 +24,7 @@ case class PinnedSource(table: TableIdentifier, tableId: String, version: Long, 
 }
 
 /**
- * Reads Delta base tables in the Z-relation model (design, "The model"): a snapshot at a
+ * Reads Delta base tables in the Z-relation model (docs/architecture.md, "The model"): a snapshot at a
  * version has multiplicity 1 per row; the change between two versions is the change data feed
  * summed per full row, +1 for insert and update_postimage, -1 for delete and
  * update_preimage, zeros dropped. That is the *net* change Svingos et al. 2023, section 1.4 asks for

@@ -12,7 +12,7 @@ import org.apache.spark.sql.types._
  *  - COUNT: the count.  SUM and AVG: the sum and the count of non-null inputs, so that a
  *    group whose inputs are all NULL or gone gives NULL as recomputation does.
  *  - MIN / MAX: the extreme and the non-null count. Inserts fold in directly; a group whose
- *    current extreme was deleted is recomputed from Post (design, "The model").
+ *    current extreme was deleted is recomputed from Post (docs/architecture.md, "The model").
  *  - anything else (COUNT(DISTINCT), stddev, collect_set ...): recomputed from Post for the
  *    groups whose input changed.
  */

@@ -4,7 +4,7 @@ import org.apache.spark.sql.catalyst.expressions._
 import org.apache.spark.sql.catalyst.plans.logical.{Filter, LogicalPlan}
 import org.apache.spark.sql.types._
 
-/** How a refresh may probe large inputs with the keys of small ones (design, "key probing"). */
+/** How a refresh may probe large inputs with the keys of small ones (docs/architecture.md, "Key probing"). */
 case class ProbeSettings(enabled: Boolean, maxKeys: Int, maxRanges: Int, minTableBytes: Long) {
   /**
    * Probing costs a small Spark job or two (collect the keys, compute the small side once);

@@ -8,7 +8,7 @@ import org.apache.spark.sql.catalyst.plans.logical._
 
 /**
  * Checks that a view's analyzed plan is in the class that counting IVM maintains exactly
- * (design, "The algorithms" 1): inner joins, filters, deterministic projections, aggregates,
+ * (docs/architecture.md, "The model"): inner joins, filters, deterministic projections, aggregates,
  * DISTINCT, UNION ALL and subqueries in FROM, over Delta tables. Anything else is refused with
  * an error that names the operator; there is never a silent fallback to recomputation.
  */
