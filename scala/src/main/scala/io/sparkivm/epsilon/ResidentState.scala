@@ -24,9 +24,14 @@ import org.apache.spark.sql.ivm.{LocalRows, PartitionedRows}
 object ResidentState {
   /** Appended rows held on the driver past this many: the entry is dropped and rebuilt. */
   val MaxAppendedRows = 200000
-  /** Rows per partition when a table is first read. */
+  /** Rows per partition of an auxiliary view, bytes per partition of a table occurrence. */
   val RowsPerPartition = 50000L
+  val BytesPerPartition: Long = 1L << 20
   val MaxPartitions = 256
+
+  /** Partitions for rows first read: `wanted`, at least two per core, at most [[MaxPartitions]]. */
+  def partitions(spark: SparkSession, wanted: Long): Int =
+    math.max(2L * spark.sparkContext.defaultParallelism, math.min(MaxPartitions.toLong, wanted)).toInt
 
   final case class Entry(version: String, base: PartitionedRows, appended: Vector[InternalRow]) {
     /** The rows whose probe key is one of `keys` (or more rows: the caller filters). */
@@ -78,7 +83,4 @@ object ResidentState {
 
   /** The name of a state table's entry. */
   def tableName(table: TableIdentifier): String = table.unquotedString
-
-  /** Entries kept now, for tests and DESCRIBE. */
-  def size: Int = synchronized(entries.size)
 }

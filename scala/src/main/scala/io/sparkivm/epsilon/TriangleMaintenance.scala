@@ -184,8 +184,8 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
         }
         val entry = advanced.getOrElse {
           val bytes = rules.sizeInBytes(q.sides(i).plan)
-          val parts = math.max(2L * spark.sparkContext.defaultParallelism, math.min(
-            ResidentState.MaxPartitions.toLong, if (bytes == Long.MaxValue) 0L else bytes / (1L << 20))).toInt
+          val parts = ResidentState.partitions(spark,
+            if (bytes == Long.MaxValue) 0L else bytes / ResidentState.BytesPerPartition)
           ResidentState.Entry(postStamp, PartitionedRows(post(i), s"$layout$i", parts), Vector.empty)
         }
         ResidentState.put(name, entry)

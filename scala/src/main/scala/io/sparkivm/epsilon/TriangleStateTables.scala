@@ -86,8 +86,7 @@ class TriangleStateTables(spark: SparkSession, meta: ViewMetadata, attempt: Stri
     if (!resident) read(3 + i, version) else {
       val table = ResidentState.tableName(names(3 + i))
       val entry = ResidentState.get(spark, table, stamp(3 + i, version)).getOrElse {
-        val parts = math.min(ResidentState.MaxPartitions.toLong, math.max(
-          spark.sparkContext.defaultParallelism.toLong, rows / ResidentState.RowsPerPartition + 1)).toInt
+        val parts = ResidentState.partitions(spark, rows / ResidentState.RowsPerPartition + 1)
         val built = ResidentState.Entry(stamp(3 + i, version),
           PartitionedRows(read(3 + i, version), keyColumn, parts), Vector.empty)
         ResidentState.put(table, built)
