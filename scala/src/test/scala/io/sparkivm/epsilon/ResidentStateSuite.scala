@@ -1,7 +1,6 @@
 package io.sparkivm.epsilon
 
-import java.nio.file.Files
-
+import io.sparkivm.TestSpark
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.{InternalRow, TableIdentifier}
 import org.apache.spark.sql.ivm.PartitionedRows
@@ -15,12 +14,7 @@ import org.scalatest.funsuite.AnyFunSuite
  * dropping a view drops its entries and no other view's.
  */
 class ResidentStateSuite extends AnyFunSuite with BeforeAndAfterAll {
-  private lazy val spark: SparkSession = SparkSession.builder()
-    .master("local[2]")
-    .config("spark.ui.enabled", "false")
-    .config("spark.sql.shuffle.partitions", "2")
-    .config("spark.sql.warehouse.dir", Files.createTempDirectory("ivm-resident").toString)
-    .getOrCreate()
+  private lazy val spark: SparkSession = TestSpark.session("resident")
 
   private def row(k: Int, s: String, w: Long): InternalRow = InternalRow(k, UTF8String.fromString(s), w)
 

@@ -1,8 +1,6 @@
 package io.sparkivm.planner
 
-import java.nio.file.Files
-
-import io.sparkivm.IvmException
+import io.sparkivm.{IvmException, TestSpark}
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.expressions.{Attribute, AttributeReference}
 import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, OneRowRelation}
@@ -13,14 +11,7 @@ import org.scalatest.funsuite.AnyFunSuite
 
 /** Classification, validation and delta rules on analyzed plans of real Delta tables. */
 class PlannerSuite extends AnyFunSuite with BeforeAndAfterAll {
-  private lazy val spark: SparkSession = SparkSession.builder()
-    .master("local[1]")
-    .config("spark.ui.enabled", "false")
-    .config("spark.sql.shuffle.partitions", "1")
-    .config("spark.sql.warehouse.dir", Files.createTempDirectory("ivm-planner").toString)
-    .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
-    .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
-    .getOrCreate()
+  private lazy val spark: SparkSession = TestSpark.session("planner")
 
   override def beforeAll(): Unit = {
     spark.sql("CREATE TABLE r (a INT, b INT, x DOUBLE) USING delta")

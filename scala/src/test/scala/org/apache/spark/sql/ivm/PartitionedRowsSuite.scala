@@ -1,8 +1,8 @@
 package org.apache.spark.sql.ivm
 
-import java.nio.file.Files
-
 import scala.util.Random
+
+import io.sparkivm.TestSpark
 
 import org.apache.spark.rdd.RDD
 import org.apache.spark.sql.{Row, SparkSession}
@@ -17,12 +17,7 @@ import org.scalatest.funsuite.AnyFunSuite
  * same rows from another session; rows follow their SparkContext.
  */
 class PartitionedRowsSuite extends AnyFunSuite with BeforeAndAfterAll {
-  private lazy val spark: SparkSession = SparkSession.builder()
-    .master("local[2]")
-    .config("spark.ui.enabled", "false")
-    .config("spark.sql.shuffle.partitions", "2")
-    .config("spark.sql.warehouse.dir", Files.createTempDirectory("ivm-rows").toString)
-    .getOrCreate()
+  private lazy val spark: SparkSession = TestSpark.session("rows")
 
   private def readRdd(df: org.apache.spark.sql.DataFrame): RDD[_] =
     SparkInternals.analyzed(df).collectFirst { case l: LogicalRDD => l.rdd }.get
