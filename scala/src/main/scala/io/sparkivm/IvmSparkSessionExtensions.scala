@@ -3,15 +3,18 @@ package io.sparkivm
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.parser.IvmSqlParser
 import org.apache.spark.sql.SparkSessionExtensions
+import org.apache.spark.sql.ivm.LocalBroadcast
 
 /**
  * Entry point: `spark.sql.extensions=io.sparkivm.IvmSparkSessionExtensions` (next to Delta's
  * extension). It registers spark-ivm's settings with SQLConf and adds a parser that recognises
- * the materialized-view statements and hands every other statement to the parser it wraps.
+ * the materialized-view statements and hands every other statement to the parser it wraps, and
+ * a physical rule that broadcasts rows held on the driver without a Spark job ([[LocalBroadcast]]).
  */
 class IvmSparkSessionExtensions extends (SparkSessionExtensions => Unit) {
   override def apply(extensions: SparkSessionExtensions): Unit = {
     IvmConf.registered
     extensions.injectParser { (session, delegate) => new IvmSqlParser(session, delegate) }
+    extensions.injectColumnar(_ => LocalBroadcast.columnarRule)
   }
 }

@@ -173,6 +173,10 @@ object ViewCatalog extends Logging {
       "sources" -> JObject(r.sourceVersions.toList.sortBy(_._1).map { case (t, v) => t -> JLong(v) }),
       "epsilon" -> r.epsilon.map(_.toJson).getOrElse(JNothing)))))
 
+  /** The number of the refresh recorded in a backing table's properties, if any. */
+  def recordedNumber(configuration: Map[String, String]): Option[Long] =
+    configuration.get(RecordProperty).flatMap(parseRecord(_, -1L, 0L)).map(_.number)
+
   private def parseRecord(json: String, version: Long, ts: Long): Option[RefreshRecord] =
     try {
       parse(json) \ "ivm" match {

@@ -4,6 +4,7 @@ import scala.util.control.NonFatal
 
 import io.sparkivm.{IvmErrors, IvmException}
 import io.sparkivm.catalog.SourceInfo
+import io.sparkivm.conf.IvmConf
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.{Column, DataFrame, SparkSession}
 import org.apache.spark.sql.catalyst.TableIdentifier
@@ -55,9 +56,10 @@ object DeltaSources extends Logging {
   def currentVersion(spark: SparkSession, table: TableIdentifier): Long =
     DeltaLog.forTable(spark, table).update().version
 
-  /** The table as of a version. */
+  /** The table as of a version (from its files as held on the driver, see [[KnownFiles]]). */
   def snapshot(spark: SparkSession, table: TableIdentifier, version: Long): DataFrame =
-    spark.read.format("delta").option("versionAsOf", version).table(table.quotedString)
+    Some(IvmConf.KnownFiles.get(spark)).filter(identity).flatMap(_ => KnownFiles.read(spark, table, version))
+      .getOrElse(spark.read.format("delta").option("versionAsOf", version).table(table.quotedString))
 
   /**
    * The net change of a table between two versions (exclusive, inclusive], one row per unit of

@@ -76,6 +76,11 @@ object IvmConf {
       "and nets it on the driver when the change files (per the Delta log) total at most this " +
       "many bytes; above it, changes are netted by a distributed aggregate and checkpointed.")
 
+  val KnownFiles: IvmConfEntry[Boolean] = bool("spark.ivm.knownFiles.enabled", default = true,
+    "Hold the file lists of the Delta table versions a refresh reads on the driver (advanced from " +
+      "the log between versions) and skip files there by their statistics, instead of the Spark " +
+      "jobs Delta runs to list and skip files for every scan.")
+
   // ---- planning ----
 
   val FkPruning: IvmConfEntry[Boolean] = bool("spark.ivm.fkPruning.enabled", default = true,

@@ -1,6 +1,7 @@
 package io.sparkivm.execution
 
 import io.sparkivm.catalog.{RefreshRecord, ViewCatalog, ViewMetadata}
+import io.sparkivm.changes.DeltaSources
 import io.sparkivm.planner.ViewMaintenance
 import org.apache.spark.sql.catalyst.expressions.AttributeReference
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
@@ -59,7 +60,8 @@ object BackingTable {
 
   /** The backing table's current rows, as a plan (the old state a refresh merges into). */
   def current(spark: SparkSession, meta: ViewMetadata): LogicalPlan =
-    SparkInternals.analyzed(spark.table(meta.backing.quotedString))
+    SparkInternals.analyzed(DeltaSources.snapshot(spark, meta.backing,
+      DeltaLog.forTable(spark, meta.backing).update().version))
 
   def sizeInBytes(spark: SparkSession, meta: ViewMetadata): Long =
     DeltaLog.forTable(spark, meta.backing).update().sizeInBytes

@@ -1,6 +1,8 @@
 package io.sparkivm.execution
 
 import io.sparkivm.catalog.{RefreshRecord, ViewCatalog, ViewMetadata}
+import io.sparkivm.changes.KnownFiles
+import io.sparkivm.conf.IvmConf
 import io.sparkivm.planner.{KeyProbe, ViewMaintenance}
 import org.apache.spark.sql.{Column, DataFrame, SaveMode, SparkSession}
 import org.apache.spark.sql.catalyst.{CatalystTypeConverters, InternalRow}
@@ -35,6 +37,8 @@ import org.apache.spark.sql.types.StructType
 object RewriteCommit extends DeltaCommand {
   /** Candidate files up to this size are rewritten without first finding which hold a key. */
   private val RewriteWithoutSearchBytes = 8L << 20
+  /** Size of the files written when the rows to write are known to be few. */
+  private val TargetFileBytes = 128L << 20
   /** Ranges of changed keys tested against each file's min and max. */
   private val SkippingRanges = 64
 
@@ -47,15 +51,14 @@ object RewriteCommit extends DeltaCommand {
   def apply(spark: SparkSession, meta: ViewMetadata, maintenance: ViewMaintenance, plan: LogicalPlan,
       record: RefreshRecord, written: () => Unit = () => ()): Option[MergeMetrics] = {
     val (log, txn) = start(spark, meta)
-    if (txn.txnVersion(meta.id) >= record.number) return None
+    if (committed(txn, meta) >= record.number) return None
     // Delta takes a metadata change only before the transaction writes data.
     recordIn(txn, record, Map.empty, None)
     val changed = RefreshSteps.localRows(plan) match {
       case Some(rows) => new LocalChangedRows(spark, DataTypeUtils.fromAttributes(plan.output), rows, maintenance)
       case None => new DistributedChangedRows(spark, SparkInternals.dataFrame(spark, plan), maintenance)
     }
-    val candidates = changed.skipping.map(f => txn.filterFiles(Seq(f), keepNumRecords = false))
-      .getOrElse(txn.filterFiles())
+    val candidates = changed.skipping.map(f => candidateFiles(spark, log, txn, f)).getOrElse(txn.filterFiles())
     val touched: Seq[AddFile] =
       if (candidates.isEmpty || maintenance.keyNames.isEmpty ||
         candidates.map(_.size).sum <= RewriteWithoutSearchBytes) candidates
@@ -70,7 +73,11 @@ object RewriteCommit extends DeltaCommand {
       Some((if (maintenance.keyNames.isEmpty) scan.limit(0) else changed.withoutKeys(scan)).select(columns: _*))
     }
     val fresh = changed.fresh.select(columns: _*)
-    val adds = txn.writeFiles(kept.map(_.unionByName(fresh)).getOrElse(fresh))
+    val rows = kept.map(_.unionByName(fresh)).getOrElse(fresh)
+    // The rewritten files and the new rows in as few files as their size needs: each task of
+    // the write adds a file, and small files make every later read and rewrite dearer.
+    val files = math.max(1L, touched.map(_.size).sum / TargetFileBytes)
+    val adds = txn.writeFiles(if (changed.onDriver) rows.coalesce(files.toInt) else rows)
     written()
     val now = System.currentTimeMillis()
     commit(txn, meta, record.number, touched.map(_.removeWithTimestamp(now, dataChange = true)) ++ adds,
@@ -96,6 +103,21 @@ object RewriteCommit extends DeltaCommand {
     true
   }
 
+  /**
+   * The files that may hold a key matching `filter`, skipped on the driver when the table's file
+   * list is known there ([[KnownFiles]]); recorded as the transaction's reads either way, so that
+   * Delta's conflict checks are those of `txn.filterFiles`.
+   */
+  private def candidateFiles(spark: SparkSession, log: DeltaLog, txn: OptimisticTransaction,
+      filter: Expression): Seq[AddFile] =
+    if (!IvmConf.KnownFiles.get(spark)) txn.filterFiles(Seq(filter), keepNumRecords = false)
+    else {
+      val files = KnownFiles.matching(log, txn.snapshot, Seq(filter))
+      txn.trackReadPredicates(Seq(filter))
+      txn.trackFilesRead(files)
+      files
+    }
+
   private def start(spark: SparkSession, meta: ViewMetadata): (DeltaLog, OptimisticTransaction) = {
     val log = DeltaLog.forTable(spark, meta.backing)
     (log, log.startTransaction(Some(SessionInternals.catalog(spark).getTableMetadata(meta.backing)), None))
@@ -110,6 +132,15 @@ object RewriteCommit extends DeltaCommand {
         (ViewCatalog.RecordProperty -> ViewCatalog.renderRecord(record))))
   }
 
+  /**
+   * The last refresh number committed, from the record in the table's properties (read from the
+   * version's metadata, which Delta holds without rebuilding the version's state); from Delta's
+   * transaction identifiers for tables written before the property existed. Two refreshes racing
+   * for one number still conflict: each commit changes the metadata.
+   */
+  private def committed(txn: OptimisticTransaction, meta: ViewMetadata): Long =
+    ViewCatalog.recordedNumber(txn.metadata.configuration).getOrElse(txn.txnVersion(meta.id))
+
   /** Commits `actions` with the view's transaction (view id, refresh number). */
   private def commit(txn: OptimisticTransaction, meta: ViewMetadata, number: Long, actions: Seq[Action],
       op: DeltaOperations.Operation): Long =
@@ -117,6 +148,8 @@ object RewriteCommit extends DeltaCommand {
 
   /** The changed rows of a refresh, as [[apply]] needs them. */
   private sealed trait ChangedRows {
+    /** True if the changed rows are held on the driver (and so are few). */
+    def onDriver: Boolean
     /** A filter on the first key for Delta's data skipping, if one can be formed. */
     def skipping: Option[Expression]
     /** The rows of `scan` whose key is a changed key. */
@@ -135,6 +168,7 @@ object RewriteCommit extends DeltaCommand {
     private val existedAt = schema.fieldIndex(ViewMaintenance.ExistedColumn)
     private def keep(r: InternalRow) = maintenance.global || r.getLong(countAt) != 0L
     private val keyAt = maintenance.keyNames.map(schema.fieldIndex)
+    def onDriver: Boolean = true
     private val keySet: Set[Any] = rows.map(r =>
       new GenericInternalRow(keyAt.map(i => r.get(i, schema(i).dataType)).toArray): InternalRow).toSet
 
@@ -177,6 +211,7 @@ object RewriteCommit extends DeltaCommand {
     private val keep: Column = if (maintenance.global) lit(true) else count =!= 0L
     private val keys = rows.select(maintenance.keyNames.map(k => rows.col(ViewMaintenance.quote(k))): _*)
 
+    def onDriver: Boolean = false
     def skipping: Option[Expression] = None
 
     private def on(scan: DataFrame): Column = maintenance.keyNames.map { k =>

@@ -98,12 +98,13 @@ class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String]) {
     val dCount = Alias(Sum(Cast(m, LongType)).toAggregateExpression(), "__ivm_dcount")()
     val dStates = states.map(s => s.deltas(m).zipWithIndex.map { case (e, i) =>
       Alias(e, s"__ivm_d${s.index}_$i")() })
-    // The delta, folded per key: small. Computed once ahead when it is read twice (a group's
-    // recomputation is decided from it, or its keys probe the backing table), else part of
-    // the one query that computes the new rows.
+    // The delta, folded per key: small. A refresh computes it ahead: its keys select the backing
+    // rows to read (and a group's recomputation is decided from it). EXPLAIN keeps it part of the
+    // one query that computes the new rows.
     val foldedPlan = Aggregate(keyExprs, keys ++ (dCount +: dStates.flatten), rules.unionAll(changed.map(_.plan)))
-    val folded = if (states.exists(_.recompute.isDefined) || steps.probe.enabled) steps.materialize(foldedPlan)
-      else foldedPlan
+    val folded = if (states.exists(_.recompute.isDefined) || steps.probe.enabled || steps.collects) {
+      steps.materialize(foldedPlan)
+    } else foldedPlan
     val backing = probeBacking(old(), folded, keys, steps)
     def col(name: String) = backing.output.find(_.name == name).getOrElse(
       throw new IllegalStateException(s"backing table has no column $name"))
@@ -146,17 +147,25 @@ class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String]) {
       rows.output.filter(_.name == ExistedColumn), rows) else rows)
   }
 
-  /** The backing table restricted to the files that may hold the changed groups' first key. */
+  /**
+   * The backing table restricted to the rows (and so the files) that may hold the changed groups'
+   * first key: the exact keys when the folded delta is held on the driver, else ranges of its
+   * keys when probing is on. A NULL key matches null-safely: rows with NULL keys are kept too.
+   */
   private def probeBacking(backing: LogicalPlan, folded: LogicalPlan, keys: Seq[Alias],
       steps: PlanSteps): LogicalPlan = {
     val p = steps.probe
     (keys.headOption, keyNames.headOption) match {
-      case (Some(k), Some(n)) if p.enabled && KeyProbe.probeable(k.dataType) =>
+      case (Some(k), Some(n)) =>
         val target = backing.output.find(_.name == n).get
-        steps.distinctValues(folded, k.toAttribute, p.maxKeys).map { values =>
-          // A NULL key matches null-safely: keep the rows with NULL keys too.
-          Filter(Or(IsNull(target), KeyProbe.filter(target, values, p.maxRanges)), backing)
-        }.getOrElse(backing)
+        def keep(cond: Expression) = Filter(Or(IsNull(target), cond), backing)
+        steps.localValues(folded, k.toAttribute) match {
+          case Some(values) => keep(InSet(target, values))
+          case None if p.enabled && KeyProbe.probeable(k.dataType) =>
+            steps.distinctValues(folded, k.toAttribute, p.maxKeys)
+              .map(values => keep(KeyProbe.filter(target, values, p.maxRanges))).getOrElse(backing)
+          case None => backing
+        }
       case _ => backing
     }
   }

@@ -1,0 +1,137 @@
+package io.sparkivm.changes
+
+import scala.collection.mutable
+import scala.util.control.NonFatal
+
+import org.apache.spark.internal.Logging
+import org.apache.spark.sql.{DataFrame, SparkSession}
+import org.apache.spark.sql.catalyst.TableIdentifier
+import org.apache.spark.sql.catalyst.expressions.Expression
+import org.apache.spark.sql.catalyst.util.CharVarcharUtils
+import org.apache.spark.sql.delta.{DeltaLog, Snapshot}
+import org.apache.spark.sql.delta.actions.{AddFile, FileAction, RemoveFile}
+import org.apache.spark.sql.delta.files.TahoeBatchFileIndex
+import org.apache.spark.sql.execution.datasources.{HadoopFsRelation, LogicalRelation}
+import org.apache.spark.sql.ivm.SparkInternals
+
+/**
+ * The files of Delta table versions, held on the driver, so that a refresh reads a table version
+ * without the Spark jobs Delta runs to list and skip its files.
+ *
+ * Delta plans every scan with a new filter by a job over the version's file list (and rebuilds that
+ * list from the log by another job the first time a version is read), tens to hundreds of
+ * milliseconds each, several per refresh. Here a version's list is computed once per session:
+ * from a list already known for an earlier version of the same table plus the commits in between
+ * (read from the log on the driver: no Spark job), or by one job when none is known. A version's
+ * files never change, so an entry is never stale; entries are kept for the few latest versions of
+ * each table read (a refresh's Pre is the last refresh's Post). A scan built by [[read]] skips
+ * files on the driver by the statistics in the log ([[FileSkipping]]), and is otherwise Delta's own
+ * scan of those files (deletion vectors and column mapping included).
+ */
+object KnownFiles extends Logging {
+  /** The files of one table version, by Delta's identity of a file (path and deletion vector). */
+  final class Version(val tableId: String, val version: Long, val files: Map[(String, String), KnownFile])
+
+  private val VersionsPerTable = 3
+  private val MaxVersions = 64
+  /** Versions kept, least recently used first (guarded by `this`). */
+  private val versions = mutable.LinkedHashMap[(String, Long), Version]()
+
+  private def key(f: FileAction): (String, String) =
+    (f.pathAsUri.toString, Option(f.deletionVector).map(_.uniqueId).orNull)
+
+  /** The files of `snapshot`'s version of the table of `log`. */
+  def of(log: DeltaLog, snapshot: Snapshot): Version = {
+    val id = snapshot.metadata.id
+    val (hit, earlier) = synchronized {
+      val hit = versions.remove((id, snapshot.version))
+      hit.foreach(v => versions((id, v.version)) = v) // now the most recently used
+      (hit, versions.values.filter(v => v.tableId == id && v.version < snapshot.version).maxByOption(_.version))
+    }
+    hit.getOrElse {
+      val files = earlier.flatMap(advance(log, _, snapshot.version)).getOrElse(
+        snapshot.allFiles.collect().iterator.map(a => key(a) -> new KnownFile(a)).toMap)
+      remember(new Version(id, snapshot.version, files))
+    }
+  }
+
+  /** The files at `to`, from those at `from.version` and the commits in between, if all are in the log. */
+  private def advance(log: DeltaLog, from: Version, to: Long): Option[Map[(String, String), KnownFile]] =
+    try {
+      var files = from.files
+      var at = from.version
+      log.getChanges(from.version + 1).takeWhile(_._1 <= to).foreach { case (v, actions) =>
+        if (v != at + 1) throw new IllegalStateException(s"version ${at + 1} is missing from the log")
+        actions.foreach {
+          case r: RemoveFile => files -= key(r)
+          case _ =>
+        }
+        actions.foreach {
+          case a: AddFile => files += key(a) -> new KnownFile(a)
+          case _ =>
+        }
+        at = v
+      }
+      if (at == to) Some(files) else None
+    } catch {
+      case NonFatal(e) =>
+        logInfo(s"spark-ivm: listing files of version $to from the snapshot: ${e.getMessage}")
+        None
+    }
+
+  private def remember(v: Version): Version = synchronized {
+    versions((v.tableId, v.version)) = v
+    val ofTable = versions.values.filter(_.tableId == v.tableId).toSeq.sortBy(-_.version)
+    ofTable.drop(VersionsPerTable).foreach(o => versions.remove((o.tableId, o.version)))
+    while (versions.size > MaxVersions) versions.remove(versions.head._1)
+    v
+  }
+
+  /** Forgets every version (tests). */
+  def clear(): Unit = synchronized(versions.clear())
+
+  /** The snapshot of a table at a version: Delta's current one when it is that version. */
+  def snapshot(log: DeltaLog, version: Long): Snapshot = {
+    val current = log.unsafeVolatileSnapshot
+    if (current.version == version) current else log.getSnapshotAt(version)
+  }
+
+  /**
+   * The table at `version`, read from its known files, or None when its columns need more than a
+   * scan of its files (CHAR and VARCHAR columns, which a table read pads or checks).
+   */
+  def read(spark: SparkSession, table: TableIdentifier, version: Long): Option[DataFrame] = {
+    val log = DeltaLog.forTable(spark, table)
+    val snap = snapshot(log, version)
+    if (CharVarcharUtils.hasCharVarchar(snap.metadata.schema)) return None
+    val files = of(log, snap).files.values.toSeq
+    val index = new SkippingFileIndex(spark, log, snap, files)
+    val df = log.createDataFrame(snap, Nil)
+    Some(SparkInternals.dataFrame(spark, SparkInternals.analyzed(df).transform {
+      case l @ LogicalRelation(r: HadoopFsRelation, _, _, _, _) =>
+        l.copy(relation = r.copy(location = index)(r.sparkSession))
+    }))
+  }
+
+  /** The files of `snapshot` that may hold rows matching `filters` (driver-side skipping). */
+  def matching(log: DeltaLog, snapshot: Snapshot, filters: Seq[Expression]): Seq[AddFile] = {
+    val skipping = FileSkipping.of(snapshot.metadata.schema)
+    of(log, snapshot).files.values.iterator.filter(f => skipping.mayMatch(f, filters)).map(_.add).toSeq
+  }
+}
+
+/**
+ * Delta's scan of a given list of files, with the files that cannot match a scan's data filters
+ * skipped on the driver ([[FileSkipping]]) before Delta's own partition pruning.
+ */
+class SkippingFileIndex(spark: SparkSession, log: DeltaLog, snapshot: Snapshot, files: Seq[KnownFile])
+  extends TahoeBatchFileIndex(spark, "read", files.map(_.add), log, log.dataPath, snapshot) {
+
+  override def matchingFiles(partitionFilters: Seq[Expression], dataFilters: Seq[Expression]): Seq[AddFile] = {
+    val skipping = FileSkipping.of(snapshot.metadata.schema)
+    val kept = files.iterator.filter(f => skipping.mayMatch(f, dataFilters)).map(_.add).toSeq
+    if (partitionFilters.isEmpty) kept
+    else new TahoeBatchFileIndex(spark, "read", kept, log, log.dataPath, snapshot)
+      .matchingFiles(partitionFilters, dataFilters)
+  }
+}

@@ -1,0 +1,92 @@
+package io.sparkivm.changes
+
+import io.sparkivm.TestSpark
+import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.catalyst.TableIdentifier
+import org.apache.spark.sql.catalyst.expressions._
+import org.apache.spark.sql.delta.DeltaLog
+import org.apache.spark.sql.delta.actions.AddFile
+import org.apache.spark.sql.types._
+import org.apache.spark.unsafe.types.UTF8String
+import org.scalatest.BeforeAndAfterAll
+import org.scalatest.funsuite.AnyFunSuite
+
+/**
+ * File lists held on the driver: the list of every version, however it was reached (advanced
+ * from an earlier version through the log, or listed by Delta), is Delta's own; a scan over them
+ * returns the table's rows; skipping keeps every file that may hold a match.
+ */
+class KnownFilesSuite extends AnyFunSuite with BeforeAndAfterAll {
+  private lazy val spark: SparkSession = TestSpark.session("known-files")
+
+  private def paths(files: Iterable[AddFile]): Set[(String, Option[String])] =
+    files.map(f => (f.path, Option(f.deletionVector).map(_.uniqueId))).toSet
+
+  test("every version's files equal Delta's, advanced through the log or listed") {
+    spark.sql("DROP TABLE IF EXISTS kf")
+    spark.sql("CREATE TABLE kf (k INT, s STRING) USING delta " +
+      "TBLPROPERTIES (delta.enableDeletionVectors = true)")
+    spark.sql("INSERT INTO kf SELECT id, CAST(id AS STRING) FROM range(100)")
+    spark.sql("INSERT INTO kf SELECT id, 'x' FROM range(100, 200)")
+    spark.sql("DELETE FROM kf WHERE k % 7 = 0") // deletion vectors
+    spark.sql("UPDATE kf SET s = 'u' WHERE k < 10")
+    spark.sql("OPTIMIZE kf")
+    spark.sql("INSERT INTO kf SELECT id, 'y' FROM range(200, 210)")
+    val log = DeltaLog.forTable(spark, TableIdentifier("kf"))
+    val last = log.update().version
+    def check(v: Long): Unit = {
+      val snap = KnownFiles.snapshot(log, v)
+      assert(paths(KnownFiles.of(log, snap).files.values.map(_.add)) == paths(snap.allFiles.collect()), s"version $v")
+      val read = KnownFiles.read(spark, TableIdentifier("kf"), v).get
+      val expected = spark.read.format("delta").option("versionAsOf", v).table("kf")
+      assert(read.collect().toSet == expected.collect().toSet, s"rows of version $v")
+    }
+    KnownFiles.clear()
+    (0L to last).foreach(check) // each version advanced from the one before
+    KnownFiles.clear()
+    (last to 0L by -1L).foreach(check) // each version listed by Delta
+    // A scan with a filter reads only what matches, and the same rows as Delta's.
+    val filtered = KnownFiles.read(spark, TableIdentifier("kf"), last).get.where("k IN (3, 150, 205)")
+    assert(filtered.collect().map(_.getInt(0)).sorted.toSeq == Seq(3, 150, 205))
+  }
+
+  private def file(stats: String): KnownFile =
+    new KnownFile(AddFile("f", Map.empty, 1L, 0L, dataChange = true, stats = stats))
+
+  test("skipping keeps every file that may hold a match and drops only excluded ones") {
+    val schema = StructType(Seq(StructField("k", IntegerType), StructField("d", DateType),
+      StructField("s", StringType), StructField("x", DoubleType)))
+    val skipping = FileSkipping.of(schema)
+    val f = file("""{"numRecords":10,"minValues":{"k":10,"d":"2020-01-01","s":"b"},""" +
+      """"maxValues":{"k":20,"d":"2020-12-31","s":"d"},"nullCount":{"k":0,"s":2}}""")
+    val k = AttributeReference("k", IntegerType)()
+    val d = AttributeReference("d", DateType)()
+    val s = AttributeReference("s", StringType)()
+    val x = AttributeReference("x", DoubleType)()
+    def may(e: Expression) = skipping.mayMatch(f, Seq(e))
+    assert(may(EqualTo(k, Literal(15))) && !may(EqualTo(k, Literal(21))) && !may(EqualTo(Literal(9), k)))
+    assert(may(InSet(k, Set(1, 2, 20))) && !may(InSet(k, Set(1, 2, 21, 30))) && !may(InSet(k, Set.empty)))
+    assert(may(In(k, Seq(Literal(5), Literal(10)))) && !may(In(k, Seq(Literal(5), Literal(25)))))
+    assert(!may(LessThan(k, Literal(10))) && may(LessThanOrEqual(k, Literal(10))))
+    assert(!may(GreaterThan(k, Literal(20))) && may(GreaterThanOrEqual(k, Literal(20))))
+    assert(!may(GreaterThan(Literal(10), k)) && may(LessThan(Literal(19), k)))
+    assert(!may(And(EqualTo(k, Literal(15)), EqualTo(k, Literal(30)))))
+    assert(may(Or(EqualTo(k, Literal(15)), EqualTo(k, Literal(30)))))
+    val date = Literal.create(java.sql.Date.valueOf("2021-01-01"), DateType)
+    assert(!may(EqualTo(d, date)) && may(LessThan(d, date)))
+    assert(may(EqualTo(s, Literal(UTF8String.fromString("c"), StringType))))
+    assert(!may(EqualTo(s, Literal(UTF8String.fromString("e"), StringType))))
+    assert(!may(IsNull(k)) && may(IsNull(s)) && may(IsNull(d)))
+    // What it cannot read, it keeps: other types, other predicates, missing statistics.
+    assert(may(EqualTo(x, Literal(1.0))) && may(Not(EqualTo(k, Literal(15)))))
+    assert(skipping.mayMatch(file(null), Seq(EqualTo(k, Literal(99)))))
+    // A maximum Delta may have cut (32 characters) is not an upper bound.
+    val long = file(s"""{"minValues":{"s":"a"},"maxValues":{"s":"${"b" * 32}"}}""")
+    assert(skipping.mayMatch(long, Seq(EqualTo(s, Literal(UTF8String.fromString("c"), StringType)))))
+    // Statistics are keyed by the physical name under column mapping.
+    val mapped = FileSkipping.of(StructType(Seq(StructField("k", IntegerType, nullable = true,
+      new MetadataBuilder().putString("delta.columnMapping.physicalName", "col-1").build()))))
+    val phys = file("""{"minValues":{"col-1":1},"maxValues":{"col-1":2}}""")
+    assert(!mapped.mayMatch(phys, Seq(EqualTo(k, Literal(5)))) && mapped.mayMatch(phys, Seq(EqualTo(k, Literal(2)))))
+  }
+}
