@@ -5,6 +5,7 @@ import scala.util.control.NonFatal
 
 import io.sparkivm.IvmErrors
 import io.sparkivm.catalog.{EpsilonState, ViewCatalog, ViewMetadata}
+import io.sparkivm.changes.DeltaSources
 import io.sparkivm.conf.IvmConf
 import org.apache.spark.sql.{DataFrame, Row, SparkSession}
 import org.apache.spark.sql.catalyst.TableIdentifier
@@ -42,7 +43,7 @@ class TriangleStateTables(spark: SparkSession, meta: ViewMetadata, attempt: Stri
 
   /** Table i as of a recorded version (resolved once per refresh: it loads a Delta snapshot). */
   def read(i: Int, version: Long): DataFrame = reads.synchronized(reads.getOrElseUpdate((i, version),
-    spark.read.format("delta").option("versionAsOf", version).table(names(i).quotedString)))
+    DeltaSources.snapshot(spark, names(i), version)))
 
   /**
    * The heavy keys in table i as of a version, read once per JVM: a version of a Delta table
