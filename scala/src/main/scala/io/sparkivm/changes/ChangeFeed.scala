@@ -75,7 +75,9 @@ object ChangeFeed {
     // that overlaps well: the tables' reads are planned side by side.
     val feeds = Parallel.run(spark, small.map(r => () => r -> signedFeed(spark, view, r)))
     // Rows per task are bounded by the files' sizes checked above; the bound is a safeguard.
-    val collected = try LocalRows.collect(spark, feeds.map(_._2), Int.MaxValue - 1) catch {
+    // One task per core: the change files are small, and a task per file costs more to start than to read.
+    val collected = try LocalRows.collect(spark, feeds.map(_._2), Int.MaxValue - 1,
+      Some(spark.sparkContext.defaultParallelism)) catch {
       case NonFatal(e) => throw unavailable(view, small, e)
     }
     val local = feeds.zip(collected.getOrElse(Nil)).map { case ((r, feed), rows) =>

@@ -4,7 +4,7 @@ import scala.collection.mutable
 import scala.jdk.CollectionConverters._
 
 import io.sparkivm.catalog.EpsilonState
-import io.sparkivm.planner.{DeltaRules, TriangleQuery}
+import io.sparkivm.planner.{DeltaRules, KeyProbe, TriangleQuery}
 import org.apache.spark.sql.{DataFrame, Row, SparkSession}
 import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, Cast, Literal}
 import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, Project}
@@ -385,7 +385,7 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
   private def hopsAll(hops: Seq[Hop]): Seq[LocalDelta] = {
     val here: Seq[Boolean] = hops.map(h => h.left.local && h.on.forall { case (l, r) =>
       val lt = h.left.frame.schema(l).dataType
-      lt == h.right.schema(r).dataType && TriangleMaintenance.equalsHere(lt)
+      lt == h.right.schema(r).dataType && KeyProbe.equalsAsJvm(lt)
     })
     val done = smallAll(hops.zip(here).map { case (h, driver) => if (driver) h.right else join(h.left.frame, h.right, h.on) })
     hops.indices.map { i =>
@@ -500,17 +500,6 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
 }
 
 object TriangleMaintenance {
-  /**
-   * Types whose values Spark's join equality compares as the JVM's equals does (no floating
-   * point: NaN and -0.0 are normalized by Spark; no binary or collated strings).
-   */
-  def equalsHere(t: DataType): Boolean = t match {
-    case ByteType | ShortType | IntegerType | LongType | BooleanType | DateType | TimestampType |
-         TimestampNTZType => true
-    case _: DecimalType => true
-    case s: StringType => s == StringType
-    case _ => false
-  }
 
   val W = "w"
   val KeyColumn = "key"

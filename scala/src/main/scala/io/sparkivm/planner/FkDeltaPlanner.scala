@@ -228,6 +228,7 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
     needed <- settings.steps.localValues(joined, a)
     if needed.size <= settings.probe.maxKeys.max(100000)
     pkAttr <- leaf.output.find(_.name.equalsIgnoreCase(pk))
+    if KeyProbe.equalsAsJvm(pkAttr.dataType) // the keys become an InSet, matched by JVM equality
   } yield {
     val deleted = reader.localDelta(leaf).map { local =>
       val at = local.positions(Seq(pk)).head

@@ -29,6 +29,19 @@ object ProbeSettings {
  */
 object KeyProbe {
 
+  /**
+   * Types whose values Spark's join equality compares as the JVM's equals does (no floating
+   * point: NaN and -0.0 are normalized by Spark; no binary or collated strings), so that a set
+   * of values held on the driver (an InSet, a hash map) matches exactly as the join would.
+   */
+  def equalsAsJvm(t: DataType): Boolean = t match {
+    case ByteType | ShortType | IntegerType | LongType | BooleanType | DateType | TimestampType |
+         TimestampNTZType => true
+    case _: DecimalType => true
+    case s: StringType => s == StringType
+    case _ => false
+  }
+
   def probeable(t: DataType): Boolean = t match {
     case _: NumericType | StringType | DateType | TimestampType | TimestampNTZType => true
     case _ => false

@@ -160,11 +160,11 @@ class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String]) {
         val target = backing.output.find(_.name == n).get
         def keep(cond: Expression) = Filter(Or(IsNull(target), cond), backing)
         steps.localValues(folded, k.toAttribute) match {
-          case Some(values) => keep(InSet(target, values))
-          case None if p.enabled && KeyProbe.probeable(k.dataType) =>
+          case Some(values) if KeyProbe.equalsAsJvm(k.dataType) => keep(InSet(target, values))
+          case _ if p.enabled && KeyProbe.probeable(k.dataType) =>
             steps.distinctValues(folded, k.toAttribute, p.maxKeys)
               .map(values => keep(KeyProbe.filter(target, values, p.maxRanges))).getOrElse(backing)
-          case None => backing
+          case _ => backing
         }
       case _ => backing
     }

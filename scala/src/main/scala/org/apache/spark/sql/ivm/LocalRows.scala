@@ -17,9 +17,11 @@ object LocalRows {
   /**
    * The rows of several DataFrames in one Spark job, or None if some task produced more than
    * `maxRowsPerTask` rows (the caller then computes them distributed). Rows come back as
-   * copies, in the DataFrames' order.
+   * copies, in the DataFrames' order. With `tasks`, the last stage runs as at most that many
+   * tasks (for reads of many small files, whose tasks would each cost more to start than to run).
    */
-  def collect(spark: SparkSession, dfs: Seq[DataFrame], maxRowsPerTask: Int): Option[Seq[IndexedSeq[InternalRow]]] = {
+  def collect(spark: SparkSession, dfs: Seq[DataFrame], maxRowsPerTask: Int,
+      tasks: Option[Int] = None): Option[Seq[IndexedSeq[InternalRow]]] = {
     if (dfs.isEmpty) return Some(Nil)
     val rdds = dfs.zipWithIndex.map { case (df, i) =>
       df.queryExecution.toRdd.mapPartitions { it =>
@@ -28,7 +30,8 @@ object LocalRows {
         if (buf.size > maxRowsPerTask) Iterator((-1, null: InternalRow)) else buf.iterator
       }
     }
-    val all = spark.sparkContext.union(rdds).collect()
+    val union = spark.sparkContext.union(rdds)
+    val all = tasks.filter(_ < union.getNumPartitions).map(union.coalesce(_)).getOrElse(union).collect()
     dfs.foreach(df => JoinMetrics.record(df.queryExecution.executedPlan))
     if (all.exists(_._1 < 0)) None
     else {
