@@ -43,7 +43,10 @@ def make_session(master: str = "local[2]", warehouse: Optional[str] = None,
         .config("spark.driver.memory", "4g")
         .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={warehouse}")
     )
-    for key, value in (extra or {}).items():
+    # IVM_TEST_CONF="key=value;key=value" runs the tests with other settings (e.g. every apply
+    # on the deletion-vector path: spark.ivm.apply.rewriteWithoutSearchBytes=0).
+    env = dict(kv.split("=", 1) for kv in os.environ.get("IVM_TEST_CONF", "").split(";") if "=" in kv)
+    for key, value in {**env, **(extra or {})}.items():
         builder = builder.config(key, value)
     if hive:
         builder = builder.enableHiveSupport().config(

@@ -16,7 +16,13 @@ DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 
 
 def ivm_jar_path() -> str:
-    """Path of the spark-ivm jar shipped inside this package."""
+    """Path of the spark-ivm jar shipped inside this package, or of the jar named by the
+    environment variable ``SPARK_IVM_JAR`` (a build of the extension under development)."""
+    override = os.environ.get("SPARK_IVM_JAR")
+    if override:
+        if not os.path.isfile(override):
+            raise FileNotFoundError(f"SPARK_IVM_JAR names no file: {override}")
+        return override
     here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jars")
     jars = sorted(glob.glob(os.path.join(here, "spark-ivm_2.13-*.jar")))
     if not jars:

@@ -142,3 +142,19 @@ def test_describe_returns_structured_fields(spark: SparkSession, orders: str) ->
     assert after["last_refresh"]["number"] == 1 and after["last_refresh"]["mode"] == "incremental"
     assert after["sources"][0]["consumed_version"] == source["current_version"] + 1
     assert after["warnings"] == []
+
+
+def test_jar_under_development_can_be_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from spark_ivm.session import ivm_jar_path
+
+    monkeypatch.delenv("SPARK_IVM_JAR", raising=False)
+    shipped = ivm_jar_path()
+    jar = tmp_path / "spark-ivm-dev.jar"
+    jar.write_bytes(b"")
+    monkeypatch.setenv("SPARK_IVM_JAR", str(jar))
+    assert ivm_jar_path() == str(jar)
+    monkeypatch.setenv("SPARK_IVM_JAR", str(tmp_path / "missing.jar"))
+    with pytest.raises(FileNotFoundError, match="SPARK_IVM_JAR"):
+        ivm_jar_path()
+    monkeypatch.delenv("SPARK_IVM_JAR")
+    assert ivm_jar_path() == shipped

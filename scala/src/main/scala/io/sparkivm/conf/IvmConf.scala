@@ -120,6 +120,18 @@ object IvmConf {
       "most this many rows are held on the driver, so that later steps run no Spark job on them; " +
       "larger ones are checkpointed on the executors and applied with joins on the view's keys.", min = 1)
 
+  val RewriteWithoutSearchBytes: IvmConfEntry[Long] = long("spark.ivm.apply.rewriteWithoutSearchBytes", 8L << 20,
+    "A refresh's candidate files (those whose statistics admit a changed key) up to this many " +
+      "bytes in all are rewritten without first finding which rows hold a changed key (one Spark " +
+      "job instead of two); above it, that search runs and the rows are removed by deletion vectors " +
+      "where the table has them.")
+
+  val ApplyDeletionVectors: IvmConfEntry[Boolean] = bool("spark.ivm.apply.deletionVectors", default = true,
+    "Create backing tables with Delta's deletion vectors, and apply a refresh whose candidate files " +
+      "are large by marking the changed keys' rows deleted in place and appending the new rows, " +
+      "instead of rewriting every file that holds a changed key (backing tables whose change data " +
+      "feed is on, because a view reads them, are rewritten).")
+
   // ---- reports ----
 
   val MeasureRowsJoined: IvmConfEntry[Boolean] = bool("spark.ivm.metrics.rowsJoined", default = false,

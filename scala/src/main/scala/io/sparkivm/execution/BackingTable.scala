@@ -2,6 +2,7 @@ package io.sparkivm.execution
 
 import io.sparkivm.catalog.{RefreshRecord, ViewCatalog, ViewMetadata}
 import io.sparkivm.changes.DeltaSources
+import io.sparkivm.conf.IvmConf
 import io.sparkivm.planner.ViewMaintenance
 import org.apache.spark.sql.catalyst.expressions.AttributeReference
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
@@ -26,6 +27,7 @@ object BackingTable {
   private val TxnAppId = "spark.databricks.delta.write.txnAppId"
   private val TxnVersion = "spark.databricks.delta.write.txnVersion"
   private val UserMetadata = "spark.databricks.delta.commitInfo.userMetadata"
+  private val DeletionVectorsProperty = "delta.enableDeletionVectors"
 
   /** Runs `body` with the commit confs set, restoring the session's previous values after. */
   private def inCommit[T](spark: SparkSession, meta: ViewMetadata, record: RefreshRecord)(body: => T): T = {
@@ -42,7 +44,8 @@ object BackingTable {
   def create(spark: SparkSession, meta: ViewMetadata, rows: DataFrame, record: RefreshRecord): Unit =
     inCommit(spark, meta, record) {
       // No change data feed unless a materialized view comes to read this one (ViewAnalysis.pin).
-      val props = ViewCatalog.properties(meta) + (ViewCatalog.RecordProperty -> ViewCatalog.renderRecord(record))
+      val props = ViewCatalog.properties(meta) + (ViewCatalog.RecordProperty -> ViewCatalog.renderRecord(record)) ++
+        (if (IvmConf.ApplyDeletionVectors.get(spark)) Map(DeletionVectorsProperty -> "true") else Map.empty)
       props.foldLeft(rows.writeTo(meta.backing.quotedString).using("delta")) {
         case (w, (k, v)) => w.tableProperty(k, v)
       }.create()

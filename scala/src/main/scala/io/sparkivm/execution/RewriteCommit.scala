@@ -12,7 +12,7 @@ import org.apache.spark.sql.catalyst.plans.logical.{Filter, LogicalPlan}
 import org.apache.spark.sql.catalyst.types.DataTypeUtils
 import org.apache.spark.sql.catalyst.util.TypeUtils
 import org.apache.spark.sql.delta.{DeltaLog, DeltaOperations, OptimisticTransaction}
-import org.apache.spark.sql.delta.actions.{Action, AddFile, SetTransaction}
+import org.apache.spark.sql.delta.actions.{Action, AddFile, FileAction, SetTransaction}
 import org.apache.spark.sql.delta.commands.DeltaCommand
 import org.apache.spark.sql.functions.{col, input_file_name, lit, sum, when}
 import org.apache.spark.sql.ivm.{LocalRows, SessionInternals, SparkInternals}
@@ -28,15 +28,15 @@ import org.apache.spark.sql.types.StructType
  * An incremental refresh rewrites only the files that hold a changed key, without MERGE.
  * Measured against MERGE in docs/benchmarks.md: a MERGE of a few hundred rows ran about 12
  * Spark jobs, this one or two. When the changed rows are on the driver their keys are known:
- * Delta's data skipping on the first key finds the candidate files, and when they hold much, one
- * job finds the files that really hold a key. When the rows are distributed (more than
+ * data skipping on the first key (on the driver, [[KnownFiles]]) finds the candidate files, and
+ * when they hold much, one job finds the rows that really hold a key, which are then marked
+ * deleted by deletion vectors ([[DeletionVectorApply]]) or their files rewritten. When the rows
+ * are distributed (more than
  * `spark.ivm.localMaxRows`), the same is done with semi and anti joins on the keys. Readers see an
  * ordinary Delta table; the change feed (if a downstream view turned it on) shows the rewritten
  * files' rows as deleted and inserted, which nets to the real change.
  */
 object RewriteCommit extends DeltaCommand {
-  /** Candidate files up to this size are rewritten without first finding which hold a key. */
-  private val RewriteWithoutSearchBytes = 8L << 20
   /** Size of the files written when the rows to write are known to be few. */
   private val TargetFileBytes = 128L << 20
   /** Ranges of changed keys tested against each file's min and max. */
@@ -59,13 +59,27 @@ object RewriteCommit extends DeltaCommand {
       case None => new DistributedChangedRows(spark, SparkInternals.dataFrame(spark, plan), maintenance)
     }
     val candidates = changed.skipping.map(f => candidateFiles(spark, log, txn, f)).getOrElse(txn.filterFiles())
-    val touched: Seq[AddFile] =
-      if (candidates.isEmpty || maintenance.keyNames.isEmpty ||
-        candidates.map(_.size).sum <= RewriteWithoutSearchBytes) candidates
+    // Candidates worth searching: which of them hold a changed key, and where.
+    val search = candidates.nonEmpty && maintenance.keyNames.nonEmpty &&
+      candidates.map(_.size).sum > IvmConf.RewriteWithoutSearchBytes.get(spark)
+    // `touched`: files rewritten without the changed keys' rows; `marked`: files whose rows of
+    // changed keys are marked deleted by deletion vectors instead (large tables, see
+    // DeletionVectorApply), so the write is the new rows and the files they compact.
+    val (touched, marked): (Seq[AddFile], Seq[FileAction]) =
+      if (!search) (candidates, Nil)
       else {
         val fileMap = generateCandidateFileMap(log.dataPath, candidates)
-        changed.holdingKeys(log.createDataFrame(txn.snapshot, candidates)).select(input_file_name()).distinct()
-          .collect().toSeq.map(r => getTouchedFile(log.dataPath, r.getString(0), fileMap))
+        def file(path: String) = getTouchedFile(log.dataPath, path, fileMap)
+        val holding = changed.holdingKeys(log.createDataFrame(txn.snapshot, candidates))
+        if (!(changed.onDriver && IvmConf.ApplyDeletionVectors.get(spark) && DeletionVectorApply.usable(txn.snapshot))) {
+          (holding.select(input_file_name()).distinct().collect().toSeq.map(r => file(r.getString(0))), Nil)
+        } else {
+          val positions = holding.select(input_file_name(), col("_metadata.row_index")).collect().toSeq
+            .groupBy(_.getString(0)).map { case (path, rows) => file(path) -> rows.map(_.getLong(1)) }
+          val (rewrite, mark) = positions.partition { case (f, rows) => DeletionVectorApply.rewrite(f, rows.size) }
+          val store = DeletionVectorApply.store(log)
+          (rewrite.keys.toSeq, mark.toSeq.flatMap { case (f, rows) => DeletionVectorApply.delete(log, store, f, rows) })
+        }
       }
     val columns = maintenance.backingColumns.map(c => col(ViewMaintenance.quote(c)))
     val kept = if (touched.isEmpty) None else {
@@ -80,7 +94,7 @@ object RewriteCommit extends DeltaCommand {
     val adds = txn.writeFiles(if (changed.onDriver) rows.coalesce(files.toInt) else rows)
     written()
     val now = System.currentTimeMillis()
-    commit(txn, meta, record.number, touched.map(_.removeWithTimestamp(now, dataChange = true)) ++ adds,
+    commit(txn, meta, record.number, touched.map(_.removeWithTimestamp(now, dataChange = true)) ++ marked ++ adds,
       DeltaOperations.Write(SaveMode.Append, predicate = Some(s"spark-ivm refresh ${record.number} of ${meta.viewName}")))
     Some(changed.metrics)
   }
