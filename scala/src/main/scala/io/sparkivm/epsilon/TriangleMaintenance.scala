@@ -500,7 +500,6 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
 }
 
 object TriangleMaintenance {
-
   val W = "w"
   val KeyColumn = "key"
   /** Heavy sets up to this many keys are broadcast to split rows into parts. */
