@@ -13,6 +13,12 @@ lazy val sparkVersion = pins("pyspark")
 lazy val deltaVersion = pins("delta-spark")
 lazy val sparkMajorMinor = sparkVersion.split('.').take(2).mkString(".")
 
+// Libraries the extension needs at run time besides Spark and Delta, as Maven coordinates. The
+// jar lists them in `spark-ivm-packages.txt`, from which `configure_spark_with_ivm` adds them to
+// `spark.jars.packages` (their SLF4J is Spark's own, so it is excluded).
+lazy val runtimePackages = Seq("com.cronutils:cron-utils:9.2.1")
+lazy val runtimeExcludes = Seq("org.slf4j:slf4j-api")
+
 ThisBuild / organization := "io.sparkivm"
 ThisBuild / scalaVersion := "2.13.18"
 ThisBuild / version := "0.1.0"
@@ -27,7 +33,18 @@ lazy val root = (project in file("."))
       "org.apache.spark" %% "spark-sql" % sparkVersion % Provided,
       "io.delta" % s"delta-spark_${sparkMajorMinor}_2.13" % deltaVersion % Provided,
       "org.scalatest" %% "scalatest" % "3.2.19" % Test
-    ),
+    ) ++ runtimePackages.map { coords =>
+      val Array(group, artifact, rev) = coords.split(':')
+      runtimeExcludes.foldLeft(group % artifact % rev) { (m, ex) =>
+        val Array(g, a) = ex.split(':'); m.exclude(g, a)
+      }
+    },
+    Compile / resourceGenerators += Def.task {
+      val file = (Compile / resourceManaged).value / "spark-ivm-packages.txt"
+      IO.write(file, (runtimePackages.map("package " + _) ++ runtimeExcludes.map("exclude " + _))
+        .mkString("", "\n", "\n"))
+      Seq(file)
+    }.taskValue,
     scalacOptions ++= Seq("-deprecation", "-feature", "-unchecked", "-release", "17"),
     Test / fork := true,
     Test / javaOptions ++= Seq(

@@ -17,7 +17,7 @@ from pyspark.sql import SparkSession
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from spark_ivm import MaterializedView, configure_spark_with_ivm  # noqa: E402
+from spark_ivm import MaterializedView, RefreshService, configure_spark_with_ivm  # noqa: E402
 from tpch_data import generate, load, refresh_functions  # noqa: E402
 
 ROOT = os.path.join(os.getcwd(), "work")
@@ -95,6 +95,32 @@ def triangles(spark: SparkSession) -> None:
         print(f"      matches recomputation: {matches(spark, 'triangles', TRIANGLES)}")
 
 
+BY_PRIORITY = """
+SELECT o_orderpriority, count(*) AS orders, sum(o_totalprice) AS total
+FROM orders GROUP BY o_orderpriority"""
+
+
+def triggered(spark: SparkSession) -> None:
+    """A view under TRIGGER ON UPDATE, kept fresh by the refresh service."""
+    print("\n== TRIGGER ON UPDATE: the refresh service keeps a view fresh by itself ==")
+    spark.sql(f"CREATE MATERIALIZED VIEW orders_by_priority TRIGGER ON UPDATE AS {BY_PRIORITY}")
+    mv = MaterializedView.for_name(spark, "orders_by_priority")
+    spark.conf.set("spark.ivm.service.pollIntervalMs", "200")
+    with RefreshService(spark):
+        rf = refresh_functions(spark, fraction=0.005, seed=7)
+        lag = mv.lag()
+        print(f"   inserted {rf['orders_inserted']} orders, deleted {rf['orders_deleted']}: "
+              f"{lag.pending_commits} commits not applied yet")
+        deadline = time.time() + 120
+        while not lag.up_to_date and time.time() < deadline:
+            time.sleep(0.2)
+            lag = mv.lag()
+        last = mv.history(limit=1)[0]
+        exact = matches(spark, "orders_by_priority", BY_PRIORITY)
+        print(f"   caught up: refresh #{last.refresh_number} ({last.mode}, by the {last.triggered_by}) "
+              f"in {last.duration_ms} ms; matches recomputation: {exact}")
+
+
 def main() -> None:
     shutil.rmtree(WAREHOUSE, ignore_errors=True)
     builder = (SparkSession.builder.master("local[*]").appName("spark-ivm quickstart")
@@ -146,6 +172,7 @@ def main() -> None:
                     print(f"      {note}")
             print(f"      view rows inserted {r.rows_inserted}, updated {r.rows_updated}, "
                   f"deleted {r.rows_deleted}")
+            print(f"      policy {r.policy}: {r.reason}")
             print(f"      matches recomputation: {matches(spark, name, query)}")
 
     mv = MaterializedView.for_name(spark, "revenue_by_customer")
@@ -159,9 +186,10 @@ def main() -> None:
     spark.sql("DELETE FROM lineitem WHERE l_orderkey % 501 = 0")
     print("\n".join(mv.explain_refresh().splitlines()[:20]))
     triangles(spark)
+    triggered(spark)
     print("\n== SHOW MATERIALIZED VIEWS ==")
     for r in spark.sql("SHOW MATERIALIZED VIEWS").collect():
-        print(f"   {r.namespace}.{r.viewName} ({r.refreshMode})")
+        print(f"   {r.namespace}.{r.viewName}: policy {r.refreshPolicy}, {r.schedule or 'refreshed by hand'}")
     spark.stop()
 
 

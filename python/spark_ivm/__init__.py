@@ -1,12 +1,15 @@
 """spark-ivm: incremental materialized views for Apache Spark on Delta Lake.
 
 ``configure_spark_with_ivm`` sets up a SparkSession builder; ``MaterializedView`` is the
-handle on one view (refresh, describe, explain, enumerate its rows).
+handle on one view (refresh, describe, explain, enumerate its rows, its policy, schedule,
+history and lag); ``RefreshService`` runs the views' schedules and triggers.
 """
 
 from spark_ivm.constraints import add_foreign_key, add_primary_key, constraints, drop_constraint
 from spark_ivm.errors import IvmError
-from spark_ivm.report import RefreshReport, SourceChange
+from spark_ivm.history import Lag, RefreshEntry, SourceLag
+from spark_ivm.report import Candidate, RefreshReport, SourceChange
+from spark_ivm.service import RefreshService, ServiceRun
 from spark_ivm.session import (
     IVM_EXTENSION,
     configure_spark_with_ivm,
@@ -19,10 +22,16 @@ from spark_ivm.view import MaterializedView, is_materialized_view, list_material
 
 __all__ = [
     "IVM_EXTENSION",
+    "Candidate",
     "IvmError",
+    "Lag",
     "MaterializedView",
+    "RefreshEntry",
     "RefreshReport",
+    "RefreshService",
+    "ServiceRun",
     "SourceChange",
+    "SourceLag",
     "add_foreign_key",
     "add_primary_key",
     "constraints",

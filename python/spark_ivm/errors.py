@@ -6,10 +6,11 @@ whose ``getCondition()``, ``getSqlState()`` and ``getMessageParameters()`` tell 
 Python API raises the same error as the subclass below that names its condition, so callers can
 write ``except ViewNotFoundError`` (or keep catching ``AnalysisException``)::
 
-    from spark_ivm.errors import UnsupportedOperatorError
+    from spark_ivm.errors import NotIncrementalizableError
     try:
-        MaterializedView.create(spark, "v", "SELECT ... LIMIT 10")
-    except UnsupportedOperatorError as e:
+        MaterializedView.create(spark, "v", "SELECT ... LIMIT 10",
+                                refresh_policy="INCREMENTAL STRICT")
+    except NotIncrementalizableError as e:
         print(e.getMessageParameters()["operator"])
 
 Errors from ``spark.sql(...)`` called directly are plain ``AnalysisException``s;
@@ -183,6 +184,42 @@ class EpsilonInvariantError(IvmAnalysisException):
     """An IVM^eps invariant check failed."""
 
     condition = "IVM_EPSILON_INVARIANT"
+
+
+@_register
+class NotIncrementalizableError(UnsupportedOperatorError):
+    """The query cannot be maintained incrementally and the view's policy is INCREMENTAL STRICT
+    (a kind of ``UnsupportedOperatorError``, which code written before policies catches)."""
+
+    condition = "IVM_NOT_INCREMENTALIZABLE"
+
+
+@_register
+class RefreshNotIncrementalError(IvmAnalysisException):
+    """A refresh of an INCREMENTAL STRICT view would have to recompute it."""
+
+    condition = "IVM_REFRESH_NOT_INCREMENTAL"
+
+
+@_register
+class InvalidScheduleError(IvmAnalysisException):
+    """A SCHEDULE or TRIGGER ON UPDATE clause is invalid (zero interval, bad cron, unknown zone)."""
+
+    condition = "IVM_INVALID_SCHEDULE"
+
+
+@_register
+class ScheduleConflictError(IvmAnalysisException):
+    """ADD of a schedule where there is one, or ALTER / DROP where there is none."""
+
+    condition = "IVM_SCHEDULE_CONFLICT"
+
+
+@_register
+class TemporarySourceError(IvmAnalysisException):
+    """The query reads a temporary view."""
+
+    condition = "IVM_TEMPORARY_SOURCE"
 
 
 def error_class(condition: Optional[str]) -> Optional[Type[IvmAnalysisException]]:

@@ -18,6 +18,15 @@ class SourceChange:
 
 
 @dataclass(frozen=True)
+class Candidate:
+    """A way the AUTO refresh policy weighed to refresh a view, with its estimated time."""
+
+    mode: str
+    estimated_ms: int
+    basis: str
+
+
+@dataclass(frozen=True)
 class RefreshReport:
     """What one refresh did.
 
@@ -49,6 +58,12 @@ class RefreshReport:
     """Spark tasks of those jobs."""
     phases_jobs: Dict[str, int] = field(default_factory=dict)
     """Spark jobs started in each phase (the phases of ``phases_ms``)."""
+    policy: str = ""
+    """The view's refresh policy: ``AUTO``, ``INCREMENTAL``, ``INCREMENTAL STRICT`` or ``FULL``."""
+    reason: str = ""
+    """Why the refresh ran in its mode (AUTO: the estimates it compared)."""
+    candidates: List[Candidate] = field(default_factory=list)
+    """The modes AUTO weighed, with their estimated times (empty when the mode was fixed)."""
 
     @property
     def source_rows_changed(self) -> int:
@@ -87,6 +102,10 @@ class RefreshReport:
             spark_jobs=int(d.get("spark_jobs", 0)),
             spark_tasks=int(d.get("spark_tasks", 0)),
             phases_jobs={k: int(v) for k, v in d.get("phases_jobs", {}).items()},
+            policy=d.get("policy", ""),
+            reason=d.get("reason", ""),
+            candidates=[Candidate(c["mode"], int(c["estimated_ms"]), c["basis"])
+                        for c in d.get("candidates", [])],
         )
 
     def __str__(self) -> str:
@@ -99,4 +118,5 @@ class RefreshReport:
             f"{self.view}: {self.mode} refresh #{self.refresh_number}; sources: {srcs}; "
             f"view rows +{self.rows_inserted} ~{self.rows_updated} -{self.rows_deleted}; "
             f"{self.spark_jobs} Spark jobs; {phases}"
+            + (f"; {self.reason}" if self.reason else "")
         )

@@ -5,8 +5,9 @@ from __future__ import annotations
 import glob
 import os
 import re
+import zipfile
 from importlib import metadata
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from pyspark.sql import SparkSession
 
@@ -38,17 +39,42 @@ def delta_package() -> str:
     return f"io.delta:delta-spark_{spark_minor}_2.13:{metadata.version('delta-spark')}"
 
 
-def _session_confs(extra_packages: Iterable[str], extensions: Optional[str] = None) -> Dict[str, str]:
-    """The confs spark-ivm needs: its jar, the Delta package, both extensions, Delta's catalog."""
-    ours = [DELTA_EXTENSION, IVM_EXTENSION]
-    have = [e.strip() for e in (extensions or "").split(",") if e.strip()]
-    return {
-        "spark.jars": ivm_jar_path(),
-        "spark.jars.packages": ",".join([delta_package(), *extra_packages]),
+def jar_packages(jar: Optional[str] = None) -> Tuple[List[str], List[str]]:
+    """(Maven packages, exclusions) the spark-ivm jar needs at run time besides Spark and Delta,
+    as its build lists them in ``spark-ivm-packages.txt``."""
+    with zipfile.ZipFile(jar or ivm_jar_path()) as z:
+        try:
+            lines = z.read("spark-ivm-packages.txt").decode("utf-8").splitlines()
+        except KeyError:
+            return [], []
+    entries = [line.split(" ", 1) for line in lines if " " in line]
+    return ([v for k, v in entries if k == "package"], [v for k, v in entries if k == "exclude"])
+
+
+def _merged(existing: Optional[str], ours: Iterable[str]) -> str:
+    """A comma-separated list conf: the user's entries first, then ours that are missing."""
+    have = [e.strip() for e in (existing or "").split(",") if e.strip()]
+    return ",".join(have + [e for e in ours if e not in have])
+
+
+def _session_confs(extra_packages: Iterable[str], options: Optional[Dict[str, Any]] = None) -> Dict[str, str]:
+    """The confs spark-ivm needs: its jar, the Delta package and the jar's own packages, both
+    extensions, Delta's catalog. List-valued confs the user set are extended, not replaced."""
+    options = options or {}
+    jar = ivm_jar_path()
+    packages, excludes = jar_packages(jar)
+    confs = {
+        "spark.jars": _merged(options.get("spark.jars"), [jar]),
+        "spark.jars.packages": _merged(options.get("spark.jars.packages"),
+                                       [delta_package(), *packages, *extra_packages]),
         # Appended to the user's own extensions, never replacing them.
-        "spark.sql.extensions": ",".join(have + [e for e in ours if e not in have]),
+        "spark.sql.extensions": _merged(options.get("spark.sql.extensions"),
+                                        [DELTA_EXTENSION, IVM_EXTENSION]),
         "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
     }
+    if excludes:
+        confs["spark.jars.excludes"] = _merged(options.get("spark.jars.excludes"), excludes)
+    return confs
 
 
 def _local_cores(master: Optional[str]) -> Optional[int]:
@@ -96,7 +122,7 @@ def configure_spark_with_ivm(
     masters alike: the jars are shipped to executors.
     """
     options: Dict[str, Any] = dict(getattr(builder, "_options", {}))
-    for key, value in _session_confs(extra_packages or [], options.get("spark.sql.extensions")).items():
+    for key, value in _session_confs(extra_packages or [], options).items():
         builder = builder.config(key, value)
     for key, value in session_defaults(options.get("spark.master")).items():
         if key not in options:
@@ -110,6 +136,8 @@ def spark_sql_args(extra_packages: Optional[Iterable[str]] = None,
     with :func:`session_defaults` for ``master`` (a later ``--conf`` overrides them)."""
     confs = _session_confs(extra_packages or [])
     args = ["--jars", confs.pop("spark.jars"), "--packages", confs.pop("spark.jars.packages")]
+    if "spark.jars.excludes" in confs:
+        args += ["--exclude-packages", confs.pop("spark.jars.excludes")]
     for key, value in {**confs, **session_defaults(master)}.items():
         args += ["--conf", f"{key}={value}"]
     return args

@@ -10,7 +10,10 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from spark_ivm.errors import IvmError, raises_typed
+from spark_ivm.history import Lag, RefreshEntry
 from spark_ivm.report import RefreshReport
+
+POLICIES = ("AUTO", "INCREMENTAL", "INCREMENTAL STRICT", "FULL")
 
 
 def quote_name(name: str) -> str:
@@ -22,6 +25,13 @@ def quote_name(name: str) -> str:
 
 def _sql_string(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _policy(value: str) -> str:
+    words = " ".join(value.replace("_", " ").split()).upper()
+    if words not in POLICIES:
+        raise IvmError(f"refresh policy {value!r} is not one of {', '.join(POLICIES)}")
+    return words
 
 
 def is_materialized_view(spark: SparkSession, name: str) -> bool:
@@ -73,42 +83,105 @@ class MaterializedView:
         name: str,
         query: str,
         *,
-        refresh: str = "incremental",
+        refresh_policy: Optional[str] = None,
+        schedule: Optional[str] = None,
         comment: Optional[str] = None,
         properties: Optional[Mapping[str, str]] = None,
         if_not_exists: bool = False,
         or_replace: bool = False,
+        refresh: Optional[str] = None,
     ) -> "MaterializedView":
-        """CREATE MATERIALIZED VIEW ``name`` AS ``query``, and return its handle."""
-        props = {"ivm.refresh": refresh, **(properties or {})}
+        """CREATE MATERIALIZED VIEW ``name`` AS ``query``, and return its handle.
+
+        ``refresh_policy`` is ``AUTO`` (the default), ``INCREMENTAL``, ``INCREMENTAL STRICT`` or
+        ``FULL``; ``schedule`` a clause such as ``"SCHEDULE EVERY 1 HOUR"``,
+        ``"SCHEDULE CRON '0 0 * * * ?' AT TIME ZONE 'UTC'"`` or
+        ``"TRIGGER ON UPDATE AT MOST EVERY INTERVAL 10 SECONDS"``, which a
+        :class:`~spark_ivm.RefreshService` runs. ``refresh`` (``incremental`` or ``full``) is the
+        older ``ivm.refresh`` property, kept working: it stands for INCREMENTAL or FULL.
+        """
+        props = dict(properties or {})
+        if refresh is not None:
+            props["ivm.refresh"] = refresh
         prop_sql = ", ".join(f"{_sql_string(k)} = {_sql_string(str(v))}" for k, v in props.items())
         head = "CREATE OR REPLACE" if or_replace else "CREATE"
         cond = " IF NOT EXISTS" if if_not_exists else ""
-        comment_sql = f" COMMENT {_sql_string(comment)}" if comment is not None else ""
-        spark.sql(
-            f"{head} MATERIALIZED VIEW{cond} {quote_name(name)}{comment_sql} "
-            f"TBLPROPERTIES ({prop_sql}) AS {query}"
-        )
+        clauses = f" COMMENT {_sql_string(comment)}" if comment is not None else ""
+        if props:
+            clauses += f" TBLPROPERTIES ({prop_sql})"
+        if refresh_policy is not None:
+            clauses += f" REFRESH POLICY {_policy(refresh_policy)}"
+        if schedule is not None:
+            clauses += f" {schedule}"
+        spark.sql(f"{head} MATERIALIZED VIEW{cond} {quote_name(name)}{clauses} AS {query}")
         return cls(spark, name)
 
     @raises_typed
-    def refresh(self, full: bool = False) -> RefreshReport:
-        """Bring the view up to date; ``full=True`` recomputes it from scratch."""
-        row = self.spark.sql(
-            f"REFRESH MATERIALIZED VIEW {self._sql_name}{' FULL' if full else ''}"
-        ).collect()[0]
-        return RefreshReport.from_json(row["report"])
+    def refresh(self, full: bool = False, cascade: bool = False) -> RefreshReport:
+        """Bring the view up to date; ``full=True`` recomputes it from scratch; ``cascade=True``
+        first refreshes the materialized views it reads (where they are stale), as
+        ``REFRESH MATERIALIZED VIEW ... CASCADE`` does. Returns this view's report."""
+        options = (" FULL" if full else "") + (" CASCADE" if cascade else "")
+        rows = self.spark.sql(f"REFRESH MATERIALIZED VIEW {self._sql_name}{options}").collect()
+        return RefreshReport.from_json(rows[-1]["report"])
+
+    @property
+    def refresh_policy(self) -> str:
+        """``AUTO``, ``INCREMENTAL``, ``INCREMENTAL STRICT`` or ``FULL``. Setting it runs
+        ``ALTER MATERIALIZED VIEW ... SET REFRESH POLICY`` (which rebuilds the view if the new
+        policy needs another layout of its table)."""
+        policy: str = self.describe()["refresh_policy"]
+        return policy
+
+    @refresh_policy.setter
+    @raises_typed
+    def refresh_policy(self, value: str) -> None:
+        self.spark.sql(f"ALTER MATERIALIZED VIEW {self._sql_name} SET REFRESH POLICY {_policy(value)}")
+
+    @property
+    def schedule(self) -> Optional[str]:
+        """The view's SCHEDULE or TRIGGER ON UPDATE clause, or None."""
+        clause: Optional[str] = self.describe()["schedule"]
+        return clause
+
+    @raises_typed
+    def set_schedule(self, clause: Optional[str]) -> None:
+        """Set (add or replace) the view's schedule, e.g. ``"SCHEDULE EVERY 2 HOURS"`` or
+        ``"TRIGGER ON UPDATE"``; None drops it."""
+        current = self.schedule
+        if clause is None:
+            if current is not None:
+                self.spark.sql(f"ALTER MATERIALIZED VIEW {self._sql_name} DROP SCHEDULE")
+            return
+        action = "ADD" if current is None else "ALTER"
+        self.spark.sql(f"ALTER MATERIALIZED VIEW {self._sql_name} {action} {clause}")
+
+    @raises_typed
+    def history(self, limit: Optional[int] = None) -> List[RefreshEntry]:
+        """Past refreshes, newest first, as ``SHOW REFRESHES FOR`` lists them."""
+        suffix = f" LIMIT {int(limit)}" if limit is not None else ""
+        rows = self.spark.sql(f"SHOW REFRESHES FOR {self._sql_name}{suffix}").collect()
+        return [RefreshEntry.from_row(r) for r in rows]
+
+    @raises_typed
+    def lag(self) -> Lag:
+        """Base-table commits the view has not applied, and the time since the oldest of them
+        (read from the Delta logs: no Spark job)."""
+        return Lag.from_describe(self.describe())
 
     @raises_typed
     def describe(self) -> Dict[str, Any]:
         """The view's metadata as structured fields, from ``DESCRIBE MATERIALIZED VIEW ... AS JSON``.
 
         Keys: ``catalog``, ``database``, ``name``, ``qualified_name``, ``backing_table``,
-        ``query``, ``refresh_mode``, ``comment``, ``columns`` (``[(name, type), ...]``),
+        ``query``, ``refresh_mode``, ``refresh_policy``, ``full_because`` (why a view whose
+        policy allows incremental refreshes is recomputed, or None), ``schedule``,
+        ``freshness`` (``pending_commits``, ``lag_ms``, ``sources``), ``comment``,
+        ``columns`` (``[(name, type), ...]``),
         ``maintenance`` (``strategy``: ``counting``, ``ivm_eps`` or ``full``; ``shape``;
         ``epsilon``: the IVM^eps state or None), ``sources`` (``table``, ``consumed_version``,
-        ``current_version``), ``last_refresh`` (``number``, ``mode``, ``timestamp``,
-        ``backing_version``), ``properties``, ``warnings``, and ``info``: the rows of plain
+        ``current_version``), ``last_refresh`` (``number``, ``mode``, ``reason``,
+        ``timestamp``, ``backing_version``), ``properties``, ``warnings``, and ``info``: the rows of plain
         DESCRIBE as ``{key: value or [values]}``.
         """
         row = self.spark.sql(f"DESCRIBE MATERIALIZED VIEW {self._sql_name} AS JSON").collect()[0]

@@ -5,7 +5,10 @@ from __future__ import annotations
 import itertools
 import os
 import sys
-from typing import Iterator
+import tempfile
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Dict, Iterator, List
 
 import pytest
 from pyspark.sql import SparkSession
@@ -15,6 +18,33 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from ivm_testing import make_session  # noqa: E402
 
 _counter = itertools.count()
+
+# Tests marked `subprocesses(work)` check what `work(directory)` returns, work that runs in
+# processes of its own (the kill tests: each step a JVM that dies mid-refresh) and uses no
+# SparkSession of this process. The work starts with the session, one at a time on a thread
+# beside the other tests, and the tests that check it run last.
+_started: Dict[str, "Future[Any]"] = {}
+_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ivm-subprocesses")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "subprocesses(work): work(directory) runs in processes of its "
+                                       "own from the start of the session; the test checks its result")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
+    marked = [i for i in items if i.get_closest_marker("subprocesses")]
+    items[:] = [i for i in items if not i.get_closest_marker("subprocesses")] + marked
+    for item in marked:
+        work = item.get_closest_marker("subprocesses").args[0]  # type: ignore[union-attr]
+        directory = Path(tempfile.mkdtemp(prefix="ivm-subprocesses-"))
+        _started[item.nodeid] = _pool.submit(work, directory)
+
+
+@pytest.fixture()
+def started(request: pytest.FixtureRequest) -> Any:
+    """What the work of this test's `subprocesses` marker returned (waits for it)."""
+    return _started[request.node.nodeid].result(timeout=1800)
 
 
 @pytest.fixture(scope="session")

@@ -37,12 +37,18 @@ UNSUPPORTED = [
 @pytest.mark.parametrize("query, operator", UNSUPPORTED)
 def test_unsupported_operator_is_named_and_nothing_is_created(spark: SparkSession, tables: str,
                                                              query: str, operator: str) -> None:
-    error = refused(lambda: spark.sql(f"CREATE MATERIALIZED VIEW bad AS {query}"))
-    assert condition(error) == "IVM_UNSUPPORTED_OPERATOR"
+    error = refused(lambda: spark.sql(
+        f"CREATE MATERIALIZED VIEW bad REFRESH POLICY INCREMENTAL STRICT AS {query}"))
+    assert condition(error) == "IVM_NOT_INCREMENTALIZABLE"
     assert operator.lower() in str(error).lower()
-    assert "'ivm.refresh' = 'full'" in str(error)
+    assert "REFRESH POLICY AUTO or FULL" in str(error)
     assert not spark.catalog.tableExists("bad")
     assert not spark.catalog.tableExists("__ivm_backing_bad")
+    # Under the default policy (AUTO) the same view is created, refreshed by recomputation.
+    spark.sql(f"CREATE MATERIALIZED VIEW fallback AS {query}")
+    d = MaterializedView.for_name(spark, "fallback").describe()
+    assert d["refresh_policy"] == "AUTO" and d["refresh_mode"] == "full"
+    assert operator.lower() in d["full_because"].lower()
 
 
 def test_full_refresh_views_accept_any_query(spark: SparkSession, tables: str) -> None:
@@ -58,16 +64,21 @@ def test_full_refresh_views_accept_any_query(spark: SparkSession, tables: str) -
 
 def test_non_delta_source_is_refused(spark: SparkSession, tables: str) -> None:
     spark.sql("CREATE TABLE pq (k INT) USING parquet")
-    error = refused(lambda: spark.sql("CREATE MATERIALIZED VIEW p AS SELECT k FROM pq"))
+    error = refused(lambda: spark.sql(
+        "CREATE MATERIALIZED VIEW p REFRESH POLICY INCREMENTAL STRICT AS SELECT k FROM pq"))
     assert condition(error) == "IVM_SOURCE_NOT_DELTA"
     assert "CONVERT TO DELTA" in str(error)
+    spark.sql("CREATE MATERIALIZED VIEW p AS SELECT k FROM pq")  # AUTO: recomputed
+    assert MaterializedView.for_name(spark, "p").describe()["refresh_mode"] == "full"
 
 
 def test_temp_view_source_is_refused(spark: SparkSession, tables: str) -> None:
     spark.sql("CREATE TEMPORARY VIEW tv AS SELECT * FROM a")
-    error = refused(lambda: spark.sql("CREATE MATERIALIZED VIEW p AS SELECT k FROM tv"))
-    assert condition(error) == "IVM_UNSUPPORTED_OPERATOR"
-    assert "Temporary view" in str(error)
+    for policy in ("AUTO", "FULL"):  # whatever the policy: the view must outlive the session
+        error = refused(lambda: spark.sql(
+            f"CREATE MATERIALIZED VIEW p REFRESH POLICY {policy} AS SELECT k FROM tv"))
+        assert condition(error) == "IVM_TEMPORARY_SOURCE"
+        assert "temporary view" in str(error) and "tv" in str(error)
 
 
 def test_change_data_feed_is_enabled_or_refused(spark: SparkSession, tables: str) -> None:
@@ -180,8 +191,9 @@ def test_duplicate_output_names_are_refused(spark: SparkSession, tables: str) ->
 
 def test_errors_carry_condition_sqlstate_and_parameters(spark: SparkSession, tables: str) -> None:
     """Through Spark's error framework: the same fields as Spark's own errors, from SQL too."""
-    error = refused(lambda: spark.sql("CREATE MATERIALIZED VIEW bad AS SELECT k FROM a LIMIT 2"))
-    assert error.getCondition() == "IVM_UNSUPPORTED_OPERATOR"
+    error = refused(lambda: spark.sql(
+        "CREATE MATERIALIZED VIEW bad REFRESH POLICY INCREMENTAL STRICT AS SELECT k FROM a LIMIT 2"))
+    assert error.getCondition() == "IVM_NOT_INCREMENTALIZABLE"
     assert error.getSqlState() == "0A000"
     assert error.getMessageParameters()["operator"] == "LIMIT / OFFSET"
     assert "SQLSTATE: 0A000" in str(error)
@@ -191,7 +203,8 @@ def test_errors_carry_condition_sqlstate_and_parameters(spark: SparkSession, tab
 
 def test_python_api_raises_typed_errors(spark: SparkSession, tables: str) -> None:
     with pytest.raises(errors.UnsupportedOperatorError) as info:
-        MaterializedView.create(spark, "bad", "SELECT k FROM a LIMIT 2")
+        MaterializedView.create(spark, "bad", "SELECT k FROM a LIMIT 2", refresh_policy="INCREMENTAL STRICT")
+    assert isinstance(info.value, errors.NotIncrementalizableError)
     assert isinstance(info.value, AnalysisException)
     assert info.value.getMessageParameters()["operator"] == "LIMIT / OFFSET"
     with pytest.raises(errors.ViewNotFoundError):
@@ -219,4 +232,6 @@ def test_every_engine_condition_has_a_python_class() -> None:
     import pathlib
     root = pathlib.Path(__file__).resolve().parents[2]
     declared = json.loads((root / "scala/resources/error/ivm-error-conditions.json").read_text())
-    assert set(declared) == {c.condition for c in errors.IvmAnalysisException.__subclasses__()}
+    def classes(c: type) -> list:
+        return [c, *[d for s in c.__subclasses__() for d in classes(s)]]
+    assert set(declared) == {c.condition for c in classes(errors.IvmAnalysisException)[1:]}

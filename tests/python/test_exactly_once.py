@@ -10,13 +10,13 @@ import threading
 from pathlib import Path
 from typing import List
 
+import pytest
 from pyspark.sql import SparkSession
 
 from ivm_testing import assert_matches_query
 from spark_ivm import MaterializedView, RefreshReport
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "crash_worker.py")
-KILL_POINTS = ["create-after-backing", "after-changes", "before-commit", "after-commit"]
 
 
 def run_worker(warehouse: Path, *args: str) -> subprocess.CompletedProcess:
@@ -24,30 +24,44 @@ def run_worker(warehouse: Path, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600)
 
 
-def test_killed_refreshes_leave_readable_views_that_the_next_refresh_makes_exact(
-        tmp_path: Path) -> None:
-    # Step 0 creates the tables and views, changes the tables and dies refreshing at the first
-    # point; step k checks what step k-1 left, changes the tables again and dies at point k.
-    points = ["after-changes", "before-commit", "after-commit", "after-pin"]
-    for step, point in enumerate(points + ["none"]):
-        proc = run_worker(tmp_path, str(step), point)
+def kill_chain(warehouse: Path) -> List[dict]:
+    """Step 0 creates the tables and views, changes the tables and dies refreshing at the first
+    point; step k checks what step k-1 left, changes the tables again and dies at point k; then
+    a session without spark-ivm reads the views."""
+    def run(step: str, *args: str) -> dict:
+        proc = run_worker(warehouse, step, *args)
+        result = warehouse / f"result-{step}.json"
+        return {"step": step, "returncode": proc.returncode, "stderr": proc.stderr[-3000:],
+                "result": json.loads(result.read_text()) if result.exists() else None}
+    steps = [dict(run(str(step), point), step=step, point=point)
+             for step, point in enumerate(KILL_CHAIN + ["none"])]
+    return steps + [run("plain")]
+
+
+KILL_CHAIN = ["after-changes", "before-commit", "after-commit", "after-pin"]
+
+
+@pytest.mark.subprocesses(kill_chain)
+def test_killed_refreshes_leave_readable_views_that_the_next_refresh_makes_exact(started: List[dict]) -> None:
+    for run in started[:-1]:
+        step, point = run["step"], run["point"]
         if point == "none":
-            assert proc.returncode == 0, proc.stderr[-3000:]
+            assert run["returncode"] == 0, run["stderr"]
         else:
-            assert proc.returncode != 0, f"step {step} should have been killed at {point}"
-            assert f"fault-injection point '{point}'" in proc.stderr, proc.stderr[-3000:]
-        result = json.loads((tmp_path / f"result-{step}.json").read_text())
-        for name, r in result.items():
+            assert run["returncode"] != 0, f"step {step} should have been killed at {point}"
+            assert f"fault-injection point '{point}'" in run["stderr"], run["stderr"]
+        assert run["result"] is not None, run["stderr"]
+        for name, r in run["result"].items():
             assert r["missing"] == "[]" and r["extra"] == "[]", (step, name, r)
             assert r["readable_rows"] > 0
             # A change is applied once: after a kill past its commit, the view killed (the
             # first, "agg") has nothing left to do; the other was never refreshed.
-            killed_after_commit = points[step - 1] == "after-commit" and name == "agg"
+            killed_after_commit = KILL_CHAIN[step - 1] == "after-commit" and name == "agg"
             expected = "noop" if killed_after_commit else "incremental"
             assert r["mode"] == expected, (step, name, r)
-    plain = run_worker(tmp_path, "plain")
-    assert plain.returncode == 0, plain.stderr[-3000:]
-    for name, r in json.loads((tmp_path / "result-plain.json").read_text()).items():
+    plain = started[-1]
+    assert plain["returncode"] == 0, plain["stderr"]
+    for name, r in plain["result"].items():
         assert r["missing"] == "[]" and r["extra"] == "[]" and r["rows"] > 0, (name, r)
 
 
@@ -109,9 +123,9 @@ def test_concurrent_refreshes_never_apply_a_change_twice(spark: SparkSession, db
         assert_matches_query(spark, "cv", q)
 
 
-def test_kill_during_create_leaves_no_half_view(tmp_path: Path) -> None:
-    proc = run_worker(tmp_path, "0", "none")
-    assert proc.returncode == 0, proc.stderr[-3000:]
+def kill_create(tmp_path: Path) -> dict:
+    """A CREATE killed after its backing table is written, then the same CREATE again."""
+    first = run_worker(tmp_path, "0", "none")
     script = tmp_path / "create_kill.py"
     script.write_text(
         "import sys, os\n"
@@ -126,7 +140,14 @@ def test_kill_during_create_leaves_no_half_view(tmp_path: Path) -> None:
     )
     killed = subprocess.run([sys.executable, str(script), "kill"], capture_output=True, text=True,
                             timeout=600)
-    assert killed.returncode != 0 and "create-after-backing" in killed.stderr
     again = subprocess.run([sys.executable, str(script), "ok"], capture_output=True, text=True, timeout=600)
+    return {"first": first, "killed": killed, "again": again}
+
+
+@pytest.mark.subprocesses(kill_create)
+def test_kill_during_create_leaves_no_half_view(started: dict) -> None:
+    assert started["first"].returncode == 0, started["first"].stderr[-3000:]
+    killed, again = started["killed"], started["again"]
+    assert killed.returncode != 0 and "create-after-backing" in killed.stderr
     assert again.returncode == 0, again.stderr[-3000:]
     assert "ROWS 3" in again.stdout

@@ -35,8 +35,12 @@ object ViewCatalog extends Logging {
   val CommentProperty = "ivm.comment"
   /** The last refresh record: in the table's metadata, which Delta's checkpoints keep. */
   val RecordProperty = "ivm.lastRefresh"
+  /** The view's [[RefreshPolicy]]; views made before policies existed take it from `ivm.refresh`. */
+  val PolicyProperty = "ivm.refreshPolicy"
+  val FullBecauseProperty = "ivm.fullBecause"
   private val ReservedProperties = Set(MarkerProperty, BackingProperty, ViewProperty, IdProperty,
-    QueryProperty, DatabaseProperty, SourcesProperty, CommentProperty, RecordProperty)
+    QueryProperty, DatabaseProperty, SourcesProperty, CommentProperty, RecordProperty, PolicyProperty,
+    FullBecauseProperty, Schedule.Property, RefreshHistory.Property)
   val BackingPrefix = "__ivm_backing_"
   private val SessionCatalogName = "spark_catalog"
 
@@ -96,20 +100,25 @@ object ViewCatalog extends Logging {
   def read(view: TableIdentifier, backing: TableIdentifier, props: Map[String, String]): ViewMetadata = {
     def need(key: String) = props.getOrElse(key,
       throw IvmErrors.backingAltered(view.quotedString, s"table property $key is missing"))
+    val mode = RefreshMode.parse(need(RefreshProperty)).getOrElse(
+      throw IvmErrors.invalidProperty(RefreshProperty, props(RefreshProperty), "incremental or full"))
     ViewMetadata(
       view = view,
       backing = backing,
       id = need(IdProperty),
       queryText = need(QueryProperty),
       database = need(DatabaseProperty),
-      mode = RefreshMode.parse(need(RefreshProperty)).getOrElse(
-        throw IvmErrors.invalidProperty(RefreshProperty, props(RefreshProperty), "incremental or full")),
+      mode = mode,
       sources = parseSources(need(SourcesProperty)),
       userProperties = props.filter { case (k, _) => !ReservedProperties.contains(k) && k != RefreshProperty &&
         !k.startsWith("delta.") && k != EpsilonState.Property },
       comment = props.get(CommentProperty),
       epsilon = props.get(EpsilonState.Property).map(v => EpsilonState.parse(v).getOrElse(
-        throw IvmErrors.invalidProperty(EpsilonState.Property, v, "a number in [0, 1]"))))
+        throw IvmErrors.invalidProperty(EpsilonState.Property, v, "a number in [0, 1]"))),
+      policy = props.get(PolicyProperty).flatMap(RefreshPolicy.parse).getOrElse(RefreshPolicy.ofMode(mode)),
+      schedule = props.get(Schedule.Property).flatMap(Schedule.fromJson),
+      fullBecause = props.get(FullBecauseProperty),
+      history = RefreshHistory.read(props))
   }
 
   /** The properties that store a view's metadata on its backing table. */
@@ -119,8 +128,11 @@ object ViewCatalog extends Logging {
     QueryProperty -> meta.queryText,
     DatabaseProperty -> meta.database,
     RefreshProperty -> meta.mode.name,
-    SourcesProperty -> renderSources(meta.sources)) ++ meta.comment.map(CommentProperty -> _) ++
-    meta.epsilon.map(e => EpsilonState.Property -> e.toString)
+    SourcesProperty -> renderSources(meta.sources),
+    PolicyProperty -> meta.policy.name) ++ meta.comment.map(CommentProperty -> _) ++
+    meta.epsilon.map(e => EpsilonState.Property -> e.toString) ++
+    meta.schedule.map(s => Schedule.Property -> Schedule.json(s)) ++
+    meta.fullBecause.map(FullBecauseProperty -> _)
 
   def renderSources(sources: Seq[SourceInfo]): String = compact(render(JArray(sources.toList.map { s =>
     JObject("table" -> JString(s.table), "id" -> JString(s.tableId),

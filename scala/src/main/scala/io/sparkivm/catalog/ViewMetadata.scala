@@ -2,7 +2,11 @@ package io.sparkivm.catalog
 
 import org.apache.spark.sql.catalyst.TableIdentifier
 
-/** How a view is brought up to date. */
+/**
+ * How a view's backing table is laid out and so how it can be brought up to date: with the
+ * state of counting IVM (incremental; a refresh may still recompute) or as plain rows
+ * (full: every refresh recomputes). Chosen at CREATE from the [[RefreshPolicy]] and the query.
+ */
 sealed abstract class RefreshMode(val name: String)
 object RefreshMode {
   case object Incremental extends RefreshMode("incremental")
@@ -31,7 +35,13 @@ case class ViewMetadata(
     /** The view's column names, from the catalog view (empty until it exists). */
     columns: Seq[String] = Nil,
     /** `ivm.epsilon`, if the user set it (triangle views use [[EpsilonState.Default]] otherwise). */
-    epsilon: Option[Double] = None) {
+    epsilon: Option[Double] = None,
+    policy: RefreshPolicy = RefreshPolicy.Default,
+    schedule: Option[Schedule] = None,
+    /** Why a view whose policy allows incremental refreshes is laid out for full ones only. */
+    fullBecause: Option[String] = None,
+    /** The last refreshes, oldest first ([[RefreshHistory]]). */
+    history: Seq[HistoryEntry] = Nil) {
   def viewName: String = view.quotedString
   def eps: Double = epsilon.getOrElse(EpsilonState.Default)
 }
@@ -49,4 +59,7 @@ case class RefreshRecord(
     backingVersion: Long,
     timestampMs: Long,
     /** The IVM^eps state committed with this refresh (triangle views only). */
-    epsilon: Option[EpsilonState] = None)
+    epsilon: Option[EpsilonState] = None,
+    /** This refresh's entry for [[RefreshHistory]], appended in the same commit (not read back
+     * from a record: the history property holds it). */
+    entry: Option[HistoryEntry] = None)

@@ -69,8 +69,10 @@ object ChangeFeed {
   private val Sign = "__ivm_sign"
 
   def read(spark: SparkSession, view: String, requests: Seq[ChangeRequest],
-      localMaxBytes: Long): Map[String, TableChange] = {
-    val (small, large) = requests.partition(r => changeBytes(spark, view, r) <= localMaxBytes)
+      localMaxBytes: Long, sizes: Map[String, Long] = Map.empty): Map[String, TableChange] = {
+    val (small, large) = requests.partition { r =>
+      sizes.getOrElse(r.name, changeBytes(spark, view, r)) <= localMaxBytes
+    }
     // Planning a change-feed read (Delta resolves every commit of the interval) is driver work
     // that overlaps well: the tables' reads are planned side by side.
     val feeds = Parallel.run(spark, small.map(r => () => r -> signedFeed(spark, view, r)))
@@ -93,7 +95,7 @@ object ChangeFeed {
 
   /** Bytes of the change files of versions (from, to]: CDC files where a commit wrote them, else
    * the data files it added and removed (which the change feed then reads). */
-  private def changeBytes(spark: SparkSession, view: String, r: ChangeRequest): Long = try {
+  def changeBytes(spark: SparkSession, view: String, r: ChangeRequest): Long = try {
     DeltaLog.forTable(spark, r.table).getChanges(r.from + 1, None, false)
       .takeWhile(_._1 <= r.to).map { case (_, actions) =>
       val cdc = actions.collect { case c: AddCDCFile => c.size }

@@ -1,11 +1,11 @@
 package io.sparkivm.commands
 
-import io.sparkivm.execution.{RefreshPipeline, ViewExplainer, ViewLifecycle}
+import io.sparkivm.execution.{RefreshLog, RefreshPipeline, ViewExplainer, ViewLifecycle}
 import io.sparkivm.parser._
 import org.apache.spark.sql.{Row, SparkSession}
 import org.apache.spark.sql.catalyst.expressions.{Attribute, AttributeReference}
 import org.apache.spark.sql.execution.command.LeafRunnableCommand
-import org.apache.spark.sql.types.{LongType, StringType}
+import org.apache.spark.sql.types.{LongType, StringType, TimestampType}
 
 /** The logical plans of spark-ivm's statements: Spark runs them eagerly, as its own DDL. */
 object MaterializedViewCommands {
@@ -17,6 +17,9 @@ object MaterializedViewCommands {
     case s: DescribeMaterializedView => DescribeMaterializedViewCommand(s)
     case s: ExplainRefresh => ExplainRefreshCommand(s)
     case s: AlterMaterializedViewProperties => AlterMaterializedViewCommand(s)
+    case s: AlterRefreshPolicy => AlterRefreshPolicyCommand(s)
+    case s: AlterSchedule => AlterScheduleCommand(s)
+    case s: ShowRefreshes => ShowRefreshesCommand(s)
   }
 
   private[commands] def string(name: String): AttributeReference =
@@ -33,10 +36,11 @@ case class CreateMaterializedViewCommand(statement: CreateMaterializedView) exte
 case class RefreshMaterializedViewCommand(statement: RefreshMaterializedView) extends LeafRunnableCommand {
   override val output: Seq[Attribute] = Seq(string("view"), string("mode"), long("refresh_number"),
     long("source_rows_changed"), long("view_rows_changed"), long("duration_ms"), string("report"))
-  override def run(spark: SparkSession): Seq[Row] = {
-    val r = RefreshPipeline.refresh(spark, statement.name, statement.full)
-    Seq(Row(r.view, r.mode, r.refreshNumber, r.sourceRowsChanged, r.viewRowsChanged, r.totalMs, r.toJson))
-  }
+  /** One row per view refreshed: with CASCADE the views it reads first, the named view last. */
+  override def run(spark: SparkSession): Seq[Row] =
+    RefreshPipeline.refreshAll(spark, statement.name, statement.full, statement.cascade).map { r =>
+      Row(r.view, r.mode, r.refreshNumber, r.sourceRowsChanged, r.viewRowsChanged, r.totalMs, r.toJson)
+    }
 }
 
 case class DropMaterializedViewCommand(statement: DropMaterializedView) extends LeafRunnableCommand {
@@ -46,9 +50,10 @@ case class DropMaterializedViewCommand(statement: DropMaterializedView) extends 
 }
 
 case class ShowMaterializedViewsCommand(statement: ShowMaterializedViews) extends LeafRunnableCommand {
-  override val output: Seq[Attribute] = Seq(string("namespace"), string("viewName"), string("refreshMode"))
+  override val output: Seq[Attribute] = Seq(string("namespace"), string("viewName"), string("refreshMode"),
+    string("refreshPolicy"), string("schedule"))
   override def run(spark: SparkSession): Seq[Row] =
-    ViewLifecycle.show(spark, statement.namespace).map { case (a, b, c) => Row(a, b, c) }
+    ViewLifecycle.show(spark, statement.namespace).map { case (a, b, c, d, e) => Row(a, b, c, d, e) }
 }
 
 /**
@@ -74,4 +79,28 @@ case class ExplainRefreshCommand(statement: ExplainRefresh) extends LeafRunnable
 case class AlterMaterializedViewCommand(statement: AlterMaterializedViewProperties)
   extends LeafRunnableCommand {
   override def run(spark: SparkSession): Seq[Row] = { ViewLifecycle.alter(spark, statement); Nil }
+}
+
+case class AlterRefreshPolicyCommand(statement: AlterRefreshPolicy) extends LeafRunnableCommand {
+  override def run(spark: SparkSession): Seq[Row] = {
+    ViewLifecycle.setPolicy(spark, statement.name, statement.policy); Nil
+  }
+}
+
+case class AlterScheduleCommand(statement: AlterSchedule) extends LeafRunnableCommand {
+  override def run(spark: SparkSession): Seq[Row] = { ViewLifecycle.alterSchedule(spark, statement); Nil }
+}
+
+/** SHOW REFRESHES [FOR v] [LIMIT n]: past refreshes, newest first ([[RefreshLog]]). */
+case class ShowRefreshesCommand(statement: ShowRefreshes) extends LeafRunnableCommand {
+  override val output: Seq[Attribute] = Seq(string("view"), long("refresh_number"),
+    AttributeReference("start_time", TimestampType, nullable = false)(), long("duration_ms"), string("mode"),
+    string("reason"), string("triggered_by"), long("source_rows_changed"), string("source_versions"),
+    string("error"))
+  override def run(spark: SparkSession): Seq[Row] =
+    RefreshLog.list(spark, statement.name, statement.limit).map { case (view, e) =>
+      Row(view, e.number, new java.sql.Timestamp(e.startMs), e.durationMs, e.mode, e.reason, e.trigger,
+        e.sourceRowsChanged, e.sourceVersions.toSeq.sorted.map { case (t, v) => s"$t@$v" }.mkString(", "),
+        e.error.orNull)
+    }
 }

@@ -5,6 +5,7 @@ import java.util.Locale
 import scala.collection.mutable
 
 import io.sparkivm.IvmErrors
+import io.sparkivm.catalog.RefreshPolicy
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.ivm.ConfRegistration
 
@@ -60,6 +61,11 @@ object IvmConf {
   private def int(key: String, default: Int, doc: String, min: Int = 0) =
     entry(key, default, "int", doc) { v =>
       v.trim.toIntOption.filter(_ >= min).toRight(s"a whole number >= $min")
+    }
+
+  private def double(key: String, default: Double, doc: String, min: Double) =
+    entry(key, default, "double", doc) { v =>
+      v.trim.toDoubleOption.filter(d => d >= min && !d.isInfinite).toRight(s"a number >= $min")
     }
 
   private def text(key: String, doc: String) =
@@ -131,6 +137,30 @@ object IvmConf {
       "are large by marking the changed keys' rows deleted in place and appending the new rows, " +
       "instead of rewriting every file that holds a changed key (backing tables whose change data " +
       "feed is on, because a view reads them, are rewritten).")
+
+  // ---- refresh policies and the refresh service ----
+
+  val DefaultRefreshPolicy: IvmConfEntry[RefreshPolicy] = entry("spark.ivm.refreshPolicy.default",
+    RefreshPolicy.Default, "string", "The REFRESH POLICY of views created without one: auto, " +
+      "incremental, incremental_strict or full.")(
+    v => RefreshPolicy.parse(v).toRight("auto, incremental, incremental_strict or full"), _.name)
+
+  val AutoIncrementalCostFactor: IvmConfEntry[Double] = double("spark.ivm.refreshPolicy.autoCostFactor", 3.0,
+    "The AUTO policy's prior, used until a view's history measures it: how many times more a " +
+      "changed byte costs an incremental refresh than a base-table byte costs a recomputation.", min = 0.0)
+
+  val AutoMinGainMs: IvmConfEntry[Long] = long("spark.ivm.refreshPolicy.autoMinGainMs", 500L,
+    "The AUTO policy recomputes a view only if that is estimated to save at least this many ms " +
+      "over an incremental refresh: where both cost about the same (small tables), the refresh " +
+      "stays incremental.")
+
+  val ServicePollMs: IvmConfEntry[Long] = long("spark.ivm.service.pollIntervalMs", 1000L,
+    "How often the refresh service checks schedules and base-table versions (from the Delta logs, " +
+      "no Spark job).", min = 10L)
+
+  val ServiceMaxBackoffMs: IvmConfEntry[Long] = long("spark.ivm.service.maxBackoffMs", 600000L,
+    "Longest wait of the refresh service before it retries a view whose refresh failed (the wait " +
+      "doubles from 5 seconds with each failure in a row).", min = 0L)
 
   // ---- reports ----
 

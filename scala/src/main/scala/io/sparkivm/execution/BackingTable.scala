@@ -1,6 +1,6 @@
 package io.sparkivm.execution
 
-import io.sparkivm.catalog.{RefreshRecord, ViewCatalog, ViewMetadata}
+import io.sparkivm.catalog.{RefreshHistory, RefreshRecord, ViewCatalog, ViewMetadata}
 import io.sparkivm.changes.DeltaSources
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.planner.ViewMaintenance
@@ -44,7 +44,11 @@ object BackingTable {
   def create(spark: SparkSession, meta: ViewMetadata, rows: DataFrame, record: RefreshRecord): Unit =
     inCommit(spark, meta, record) {
       // No change data feed unless a materialized view comes to read this one (ViewAnalysis.pin).
-      val props = ViewCatalog.properties(meta) + (ViewCatalog.RecordProperty -> ViewCatalog.renderRecord(record)) ++
+      // A view rebuilt by ALTER keeps its history.
+      val earlier = if (meta.history.isEmpty) Map.empty[String, String]
+        else Map(RefreshHistory.Property -> RefreshHistory.render(meta.history))
+      val props = RefreshHistory.recorded(ViewCatalog.properties(meta) ++ earlier +
+        (ViewCatalog.RecordProperty -> ViewCatalog.renderRecord(record)), record.entry) ++
         (if (IvmConf.ApplyDeletionVectors.get(spark)) Map(DeletionVectorsProperty -> "true") else Map.empty)
       props.foldLeft(rows.writeTo(meta.backing.quotedString).using("delta")) {
         case (w, (k, v)) => w.tableProperty(k, v)

@@ -6,10 +6,11 @@ import scala.annotation.tailrec
 import scala.collection.mutable
 
 import io.sparkivm.IvmErrors
-import io.sparkivm.catalog.{RefreshMode, RefreshRecord, ViewCatalog, ViewMetadata}
+import io.sparkivm.catalog.{HistoryEntry, RefreshMode, RefreshRecord, ViewCatalog, ViewMetadata}
 import io.sparkivm.changes.{ChangeFeed, ChangeRequest, DeltaSources, LocalChange, PinnedSource}
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.epsilon.StateConflictException
+import io.sparkivm.policy.{PolicyDecision, RefreshPolicies, ViewGraph}
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.delta.DeltaConcurrentModificationException
@@ -70,23 +71,39 @@ object RefreshSession {
 object RefreshPipeline extends Logging {
   private val MaxAttempts = 4
 
-  def refresh(user: SparkSession, name: Seq[String], full: Boolean): RefreshReport = {
+  /**
+   * Refreshes a view; with `cascade`, first the materialized views it reads, in dependency
+   * order (each refresh is a no-op where nothing changed). Returns the reports in the order
+   * the views were refreshed, the named view's last. `trigger` says who asked (for the history).
+   */
+  def refreshAll(user: SparkSession, name: Seq[String], full: Boolean, cascade: Boolean,
+      trigger: String = "sql"): Seq[RefreshReport] = {
+    val upstream = if (!cascade) Nil else ViewGraph.upstream(user, ViewCatalog.lookup(user, name))
+    upstream.map(v => refresh(user, v, full = false, "cascade")) :+ refresh(user, name, full, trigger)
+  }
+
+  def refresh(user: SparkSession, name: Seq[String], full: Boolean, trigger: String = "sql"): RefreshReport = {
     val spark = RefreshSession.of(user)
     val measureJoins = IvmConf.MeasureRowsJoined.get(spark)
     val timer = new PhaseTimer
     // Active for the refresh: Delta's commands read their settings from the active session.
-    def run() = RefreshSession.active(spark)(attempt(spark, user, name, full, 1, timer))
-    val ((report, work), joined) =
+    def run() = RefreshSession.active(spark)(attempt(spark, user, name, full, 1, timer, trigger))
+    val ((report, work), joined) = try {
       if (measureJoins) JoinMetrics.measure(spark)(ReadMetrics.measure(spark)(run()))
       else (ReadMetrics.measure(spark)(run()), 0L)
+    } catch {
+      case e: Throwable =>
+        RefreshFailures.record(user, name, trigger, timer.startedAtMs, e)
+        throw e
+    }
     report.copy(rowsRead = work.rowsRead, rowsJoined = joined, sparkJobs = work.jobs, sparkTasks = work.tasks,
       phasesJobs = timer.jobsPerPhase(work.jobStarts))
   }
 
   @tailrec
   private def attempt(spark: SparkSession, user: SparkSession, name: Seq[String], full: Boolean, n: Int,
-      timer: PhaseTimer): RefreshReport = {
-    val result = try Right(refreshOnce(spark, user, name, full, timer)) catch {
+      timer: PhaseTimer, trigger: String): RefreshReport = {
+    val result = try Right(refreshOnce(spark, user, name, full, timer, trigger)) catch {
       case e: Exception if n < MaxAttempts && isConflict(e) =>
         logWarning(s"spark-ivm: refresh of ${name.mkString(".")} lost a commit race; retrying", e)
         Left(e)
@@ -95,7 +112,7 @@ object RefreshPipeline extends Logging {
       case Right(report) => report
       case Left(_) =>
         timer.mark("retry")
-        attempt(spark, user, name, full, n + 1, timer)
+        attempt(spark, user, name, full, n + 1, timer, trigger)
     }
   }
 
@@ -109,7 +126,7 @@ object RefreshPipeline extends Logging {
   /** One attempt, run in `spark` (the refresh's own session); fault-injection points of tests are
    * set on the `user`'s session. */
   private def refreshOnce(spark: SparkSession, user: SparkSession, name: Seq[String], full: Boolean,
-      timer: PhaseTimer): RefreshReport = {
+      timer: PhaseTimer, trigger: String): RefreshReport = {
     val meta = ViewCatalog.lookup(spark, name)
     FaultInjection.point(user, "refresh-start")
     val (last, foreign) = ViewCatalog.lastRefresh(spark, meta)
@@ -123,7 +140,8 @@ object RefreshPipeline extends Logging {
       return RefreshReport(meta.viewName, "noop", last.number, meta.sources.map { s =>
           val v = last.sourceVersions.getOrElse(s.table, -1L)
           SourceReport(s.table, v, v, 0L)
-        }, Nil, Nil, 0, 0, 0, timer.result, last.backingVersion, "no base table changed since the last refresh")
+        }, Nil, Nil, 0, 0, 0, timer.result, last.backingVersion, "no base table changed since the last refresh",
+        policy = meta.policy.sql, reason = "no base table changed since the last refresh")
     }
 
     val incremental = meta.mode == RefreshMode.Incremental
@@ -134,14 +152,35 @@ object RefreshPipeline extends Logging {
     val attemptId = UUID.randomUUID().toString
     val versions = pinned.map { case (t, p) => t -> p.version }
     val strategy = MaintenanceStrategy.of(spark, analyzed, incremental)
-
     def context(reader: PinnedReader) = RefreshContext(spark, meta, analyzed, last, reader, attemptId)
-    if (recompute || strategy.stale(meta, last)) {
+    def entry(mode: String, decision: PolicyDecision, rows: Long, changeBytes: Long, tableBytes: Long) =
+      Some(HistoryEntry(number, timer.startedAtMs, -1, mode, decision.reason, rows, versions, changeBytes,
+        tableBytes, trigger))
+
+    // The mode: fixed by the request, the view's layout or stale state; else by the policy.
+    val fixed = RefreshPolicies.fixedMode(meta, full, strategy.stale(meta, last))
+    val (changed, sizes) = if (fixed.isDefined) (Nil, Map.empty[String, Long]) else {
+      checkSources(meta, last, pinned)
+      val changed = pinned.values.filter(p => last.sourceVersions(p.name) != p.version).toSeq
+      if (changed.isEmpty) {
+        timer.mark("pin")
+        return RefreshReport(meta.viewName, "noop", last.number, sourceReports(last, pinned, Map.empty),
+          Nil, Nil, 0, 0, 0, timer.result, last.backingVersion,
+          "no base table changed since the last refresh", policy = meta.policy.sql,
+          reason = "no base table changed since the last refresh")
+      }
+      (changed, changed.map(p => p.name -> ChangeFeed.changeBytes(spark, meta.viewName, request(p, last))).toMap)
+    }
+    val decision = fixed.getOrElse(RefreshPolicies.choose(spark, meta, sizes.values.sum,
+      pinned.values.map(_.sizeInBytes).sum))
+
+    if (!decision.incremental) {
       timer.mark("pin")
       val reader = new PinnedReader(spark, Map.empty, pinned, meta.viewName)
       val rows = reader.fullRows(analyzed.maintenance)
       val epsilon = strategy.build(context(reader))
-      val record = RefreshRecord(number, "full", versions, attemptId, -1, 0, epsilon)
+      val record = RefreshRecord(number, "full", versions, attemptId, -1, 0, epsilon,
+        entry("full", decision, -1, -1, pinned.values.map(_.sizeInBytes).sum))
       FaultInjection.point(user, "before-commit")
       // The base tables' shape as read now, in the same commit.
       BackingTable.overwrite(spark, meta.copy(sources = pinned.values.toSeq.sortBy(_.name).map(_.info)), rows, record)
@@ -149,21 +188,13 @@ object RefreshPipeline extends Logging {
       FaultInjection.point(user, "after-commit")
       return report(spark, meta, number, attemptId, "full", last, pinned, Map.empty, Nil,
         epsilon.map(e => s"IVM^eps state rebuilt: eps = ${e.eps}, N = ${e.n}").toSeq,
-        MergeMetrics(-1, -1, -1), timer)
+        MergeMetrics(-1, -1, -1), timer, decision)
     }
 
-    checkSources(meta, last, pinned)
-    val changed = pinned.values.filter(p => last.sourceVersions(p.name) != p.version).toSeq
     timer.mark("pin")
-    if (changed.isEmpty) {
-      return RefreshReport(meta.viewName, "noop", last.number, sourceReports(last, pinned, Map.empty),
-        Nil, Nil, 0, 0, 0, timer.result, last.backingVersion,
-        "no base table changed since the last refresh")
-    }
     FaultInjection.point(user, "after-pin")
-    val changes = ChangeFeed.read(spark, meta.viewName,
-      changed.map(p => ChangeRequest(p.table, last.sourceVersions(p.name), p.version)),
-      IvmConf.ChangesLocalMaxBytes.get(spark))
+    val changes = ChangeFeed.read(spark, meta.viewName, changed.map(request(_, last)),
+      IvmConf.ChangesLocalMaxBytes.get(spark), sizes)
     val probe = PlanningConf.probe(spark)
     val steps = new RefreshSteps(spark,
       // The backing table's size is read only when probing is on at all.
@@ -189,18 +220,23 @@ object RefreshPipeline extends Logging {
         timer.mark("state")
         FaultInjection.point(user, "after-state")
       }
-      val record = RefreshRecord(number, "incremental", versions, attemptId, -1, 0, epsilon)
+      val tableBytes = if (decision.candidates.isEmpty) -1L else pinned.values.map(_.sizeInBytes).sum
+      val record = RefreshRecord(number, "incremental", versions, attemptId, -1, 0, epsilon,
+        entry("incremental", decision, counts.values.sum, sizes.values.sum, tableBytes))
       FaultInjection.point(user, "before-commit")
       val metrics = BackingTable.apply(spark, meta, analyzed.maintenance, rows, record,
         () => timer.mark("apply"))
       timer.mark("commit")
       FaultInjection.point(user, "after-commit")
       report(spark, meta, number, attemptId, "incremental", last, pinned, counts, branches, notes.toSeq,
-        metrics, timer)
+        metrics, timer, decision)
     } finally {
       reader.release()
     }
   }
+
+  private def request(p: PinnedSource, last: RefreshRecord) =
+    ChangeRequest(p.table, last.sourceVersions(p.name), p.version)
 
   /** True if every base table the view consumed is still at the consumed version. */
   private def unchanged(spark: SparkSession, meta: ViewMetadata, last: RefreshRecord): Boolean =
@@ -235,7 +271,8 @@ object RefreshPipeline extends Logging {
 
   private def report(spark: SparkSession, meta: ViewMetadata, number: Long, attemptId: String,
       mode: String, last: RefreshRecord, pinned: Map[String, PinnedSource], counts: Map[String, Long],
-      branches: Seq[String], notes: Seq[String], metrics: MergeMetrics, timer: PhaseTimer): RefreshReport = {
+      branches: Seq[String], notes: Seq[String], metrics: MergeMetrics, timer: PhaseTimer,
+      decision: PolicyDecision): RefreshReport = {
     val (committed, _) = ViewCatalog.lastRefresh(spark, meta)
     val skipped = committed.attempt != attemptId
     val (ins, upd, del) = if (metrics.inserted >= 0) (metrics.inserted, metrics.updated, metrics.deleted)
@@ -245,6 +282,7 @@ object RefreshPipeline extends Logging {
       sourceReports(last, pinned, counts), branches, notes, ins, upd, del, timer.result,
       committed.backingVersion,
       if (skipped) s"refresh ${committed.number} was committed by a concurrent refresh; " +
-        "nothing was applied twice" else s"refresh $number committed")
+        "nothing was applied twice" else s"refresh $number committed",
+      policy = meta.policy.sql, reason = decision.reason, candidates = decision.candidates)
   }
 }

@@ -1,5 +1,6 @@
 package io.sparkivm.execution
 
+import io.sparkivm.policy.Estimate
 import org.json4s._
 import org.json4s.jackson.JsonMethods.{compact, render}
 
@@ -33,7 +34,12 @@ case class RefreshReport(
     /** Spark tasks of those jobs. */
     sparkTasks: Long = 0L,
     /** Spark jobs started in each phase (same phases as `phasesMs`). */
-    phasesJobs: Seq[(String, Long)] = Nil) {
+    phasesJobs: Seq[(String, Long)] = Nil,
+    /** The view's refresh policy, and why this refresh ran in its mode. */
+    policy: String = "",
+    reason: String = "",
+    /** What AUTO weighed: estimated ms of each candidate mode. */
+    candidates: Seq[Estimate] = Nil) {
 
   def sourceRowsChanged: Long = sources.map(_.changedRows).sum
   def viewRowsChanged: Long = rowsInserted + rowsUpdated + rowsDeleted
@@ -56,7 +62,10 @@ case class RefreshReport(
     "message" -> JString(message),
     "rows_read" -> JLong(rowsRead), "rows_joined" -> JLong(rowsJoined),
     "spark_jobs" -> JLong(sparkJobs), "spark_tasks" -> JLong(sparkTasks),
-    "phases_jobs" -> JObject(phasesJobs.toList.map { case (k, v) => k -> JLong(v) }))))
+    "phases_jobs" -> JObject(phasesJobs.toList.map { case (k, v) => k -> JLong(v) }),
+    "policy" -> JString(policy), "reason" -> JString(reason),
+    "candidates" -> JArray(candidates.toList.map(c =>
+      JObject("mode" -> JString(c.mode), "estimated_ms" -> JLong(c.ms), "basis" -> JString(c.basis)))))))
 }
 
 /** Wall time per named phase, and when each phase ended (to attribute jobs to phases). */
@@ -64,6 +73,7 @@ class PhaseTimer {
   private val phases = Seq.newBuilder[(String, Long)]
   private val ends = Seq.newBuilder[(String, Long)]
   private var last = System.nanoTime()
+  val startedAtMs: Long = System.currentTimeMillis()
   def mark(name: String): Unit = {
     val now = System.nanoTime()
     phases += name -> (now - last) / 1000000L

@@ -1,6 +1,6 @@
 package io.sparkivm.execution
 
-import io.sparkivm.catalog.{RefreshRecord, ViewCatalog, ViewMetadata}
+import io.sparkivm.catalog.{RefreshHistory, RefreshRecord, ViewCatalog, ViewMetadata}
 import io.sparkivm.changes.KnownFiles
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.planner.{KeyProbe, ViewMaintenance}
@@ -142,8 +142,8 @@ object RewriteCommit extends DeltaCommand {
       schema: Option[StructType]): Unit = {
     val metadata = txn.metadata
     txn.updateMetadata(metadata.copy(schemaString = schema.map(_.json).getOrElse(metadata.schemaString),
-      configuration = metadata.configuration ++ properties +
-        (ViewCatalog.RecordProperty -> ViewCatalog.renderRecord(record))))
+      configuration = RefreshHistory.recorded(metadata.configuration ++ properties +
+        (ViewCatalog.RecordProperty -> ViewCatalog.renderRecord(record)), record.entry)))
   }
 
   /**

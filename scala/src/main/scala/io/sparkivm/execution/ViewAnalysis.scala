@@ -29,6 +29,10 @@ object ViewAnalysis {
     }
   }
 
+  /** Refusals that mean "not incrementally", not "not at all": under REFRESH POLICY AUTO or
+   * INCREMENTAL such a view is refreshed by recomputation. */
+  val NotIncrementalizable: Set[String] = Set("IVM_UNSUPPORTED_OPERATOR", "IVM_SOURCE_NOT_DELTA")
+
   /**
    * The plan and its maintenance. Incremental views must pass [[PlanValidator]]; views with
    * `ivm.refresh = full` may use any query, stored as rows with multiplicities.
@@ -38,6 +42,7 @@ object ViewAnalysis {
       val leaves = PlanValidator.validate(plan)
       AnalyzedView(plan, leaves, new ViewMaintenance(ViewShape.of(plan), columns))
     } else {
+      PlanValidator.requirePermanent(plan)
       val leaves = plan.collect { case SourceLeaf(l) if l.provider.exists(_.equalsIgnoreCase("delta")) => l }
       AnalyzedView(plan, leaves, new ViewMaintenance(
         RowsShape(plan, plan, distinct = false), columns))

@@ -4,10 +4,11 @@ import java.sql.Timestamp
 
 import scala.util.control.NonFatal
 
-import io.sparkivm.catalog.{RefreshMode, ViewCatalog}
+import io.sparkivm.catalog.{RefreshMode, RefreshRecord, ViewCatalog, ViewMetadata}
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.epsilon.{TriangleMaintenance, TriangleStateTables, TriangleViews}
-import io.sparkivm.changes.{ChangeFeed, ChangeRequest, DeltaSources}
+import io.sparkivm.changes.{ChangeFeed, ChangeRequest, DeltaSources, PinnedSource}
+import io.sparkivm.policy.{CostModel, PolicyDecision, RefreshPolicies}
 import io.sparkivm.planner.{AggregateState, PlanOnly}
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.ivm.{SessionInternals, SparkInternals}
@@ -62,17 +63,24 @@ object ViewExplainer {
     val warnings = if (foreign.isEmpty) Nil else Seq("the backing table was changed outside " +
       s"spark-ivm (${foreign.mkString("; ")}); run REFRESH ... FULL")
     val refreshedAt = new Timestamp(last.timestampMs)
+    val fresh = Freshness.of(spark, meta, last)
+    val lastReason = meta.history.lastOption.map(_.reason)
     val info = Seq(
       ("View", meta.viewName, ""),
       ("Backing table", meta.backing.quotedString, ""),
       ("Query", meta.queryText, ""),
-      ("Refresh mode", meta.mode.name, "")) ++
+      ("Refresh policy", meta.policy.sql + meta.fullBecause.map(w => s" (refreshed by recomputation: $w)")
+        .getOrElse(""), ""),
+      ("Refresh mode", meta.mode.name, ""),
+      ("Schedule", meta.schedule.map(_.sql).getOrElse("none (REFRESH by hand)"), ""),
+      ("Freshness", if (fresh.pendingCommits == 0) "up to date" else
+        s"${fresh.pendingCommits} base-table commits not applied, the oldest ${fresh.lagMs / 1000.0} s ago", "")) ++
       maintenance ++ sources.map { case (t, consumed, current) =>
         ("Source", s"$t: consumed version ${consumed.map(_.toString).getOrElse("none")}, current " +
           s"version ${current.map(_.toString).getOrElse("unavailable")}", "")
       } ++
       Seq(("Last refresh", s"#${last.number} (${last.mode}) at $refreshedAt, " +
-        s"backing table version ${last.backingVersion}", "")) ++
+        s"backing table version ${last.backingVersion}" + lastReason.map(r => s": $r").getOrElse(""), "")) ++
       meta.comment.map(c => ("Comment", c, "")) ++
       meta.userProperties.toSeq.sorted.map { case (k, v) => ("Table property", s"$k=$v", "") } ++
       warnings.map(w => ("Warning", w, ""))
@@ -85,6 +93,15 @@ object ViewExplainer {
       "backing_table" -> JString(meta.backing.quotedString),
       "query" -> JString(meta.queryText),
       "refresh_mode" -> JString(meta.mode.name),
+      "refresh_policy" -> JString(meta.policy.sql),
+      "full_because" -> opt(meta.fullBecause)(JString(_)),
+      "schedule" -> opt(meta.schedule)(s => JString(s.sql)),
+      "freshness" -> JObject("pending_commits" -> JLong(fresh.pendingCommits), "lag_ms" -> JLong(fresh.lagMs),
+        "sources" -> JArray(fresh.sources.map(l => JObject("table" -> JString(l.table),
+          "consumed_version" -> JLong(l.consumedVersion), "current_version" -> JLong(l.currentVersion),
+          "pending_commits" -> JLong(l.pendingCommits),
+          "oldest_pending" -> opt(l.oldestPendingMs)(t => JString(java.time.Instant.ofEpochMilli(t).toString))
+        )).toList)),
       "comment" -> opt(meta.comment)(JString(_)),
       "columns" -> JArray(columns.map { case (n, t, _) => JArray(List(JString(n), JString(t))) }.toList),
       "maintenance" -> JObject("strategy" -> JString(strategy), "shape" -> opt(shape)(JString(_)),
@@ -94,6 +111,7 @@ object ViewExplainer {
           "current_version" -> opt(current)(JLong(_)))
       }.toList),
       "last_refresh" -> JObject("number" -> JLong(last.number), "mode" -> JString(last.mode),
+        "reason" -> opt(lastReason)(JString(_)),
         "timestamp" -> JString(refreshedAt.toInstant.toString), "backing_version" -> JLong(last.backingVersion)),
       "properties" -> JObject(meta.userProperties.toSeq.sorted.map { case (k, v) => k -> JString(v) }.toList),
       "warnings" -> JArray(warnings.map(JString(_)).toList),
@@ -106,6 +124,16 @@ object ViewExplainer {
       compact(render(fields)))
   }
 
+  /** The mode the next refresh would run in, and why (as [[RefreshPipeline]] decides it). */
+  private def policyDecision(spark: SparkSession, meta: ViewMetadata, last: RefreshRecord,
+      pinned: Map[String, PinnedSource]): PolicyDecision =
+    RefreshPolicies.fixedMode(meta, full = false, stale = last.epsilon.exists(_.eps != meta.eps)).getOrElse {
+      val changed = pinned.values.filter(p => last.sourceVersions.get(p.name).exists(_ != p.version)).toSeq
+      if (changed.isEmpty) PolicyDecision("noop", "no base table changed since the last refresh")
+      else RefreshPolicies.choose(spark, meta, changed.map(p => ChangeFeed.changeBytes(spark, meta.viewName,
+        ChangeRequest(p.table, last.sourceVersions(p.name), p.version))).sum, pinned.values.map(_.sizeInBytes).sum)
+    }
+
   /** What the next refresh would do, in words, then Spark's plan for it. Changes nothing. */
   def explain(spark: SparkSession, name: Seq[String]): String = {
     val meta = ViewCatalog.lookup(spark, name)
@@ -116,8 +144,12 @@ object ViewExplainer {
     val out = new StringBuilder
     def line(s: String): Unit = out ++= s ++ "\n"
     line(s"== Refresh of materialized view ${meta.viewName} ==")
-    line(s"Refresh mode: ${meta.mode.name}")
+    line(s"Refresh policy: ${meta.policy.sql}; refresh mode: ${meta.mode.name}" +
+      meta.fullBecause.map(w => s" (the query cannot be maintained incrementally: $w)").getOrElse(""))
     line(s"Backing table: ${meta.backing.quotedString}, after refresh #${last.number}")
+    val decision = policyDecision(spark, meta, last, pinned)
+    line(s"Next refresh: ${decision.mode}, because ${decision.reason}")
+    decision.candidates.foreach(c => line(s"  candidate ${c.mode}: estimated ${CostModel.seconds(c.ms)} (${c.basis})"))
     line("Sources:")
     pinned.values.toSeq.sortBy(_.name).foreach { p =>
       val from = last.sourceVersions.get(p.name)
@@ -128,8 +160,8 @@ object ViewExplainer {
       })
     }
     val maintenance = analyzed.maintenance
-    if (!incremental) {
-      line("Plan: recompute the query and overwrite the backing table (ivm.refresh = full).")
+    if (!incremental || !decision.incremental) {
+      line("Plan: recompute the query and overwrite the backing table in one commit.")
       val rows = new PinnedReader(spark, Map.empty, pinned, meta.viewName).fullRows(maintenance)
       line("== Spark plan ==")
       line(rows.queryExecution.optimizedPlan.treeString)

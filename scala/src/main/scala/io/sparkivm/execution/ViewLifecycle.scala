@@ -3,19 +3,23 @@ package io.sparkivm.execution
 import java.util.{Locale, UUID}
 
 import io.sparkivm.{IvmErrors, IvmException}
-import io.sparkivm.catalog.{EpsilonState, RefreshMode, RefreshRecord, ViewCatalog, ViewMetadata}
+import io.sparkivm.catalog.{EpsilonState, HistoryEntry, RefreshMode, RefreshPolicy, RefreshRecord, Schedule,
+  ViewCatalog, ViewMetadata}
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.epsilon.{EpsilonStrategy, TriangleStateTables, TriangleViews}
-import io.sparkivm.parser.{AlterMaterializedViewProperties, CreateMaterializedView}
+import io.sparkivm.parser.{AlterMaterializedViewProperties, AlterSchedule, CreateMaterializedView}
+import io.sparkivm.policy.RefreshPolicies
 import io.sparkivm.planner.ViewMaintenance
 import org.apache.spark.sql.{AnalysisException, SparkSession}
 import org.apache.spark.sql.catalyst.analysis.NoSuchTableException
 import org.apache.spark.sql.delta.DeltaConcurrentModificationException
 import org.apache.spark.sql.catalyst.TableIdentifier
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.ivm.SessionInternals
+import org.apache.spark.internal.Logging
 
 /** CREATE, DROP, ALTER and SHOW MATERIALIZED VIEW(S). */
-object ViewLifecycle {
+object ViewLifecycle extends Logging {
   /** `ivm.*` properties a user may set; the others are spark-ivm's own bookkeeping. */
   val SettableProperties = Set(ViewCatalog.RefreshProperty, EpsilonState.Property)
 
@@ -29,10 +33,13 @@ object ViewLifecycle {
    * dropped.
    */
   def create(spark: SparkSession, stmt: CreateMaterializedView): Unit =
-    create(spark, stmt, spark.catalog.currentDatabase)
+    create(spark, stmt, spark.catalog.currentDatabase, Nil)
 
-  /** CREATE with the query analyzed in `database` (ALTER rebuilds a view in its own). */
-  private def create(spark: SparkSession, stmt: CreateMaterializedView, database: String): Unit = {
+  /** CREATE with the query analyzed in `database` (ALTER rebuilds a view in its own, and keeps its
+   * `history`). */
+  private def create(spark: SparkSession, stmt: CreateMaterializedView, database: String,
+      history: Seq[HistoryEntry]): Unit = {
+    val startMs = System.currentTimeMillis()
     val id = ViewCatalog.qualify(spark, stmt.name)
     val replacing = if (!ViewCatalog.exists(spark, id)) None else {
       val existing = SessionInternals.catalog(spark).getTableMetadata(id)
@@ -44,9 +51,12 @@ object ViewLifecycle {
         .map(b => ViewCatalog.qualify(spark, b.split('.').toSeq)).getOrElse(ViewCatalog.backingTable(id)))
     }
     checkProperties(stmt.properties)
-    val mode = stmt.properties.get(ViewCatalog.RefreshProperty).map(parseMode)
-      .getOrElse(RefreshMode.Incremental)
-    val incremental = mode == RefreshMode.Incremental
+    val legacy = stmt.properties.get(ViewCatalog.RefreshProperty).map(parseMode).map(RefreshPolicy.ofMode)
+    if (stmt.policy.isDefined && legacy.exists(_ != stmt.policy.get)) {
+      throw IvmErrors.propertyNotSettable(ViewCatalog.RefreshProperty,
+        s"it contradicts REFRESH POLICY ${stmt.policy.get}; give REFRESH POLICY only")
+    }
+    val policy = stmt.policy.orElse(legacy).getOrElse(RefreshPolicies.default(spark))
     val plan = ViewAnalysis.analyze(spark, stmt.queryTextInPlace, database)
     val columns = if (stmt.columnNames.isEmpty) plan.output.map(_.name) else {
       if (stmt.columnNames.size != plan.output.size) {
@@ -59,7 +69,8 @@ object ViewLifecycle {
     lower.diff(lower.distinct).headOption.foreach { dup =>
       throw IvmErrors.of("IVM_DUPLICATE_COLUMN", "view" -> id.quotedString, "column" -> dup)
     }
-    val analyzed = ViewAnalysis.prepare(plan, columns, incremental)
+    val (analyzed, mode, fullBecause) = layout(id.quotedString, plan, columns, policy)
+    val incremental = mode == RefreshMode.Incremental
     val epsilon = stmt.properties.get(EpsilonState.Property).map(parseEpsilon)
     val strategy = MaintenanceStrategy.of(spark, analyzed, incremental)
     if (epsilon.isDefined && !strategy.isInstanceOf[EpsilonStrategy]) throw notTriangle(id.quotedString, analyzed)
@@ -80,14 +91,18 @@ object ViewLifecycle {
     val meta = ViewMetadata(id, backing, UUID.randomUUID().toString, stmt.queryText, database, mode,
       pinned.values.toSeq.sortBy(_.name).map(_.info),
       stmt.properties.filter { case (k, _) => !k.startsWith("ivm.") }, stmt.comment, columns,
-      epsilon)
+      epsilon, policy, stmt.schedule, fullBecause, history)
     try {
       val reader = new PinnedReader(spark, Map.empty, pinned, id.quotedString)
       val rows = reader.fullRows(analyzed.maintenance)
       val attempt = UUID.randomUUID().toString
       val state = strategy.build(RefreshContext(spark, meta, analyzed,
         RefreshRecord(-1, "create", Map.empty, attempt, -1, 0), reader, attempt))
-      val record = RefreshRecord(0, "create", pinned.map { case (t, p) => t -> p.version }, attempt, -1, 0, state)
+      val versions = pinned.map { case (t, p) => t -> p.version }
+      val entry = HistoryEntry(0, startMs, -1, "create", fullBecause.map(w => s"created for full refreshes: $w")
+        .getOrElse(s"created with REFRESH POLICY $policy"), -1, versions, -1, pinned.values.map(_.sizeInBytes).sum,
+        if (history.isEmpty) "create" else "alter")
+      val record = RefreshRecord(0, "create", versions, attempt, -1, 0, state, Some(entry))
       try BackingTable.create(spark, meta, rows, record) catch {
         case e: Exception if isCreateConflict(e) =>
           // A concurrent CREATE of this view made the table first: it is that CREATE's, not ours.
@@ -111,6 +126,32 @@ object ViewLifecycle {
     replacing.foreach { old =>
       spark.sql(s"DROP TABLE IF EXISTS ${old.quotedString}")
       TriangleStateTables.dropFor(spark, old)
+    }
+  }
+
+  /**
+   * The view's maintenance under its policy: incremental if the policy allows it and the query
+   * can be maintained; else (AUTO, INCREMENTAL) laid out for full refreshes, with the reason, or
+   * (INCREMENTAL STRICT) IVM_NOT_INCREMENTALIZABLE naming what cannot be maintained.
+   */
+  private def layout(view: String, plan: LogicalPlan, columns: Seq[String],
+      policy: RefreshPolicy): (AnalyzedView, RefreshMode, Option[String]) = {
+    if (policy == RefreshPolicy.Full) {
+      return (ViewAnalysis.prepare(plan, columns, incremental = false), RefreshMode.Full, None)
+    }
+    try (ViewAnalysis.prepare(plan, columns, incremental = true), RefreshMode.Incremental, None) catch {
+      case e: IvmException if ViewAnalysis.NotIncrementalizable.contains(e.getCondition) =>
+        if (policy == RefreshPolicy.IncrementalStrict) {
+          if (e.getCondition == "IVM_SOURCE_NOT_DELTA") throw e // says what to do (CONVERT TO DELTA)
+          val p = e.parameters
+          throw IvmErrors.of("IVM_NOT_INCREMENTALIZABLE", "view" -> view,
+            "operator" -> p("operator"), "hint" -> p("hint"))
+        }
+        val why = if (e.getCondition == "IVM_UNSUPPORTED_OPERATOR") {
+          s"${e.parameters("operator")} (${e.parameters("hint").stripSuffix(".")})"
+        } else e.getMessage.stripPrefix(s"[${e.getCondition}] ").replaceAll(" SQLSTATE: \\w+$", "")
+        logInfo(s"spark-ivm: $view is refreshed by recomputation: $why")
+        (ViewAnalysis.prepare(plan, columns, incremental = false), RefreshMode.Full, Some(why))
     }
   }
 
@@ -178,11 +219,56 @@ object ViewLifecycle {
       spark.sql(s"DROP VIEW IF EXISTS ${id.quotedString}")
       spark.sql(s"DROP TABLE IF EXISTS ${backing.quotedString}")
       TriangleStateTables.dropFor(spark, backing)
+      RefreshFailures.forget(id.unquotedString)
     } else {
       val orphan = dropOrphanBacking(spark, id, ViewCatalog.backingTable(id), failIfForeign = false)
       if (!orphan && !ifExists) throw IvmErrors.notFound(id.quotedString)
     }
   }
+
+  /**
+   * ALTER ... SET REFRESH POLICY. A policy that needs another layout of the backing table (FULL
+   * against the others, or a query that cannot be maintained) rebuilds the view as CREATE OR
+   * REPLACE would, keeping its schedule and history; otherwise only the property changes.
+   */
+  def setPolicy(spark: SparkSession, name: Seq[String], policy: RefreshPolicy,
+      extraSet: Map[String, String] = Map.empty, extraUnset: Set[String] = Set.empty): Unit = {
+    val meta = ViewCatalog.lookup(spark, name)
+    val plan = ViewAnalysis.analyze(spark, meta.queryText, meta.database)
+    val (_, mode, _) = layout(meta.viewName, plan, meta.columns, policy)
+    if (mode != meta.mode) {
+      val props = (meta.userProperties ++ extraSet ++
+        meta.epsilon.map(e => EpsilonState.Property -> e.toString)).filter { case (k, _) => !extraUnset.contains(k) }
+      create(spark, CreateMaterializedView(name, ifNotExists = false, orReplace = true,
+        if (meta.columns == plan.output.map(_.name)) Nil else meta.columns, meta.comment,
+        props, meta.queryText, meta.queryText, Some(policy), meta.schedule), meta.database, meta.history)
+    } else {
+      ViewCatalog.setProperties(spark, meta.backing, extraSet ++ Map(ViewCatalog.PolicyProperty -> policy.name))
+      if (extraUnset.nonEmpty) unsetProperties(spark, meta, extraUnset.toSeq)
+    }
+  }
+
+  /** ALTER ... {ADD | ALTER} SCHEDULE / TRIGGER, or DROP SCHEDULE. */
+  def alterSchedule(spark: SparkSession, stmt: AlterSchedule): Unit = {
+    val meta = ViewCatalog.lookup(spark, stmt.name)
+    def conflict(what: String, instead: String) = IvmErrors.of("IVM_SCHEDULE_CONFLICT",
+      "view" -> meta.viewName, "what" -> what, "instead" -> instead)
+    (stmt.action, meta.schedule) match {
+      case ("ADD", Some(existing)) => throw conflict(s"already has a schedule (${existing.sql})",
+        s"ALTER MATERIALIZED VIEW ${meta.viewName} ALTER ${stmt.schedule.get.sql} to replace it")
+      case ("ALTER", None) => throw conflict("has no schedule to alter",
+        s"ALTER MATERIALIZED VIEW ${meta.viewName} ADD ${stmt.schedule.get.sql}")
+      case ("DROP", None) => throw conflict("has no schedule to drop",
+        "SHOW MATERIALIZED VIEWS to see the views' schedules")
+      case ("DROP", Some(_)) => unsetProperties(spark, meta, Seq(Schedule.Property))
+      case (_, _) => ViewCatalog.setProperties(spark, meta.backing,
+        Map(Schedule.Property -> Schedule.json(stmt.schedule.get)))
+    }
+  }
+
+  private def unsetProperties(spark: SparkSession, meta: ViewMetadata, keys: Seq[String]): Unit =
+    spark.sql(s"ALTER TABLE ${meta.backing.quotedString} UNSET TBLPROPERTIES IF EXISTS (" +
+      keys.map(ViewCatalog.sqlString).mkString(", ") + ")")
 
   def alter(spark: SparkSession, stmt: AlterMaterializedViewProperties): Unit = {
     val meta = ViewCatalog.lookup(spark, stmt.name)
@@ -192,8 +278,9 @@ object ViewLifecycle {
     }
     val newEpsilon = stmt.set.get(EpsilonState.Property).map(parseEpsilon)
       .orElse(if (stmt.unset.contains(EpsilonState.Property)) Some(EpsilonState.Default) else None)
-    val newMode = stmt.set.get(ViewCatalog.RefreshProperty).map(parseMode)
-      .orElse(if (stmt.unset.contains(ViewCatalog.RefreshProperty)) Some(RefreshMode.Incremental) else None)
+    // The legacy `ivm.refresh` stands for a policy: 'full' for FULL, 'incremental' for INCREMENTAL.
+    val newPolicy = stmt.set.get(ViewCatalog.RefreshProperty).map(parseMode).map(RefreshPolicy.ofMode)
+      .orElse(if (stmt.unset.contains(ViewCatalog.RefreshProperty)) Some(RefreshPolicies.default(spark)) else None)
     val plain = stmt.set.filter { case (k, _) => !k.startsWith("ivm.") }
     // Validated before anything is written: ivm.epsilon applies to triangle views only.
     lazy val analyzed = ViewAnalysis.reanalyze(spark, meta, meta.mode == RefreshMode.Incremental)
@@ -201,16 +288,10 @@ object ViewLifecycle {
       TriangleViews.query(spark, analyzed, meta.mode == RefreshMode.Incremental).isEmpty) {
       throw notTriangle(meta.viewName, analyzed)
     }
-    newMode.filter(_ != meta.mode) match {
-      case Some(mode) =>
-        // The backing table's layout depends on the mode: the view is rebuilt as by CREATE OR
-        // REPLACE with the same query, so a failure leaves the old view readable and refreshable.
-        val props = meta.userProperties ++ plain ++ Map(ViewCatalog.RefreshProperty -> mode.name) ++
-          newEpsilon.orElse(meta.epsilon).map(e => EpsilonState.Property -> e.toString)
-        val unsetPlain = stmt.unset.filterNot(_.startsWith("ivm.")).toSet
-        create(spark, CreateMaterializedView(stmt.name, ifNotExists = false, orReplace = true,
-          if (meta.columns == analyzedColumns(spark, meta)) Nil else meta.columns, meta.comment,
-          props.filter { case (k, _) => !unsetPlain.contains(k) }, meta.queryText, meta.queryText), meta.database)
+    newPolicy.filter(_ != meta.policy) match {
+      case Some(policy) =>
+        setPolicy(spark, stmt.name, policy, plain ++ newEpsilon.map(e => EpsilonState.Property -> e.toString),
+          stmt.unset.filterNot(_.startsWith("ivm.")).toSet)
         return
       case None =>
         ViewCatalog.setProperties(spark, meta.backing, plain)
@@ -225,24 +306,20 @@ object ViewLifecycle {
       RefreshPipeline.refresh(spark, stmt.name, full = true)
     }
     val unsetPlain = stmt.unset.filterNot(_.startsWith("ivm."))
-    if (unsetPlain.nonEmpty) {
-      spark.sql(s"ALTER TABLE ${meta.backing.quotedString} UNSET TBLPROPERTIES IF EXISTS (" +
-        unsetPlain.map(ViewCatalog.sqlString).mkString(", ") + ")")
-    }
+    if (unsetPlain.nonEmpty) unsetProperties(spark, meta, unsetPlain)
   }
 
-  /** The column names the view's query gives by itself (no column list). */
-  private def analyzedColumns(spark: SparkSession, meta: ViewMetadata): Seq[String] =
-    ViewAnalysis.analyze(spark, meta.queryText, meta.database).output.map(_.name)
-
-  /** (namespace, name, refresh mode) of the materialized views of a database. */
-  def show(spark: SparkSession, namespace: Option[Seq[String]]): Seq[(String, String, String)] = {
+  /** (namespace, name, refresh mode, refresh policy, schedule) of the materialized views of a
+   * database. */
+  def show(spark: SparkSession, namespace: Option[Seq[String]]): Seq[(String, String, String, String, String)] = {
     val db = namespace.map(_.last).getOrElse(spark.catalog.currentDatabase)
     ViewCatalog.list(spark, db).map { case (id, _) =>
-      val mode = try ViewCatalog.lookup(spark, Seq(db, id.table)).mode.name catch {
-        case e: IvmException => s"broken: ${e.getCondition}"
+      try {
+        val meta = ViewCatalog.lookup(spark, Seq(db, id.table))
+        (db, id.table, meta.mode.name, meta.policy.sql, meta.schedule.map(_.sql).orNull)
+      } catch {
+        case e: IvmException => (db, id.table, s"broken: ${e.getCondition}", null, null)
       }
-      (db, id.table, mode)
     }
   }
 
@@ -254,7 +331,8 @@ object ViewLifecycle {
       s"joined in a cycle), and $view is not one" + TriangleViews.genericBecause(analyzed).map(w => s": $w").getOrElse(""))
 
   private def parseMode(v: String): RefreshMode = RefreshMode.parse(v).getOrElse(
-    throw IvmErrors.invalidProperty(ViewCatalog.RefreshProperty, v, "'incremental' or 'full'"))
+    throw IvmErrors.invalidProperty(ViewCatalog.RefreshProperty, v,
+      "'incremental' or 'full' (or use REFRESH POLICY AUTO | INCREMENTAL | INCREMENTAL STRICT | FULL)"))
 
   private def checkProperties(props: Map[String, String]): Unit =
     props.keys.filter(_.startsWith("ivm.")).foreach { k =>

@@ -1,5 +1,6 @@
 package io.sparkivm.parser
 
+import io.sparkivm.catalog.{RefreshPolicy, Schedule}
 import org.apache.spark.sql.catalyst.parser.ParseException
 import org.apache.spark.sql.catalyst.trees.Origin
 
@@ -11,13 +12,20 @@ import org.apache.spark.sql.catalyst.trees.Origin
  *
  * {{{
  *   CREATE [OR REPLACE] MATERIALIZED VIEW [IF NOT EXISTS] name [(col, ...)]
- *       [COMMENT 'text'] [TBLPROPERTIES (key = value, ...)] AS query
- *   REFRESH MATERIALIZED VIEW name [FULL]
+ *       [COMMENT 'text'] [TBLPROPERTIES (key = value, ...)]
+ *       [REFRESH POLICY (AUTO | INCREMENTAL [STRICT] | FULL)] [schedule] AS query
+ *   REFRESH MATERIALIZED VIEW name [FULL] [CASCADE]
  *   DROP MATERIALIZED VIEW [IF EXISTS] name
  *   SHOW MATERIALIZED VIEWS [(IN | FROM) namespace]
- *   (DESCRIBE | DESC) MATERIALIZED VIEW name
+ *   SHOW REFRESHES [FOR name] [LIMIT n]
+ *   (DESCRIBE | DESC) MATERIALIZED VIEW name [AS JSON]
  *   EXPLAIN REFRESH MATERIALIZED VIEW name
- *   ALTER MATERIALIZED VIEW name (SET TBLPROPERTIES (k = v, ...) | UNSET TBLPROPERTIES (k, ...))
+ *   ALTER MATERIALIZED VIEW name (SET TBLPROPERTIES (k = v, ...) | UNSET TBLPROPERTIES (k, ...)
+ *       | SET REFRESH POLICY policy | (ADD | ALTER) schedule | DROP (SCHEDULE | TRIGGER))
+ *
+ *   schedule: SCHEDULE [REFRESH] EVERY n (MINUTE[S] | HOUR[S] | DAY[S] | WEEK[S])
+ *           | SCHEDULE [REFRESH] CRON 'quartz cron' [AT TIME ZONE 'zone']
+ *           | TRIGGER ON UPDATE [AT MOST EVERY INTERVAL n (SECOND[S] | MINUTE[S] | HOUR[S])]
  * }}}
  * Keywords are case-insensitive, names may be qualified and back-quoted, comments are allowed
  * anywhere white space is. Errors are Spark ParseExceptions with line and position.
@@ -33,6 +41,7 @@ object IvmStatementParser {
       case ("REFRESH" | "DROP" | "ALTER" | "DESCRIBE" | "DESC") :: "MATERIALIZED" :: "VIEW" :: _ =>
         true
       case "SHOW" :: "MATERIALIZED" :: "VIEWS" :: _ => true
+      case "SHOW" :: "REFRESHES" :: _ => true
       case "EXPLAIN" :: "REFRESH" :: "MATERIALIZED" :: "VIEW" :: Nil => true
       case _ => false
     }
@@ -167,6 +176,66 @@ object IvmStatementParser {
       out.result()
     }
 
+    private def positiveNumber(what: String): Long = peek match {
+      case NumberLit(n, _) if n.forall(_.isDigit) && n.length <= 9 => advance(); n.toLong
+      case t => unexpected(t, s"expected $what as a whole number")
+    }
+
+    /** After REFRESH: POLICY (AUTO | INCREMENTAL [STRICT] | FULL). */
+    private def refreshPolicy(): RefreshPolicy = {
+      expectKeyword("POLICY")
+      if (acceptKeyword("AUTO")) RefreshPolicy.Auto
+      else if (acceptKeyword("FULL")) RefreshPolicy.Full
+      else if (acceptKeyword("INCREMENTAL")) {
+        if (acceptKeyword("STRICT")) RefreshPolicy.IncrementalStrict else RefreshPolicy.Incremental
+      } else unexpected(peek, "expected AUTO, INCREMENTAL, INCREMENTAL STRICT or FULL")
+    }
+
+    /** `n unit`, the unit one of `allowed` (singular or plural). */
+    private def interval(allowed: Seq[String]): (Long, String) = {
+      val n = peek match {
+        case NumberLit(v, _) if v.forall(_.isDigit) && v.length <= 9 => advance(); v.toLong
+        case t => unexpected(t, "expected a whole number")
+      }
+      val unit = peek match {
+        case Word(w, false, _) if Schedule.unit(w, allowed).isDefined => advance(); Schedule.unit(w, allowed).get
+        case t => unexpected(t, s"expected ${allowed.map(u => s"${u}S").mkString(", ")}")
+      }
+      (n, unit)
+    }
+
+    /** A SCHEDULE or TRIGGER ON UPDATE clause at the current token, validated; None if there is none. */
+    private def scheduleClause(): Option[Schedule] = {
+      val parsed = if (acceptKeyword("SCHEDULE")) {
+        if (acceptKeyword("TRIGGER")) Some(onUpdate())
+        else {
+          acceptKeyword("REFRESH")
+          if (acceptKeyword("EVERY")) {
+            val (n, unit) = interval(Schedule.EveryUnits)
+            Some(Schedule.Every(n, unit))
+          } else if (acceptKeyword("CRON")) {
+            val expression = stringLiteral("the cron expression")
+            val zone = if (acceptKeyword("AT")) {
+              expectKeyword("TIME"); expectKeyword("ZONE")
+              Some(stringLiteral("the time zone"))
+            } else None
+            Some(Schedule.Cron(expression, zone))
+          } else unexpected(peek, "expected EVERY or CRON")
+        }
+      } else if (acceptKeyword("TRIGGER")) Some(onUpdate())
+      else None
+      parsed.map(Schedule.validated)
+    }
+
+    private def onUpdate(): Schedule = {
+      expectKeyword("ON"); expectKeyword("UPDATE")
+      if (acceptKeyword("AT")) {
+        expectKeyword("MOST"); expectKeyword("EVERY")
+        acceptKeyword("INTERVAL")
+        Schedule.OnUpdate(Some(interval(Schedule.IntervalUnits)))
+      } else Schedule.OnUpdate(None)
+    }
+
     def statement(): IvmStatement = {
       val first = advance().asInstanceOf[Word].text.toUpperCase(java.util.Locale.ROOT)
       first match {
@@ -174,15 +243,27 @@ object IvmStatementParser {
         case "REFRESH" =>
           expectKeyword("MATERIALIZED"); expectKeyword("VIEW")
           val name = multipartName()
-          val full = acceptKeyword("FULL")
+          var full = false
+          var cascade = false
+          var more = true
+          while (more) {
+            if (!full && acceptKeyword("FULL")) full = true
+            else if (!cascade && acceptKeyword("CASCADE")) cascade = true
+            else more = false
+          }
           expectEnd()
-          RefreshMaterializedView(name, full)
+          RefreshMaterializedView(name, full, cascade)
         case "DROP" =>
           expectKeyword("MATERIALIZED"); expectKeyword("VIEW")
           val ifExists = if (acceptKeyword("IF")) { expectKeyword("EXISTS"); true } else false
           val name = multipartName()
           expectEnd()
           DropMaterializedView(name, ifExists)
+        case "SHOW" if acceptKeyword("REFRESHES") =>
+          val name = if (acceptKeyword("FOR")) Some(multipartName()) else None
+          val limit = if (acceptKeyword("LIMIT")) Some(positiveNumber("the number of refreshes").toInt) else None
+          expectEnd()
+          ShowRefreshes(name, limit)
         case "SHOW" =>
           expectKeyword("MATERIALIZED"); expectKeyword("VIEWS")
           val ns = if (acceptKeyword("IN") || acceptKeyword("FROM")) Some(multipartName()) else None
@@ -203,12 +284,27 @@ object IvmStatementParser {
           expectKeyword("MATERIALIZED"); expectKeyword("VIEW")
           val name = multipartName()
           val stmt = if (acceptKeyword("SET")) {
-            expectKeyword("TBLPROPERTIES")
-            AlterMaterializedViewProperties(name, propertyList(withValues = true).toMap, Nil)
+            if (acceptKeyword("REFRESH")) {
+              AlterRefreshPolicy(name, refreshPolicy())
+            } else {
+              if (!isKeyword(peek, "TBLPROPERTIES")) unexpected(peek, "expected TBLPROPERTIES or REFRESH POLICY")
+              advance()
+              AlterMaterializedViewProperties(name, propertyList(withValues = true).toMap, Nil)
+            }
           } else if (acceptKeyword("UNSET")) {
             expectKeyword("TBLPROPERTIES")
             AlterMaterializedViewProperties(name, Map.empty, propertyList(withValues = false).map(_._1))
-          } else unexpected(peek, "expected SET TBLPROPERTIES or UNSET TBLPROPERTIES")
+          } else if (isKeyword(peek, "ADD") || isKeyword(peek, "ALTER")) {
+            val action = advance().asInstanceOf[Word].text.toUpperCase(java.util.Locale.ROOT)
+            scheduleClause() match {
+              case Some(s) => AlterSchedule(name, action, Some(s))
+              case None => unexpected(peek, "expected SCHEDULE or TRIGGER ON UPDATE")
+            }
+          } else if (acceptKeyword("DROP")) {
+            if (!acceptKeyword("SCHEDULE") && !acceptKeyword("TRIGGER")) unexpected(peek, "expected SCHEDULE or TRIGGER")
+            AlterSchedule(name, "DROP", None)
+          } else unexpected(peek, "expected SET TBLPROPERTIES, UNSET TBLPROPERTIES, SET REFRESH POLICY, " +
+            "ADD SCHEDULE, ALTER SCHEDULE or DROP SCHEDULE")
           expectEnd()
           stmt
       }
@@ -237,10 +333,19 @@ object IvmStatementParser {
       } else Nil
       var comment: Option[String] = None
       var props: Option[Map[String, String]] = None
+      var policy: Option[RefreshPolicy] = None
+      var schedule: Option[Schedule] = None
       var done = false
       while (!done) {
         val t = peek
-        if (isKeyword(t, "COMMENT")) {
+        if (isKeyword(t, "REFRESH")) {
+          if (policy.isDefined) unexpected(t, "REFRESH POLICY is given twice")
+          advance()
+          policy = Some(refreshPolicy())
+        } else if (isKeyword(t, "SCHEDULE") || isKeyword(t, "TRIGGER")) {
+          if (schedule.isDefined) unexpected(t, "a view has one schedule or trigger")
+          schedule = scheduleClause()
+        } else if (isKeyword(t, "COMMENT")) {
           if (comment.isDefined) unexpected(t, "COMMENT is given twice")
           advance()
           comment = Some(stringLiteral("the comment"))
@@ -252,7 +357,7 @@ object IvmStatementParser {
           advance()
           done = true
         } else {
-          unexpected(t, "expected COMMENT, TBLPROPERTIES or AS")
+          unexpected(t, "expected COMMENT, TBLPROPERTIES, REFRESH POLICY, SCHEDULE, TRIGGER ON UPDATE or AS")
         }
       }
       val queryStart = Tokenizer.skipBlank(sql, pos)
@@ -265,7 +370,7 @@ object IvmStatementParser {
       val inPlace = sql.substring(0, queryStart).map(c => if (c == '\n') '\n' else ' ') +
         sql.substring(queryStart, math.max(queryStart, queryEnd))
       CreateMaterializedView(name, ifNotExists, orReplace, columns, comment,
-        props.getOrElse(Map.empty), query, inPlace)
+        props.getOrElse(Map.empty), query, inPlace, policy, schedule)
     }
   }
 }

@@ -1,5 +1,7 @@
 package io.sparkivm.parser
 
+import io.sparkivm.catalog.{RefreshPolicy, Schedule}
+
 /** The statements spark-ivm adds to Spark SQL, as parsed; see [[IvmStatementParser]]. */
 sealed trait IvmStatement
 
@@ -13,9 +15,13 @@ case class CreateMaterializedView(
     queryText: String,
     /** The query text with the statement's head blanked out, so that Spark's parse errors
      *  point at the right line and position of the whole statement. */
-    queryTextInPlace: String) extends IvmStatement
+    queryTextInPlace: String,
+    policy: Option[RefreshPolicy] = None,
+    schedule: Option[Schedule] = None) extends IvmStatement
 
-case class RefreshMaterializedView(name: Seq[String], full: Boolean) extends IvmStatement
+/** REFRESH MATERIALIZED VIEW name [FULL] [CASCADE]. */
+case class RefreshMaterializedView(name: Seq[String], full: Boolean, cascade: Boolean = false)
+  extends IvmStatement
 case class DropMaterializedView(name: Seq[String], ifExists: Boolean) extends IvmStatement
 case class ShowMaterializedViews(namespace: Option[Seq[String]]) extends IvmStatement
 /** DESCRIBE MATERIALIZED VIEW name [AS JSON]. */
@@ -23,3 +29,9 @@ case class DescribeMaterializedView(name: Seq[String], asJson: Boolean = false) 
 case class ExplainRefresh(name: Seq[String]) extends IvmStatement
 case class AlterMaterializedViewProperties(
     name: Seq[String], set: Map[String, String], unset: Seq[String]) extends IvmStatement
+/** ALTER MATERIALIZED VIEW name SET REFRESH POLICY policy. */
+case class AlterRefreshPolicy(name: Seq[String], policy: RefreshPolicy) extends IvmStatement
+/** ALTER MATERIALIZED VIEW name {ADD | ALTER} schedule, or DROP {SCHEDULE | TRIGGER} (no schedule). */
+case class AlterSchedule(name: Seq[String], action: String, schedule: Option[Schedule]) extends IvmStatement
+/** SHOW REFRESHES [FOR name] [LIMIT n]. */
+case class ShowRefreshes(name: Option[Seq[String]], limit: Option[Int]) extends IvmStatement

@@ -10,7 +10,8 @@ import org.apache.spark.sql.catalyst.plans.logical._
  * Checks that a view's analyzed plan is in the class that counting IVM maintains exactly
  * (docs/architecture.md, "The model"): inner joins, filters, deterministic projections, aggregates,
  * DISTINCT, UNION ALL and subqueries in FROM, over Delta tables. Anything else is refused with
- * an error that names the operator; there is never a silent fallback to recomputation.
+ * an error that names the operator; only the view's REFRESH POLICY (AUTO, INCREMENTAL) turns
+ * that refusal into refreshes by recomputation, and the view says so (DESCRIBE, every report).
  */
 object PlanValidator {
 
@@ -29,9 +30,7 @@ object PlanValidator {
             }
           leaves += leaf
         case leaf: LeafNode if SourceLeaf.isConstant(leaf) =>
-        case v: View if v.isTempView =>
-          throw IvmErrors.unsupported(s"Temporary view ${v.desc.identifier.unquotedString}",
-            "A materialized view must outlive the session; use a table or a permanent view.")
+        case v: View if v.isTempView => throw temporary(v)
         case _: View | _: SubqueryAlias | _: Project | _: Filter | _: Distinct | _: Union |
              _: Aggregate | _: Sort =>
         case j: Join if j.joinType == Inner =>
@@ -65,6 +64,15 @@ object PlanValidator {
     }
     visit(plan)
     leaves.result()
+  }
+
+  private def temporary(v: View) = IvmErrors.of("IVM_TEMPORARY_SOURCE",
+    "name" -> v.desc.identifier.unquotedString)
+
+  /** Any view, whatever its refresh policy, must read permanent tables and views only. */
+  def requirePermanent(plan: LogicalPlan): Unit = plan.foreach {
+    case v: View if v.isTempView => throw temporary(v)
+    case _ =>
   }
 
   private val TimeDependent = Set("CurrentTimestamp", "CurrentDate", "Now", "LocalTimestamp",

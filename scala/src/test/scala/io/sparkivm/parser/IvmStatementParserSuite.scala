@@ -1,5 +1,7 @@
 package io.sparkivm.parser
 
+import io.sparkivm.IvmException
+import io.sparkivm.catalog.{RefreshPolicy, Schedule}
 import org.apache.spark.sql.catalyst.parser.ParseException
 import org.scalatest.funsuite.AnyFunSuite
 
@@ -54,7 +56,7 @@ class IvmStatementParserSuite extends AnyFunSuite {
 
   test("errors carry line, position and what was expected") {
     val e1 = error("CREATE MATERIALIZED VIEW v SELECT 1")
-    assert(e1.getMessage.contains("'SELECT'") && e1.getMessage.contains("expected COMMENT, TBLPROPERTIES or AS"))
+    assert(e1.getMessage.contains("'SELECT'") && e1.getMessage.contains("expected COMMENT, TBLPROPERTIES"))
     assert(e1.line.contains(1) && e1.startPosition.contains(27))
     val e2 = error("REFRESH MATERIALIZED VIEW v\n  FULL NOW")
     assert(e2.line.contains(2) && e2.startPosition.contains(7))
@@ -65,5 +67,39 @@ class IvmStatementParserSuite extends AnyFunSuite {
     assert(e4.getMessage.contains("unclosed string literal"))
     val e5 = error("CREATE OR REPLACE MATERIALIZED VIEW IF NOT EXISTS v AS SELECT 1")
     assert(e5.getMessage.contains("cannot be used together"))
+  }
+
+  test("refresh policies, schedules, cascade and SHOW REFRESHES") {
+    val c = parse("CREATE MATERIALIZED VIEW v REFRESH POLICY INCREMENTAL STRICT " +
+      "SCHEDULE REFRESH EVERY 1 hour COMMENT 'x' AS SELECT 1").asInstanceOf[CreateMaterializedView]
+    assert(c.policy.contains(RefreshPolicy.IncrementalStrict) && c.comment.contains("x"))
+    assert(c.schedule.contains(Schedule.Every(1, "HOUR")))
+    val cron = parse("CREATE MATERIALIZED VIEW v SCHEDULE CRON '0 0/15 * * * ?' AT TIME ZONE 'UTC' AS SELECT 1")
+      .asInstanceOf[CreateMaterializedView]
+    assert(cron.schedule.contains(Schedule.Cron("0 0/15 * * * ?", Some("UTC"))))
+    val trig = parse("CREATE MATERIALIZED VIEW v TRIGGER ON UPDATE AT MOST EVERY INTERVAL 10 SECONDS AS SELECT 1")
+      .asInstanceOf[CreateMaterializedView]
+    assert(trig.schedule.contains(Schedule.OnUpdate(Some(10L -> "SECOND"))))
+    assert(trig.schedule.get.sql == "TRIGGER ON UPDATE AT MOST EVERY INTERVAL 10 SECONDS")
+    assert(parse("REFRESH MATERIALIZED VIEW v CASCADE") == RefreshMaterializedView(Seq("v"), full = false, cascade = true))
+    assert(parse("REFRESH MATERIALIZED VIEW v FULL CASCADE") == RefreshMaterializedView(Seq("v"), full = true, cascade = true))
+    assert(parse("ALTER MATERIALIZED VIEW v SET REFRESH POLICY auto") == AlterRefreshPolicy(Seq("v"), RefreshPolicy.Auto))
+    assert(parse("ALTER MATERIALIZED VIEW v ADD SCHEDULE EVERY 2 DAYS") ==
+      AlterSchedule(Seq("v"), "ADD", Some(Schedule.Every(2, "DAY"))))
+    assert(parse("ALTER MATERIALIZED VIEW v ALTER TRIGGER ON UPDATE") ==
+      AlterSchedule(Seq("v"), "ALTER", Some(Schedule.OnUpdate(None))))
+    assert(parse("ALTER MATERIALIZED VIEW v DROP SCHEDULE") == AlterSchedule(Seq("v"), "DROP", None))
+    assert(parse("SHOW REFRESHES FOR db.v LIMIT 5") == ShowRefreshes(Some(Seq("db", "v")), Some(5)))
+    assert(parse("show refreshes") == ShowRefreshes(None, None))
+    assert(error("CREATE MATERIALIZED VIEW v REFRESH POLICY SOMETIMES AS SELECT 1").getMessage
+      .contains("expected AUTO, INCREMENTAL, INCREMENTAL STRICT or FULL"))
+    assert(error("CREATE MATERIALIZED VIEW v SCHEDULE EVERY 5 YEARS AS SELECT 1").getMessage.contains("HOURS"))
+    val zero = intercept[IvmException](parse("CREATE MATERIALIZED VIEW v SCHEDULE EVERY 0 HOURS AS SELECT 1"))
+    assert(zero.getCondition == "IVM_INVALID_SCHEDULE")
+    val badCron = intercept[IvmException](parse("CREATE MATERIALIZED VIEW v SCHEDULE CRON '* * *' AS SELECT 1"))
+    assert(badCron.getMessage.contains("Quartz cron"))
+    val zone = intercept[IvmException](parse(
+      "CREATE MATERIALIZED VIEW v SCHEDULE CRON '0 0 * * * ?' AT TIME ZONE 'Nowhere/Here' AS SELECT 1"))
+    assert(zone.getMessage.contains("time zone"))
   }
 }

@@ -1,0 +1,43 @@
+package io.sparkivm.execution
+
+import scala.util.control.NonFatal
+
+import io.sparkivm.catalog.{RefreshRecord, ViewCatalog, ViewMetadata}
+import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.delta.{DeltaHistoryManager, DeltaLog}
+import org.apache.spark.sql.delta.util.FileNames
+
+/** A base table's commits that a view has not applied yet. */
+case class SourceLag(table: String, consumedVersion: Long, currentVersion: Long,
+    /** When the first commit not applied was made (epoch ms), if there is one. */
+    oldestPendingMs: Option[Long]) {
+  def pendingCommits: Long = math.max(0L, currentVersion - consumedVersion)
+}
+
+/**
+ * How fresh a view is: per base table, the commits not yet applied, and the view's lag, the
+ * time since the oldest of them was made (0 when the view is up to date). Read from the Delta
+ * logs on the driver: no Spark job.
+ */
+case class Freshness(sources: Seq[SourceLag], nowMs: Long) {
+  def pendingCommits: Long = sources.map(_.pendingCommits).sum
+  def lagMs: Long = sources.flatMap(_.oldestPendingMs).map(t => math.max(0L, nowMs - t)).maxOption.getOrElse(0L)
+}
+
+object Freshness {
+  def of(spark: SparkSession, meta: ViewMetadata, last: RefreshRecord): Freshness = {
+    val now = System.currentTimeMillis()
+    Freshness(meta.sources.map { s =>
+      val consumed = last.sourceVersions.getOrElse(s.table, -1L)
+      try {
+        val log = DeltaLog.forTable(spark, ViewCatalog.qualify(spark, s.table.split('.').toSeq.takeRight(2)))
+        val current = log.update().version
+        val oldest = if (current <= consumed) None else try {
+          DeltaHistoryManager.getCommitInfoOpt(log.store, FileNames.unsafeDeltaFile(log.logPath, consumed + 1),
+            log.newDeltaHadoopConf()).map(_.timestamp.getTime)
+        } catch { case NonFatal(_) => None }
+        SourceLag(s.table, consumed, current, oldest)
+      } catch { case NonFatal(_) => SourceLag(s.table, consumed, -1L, None) }
+    }, now)
+  }
+}

@@ -1,0 +1,41 @@
+package io.sparkivm.policy
+
+import io.sparkivm.IvmErrors
+import io.sparkivm.catalog.{RefreshMode, RefreshPolicy, ViewMetadata}
+import io.sparkivm.conf.IvmConf
+import org.apache.spark.sql.SparkSession
+
+/** How a refresh's mode follows from the request, the view and its [[RefreshPolicy]]. */
+object RefreshPolicies {
+
+  /**
+   * The mode when it is not the policy's to choose: REFRESH ... FULL, a view laid out for full
+   * refreshes, or maintenance state that must be rebuilt (which an INCREMENTAL STRICT view
+   * refuses to do by itself).
+   */
+  def fixedMode(meta: ViewMetadata, full: Boolean, stale: => Boolean): Option[PolicyDecision] =
+    if (full) Some(PolicyDecision("full", "REFRESH ... FULL asked for a recomputation"))
+    else if (meta.mode == RefreshMode.Full) Some(PolicyDecision("full", meta.fullBecause
+      .map(w => s"the query cannot be maintained incrementally: $w")
+      .getOrElse("REFRESH POLICY FULL recomputes the view on every refresh")))
+    else if (stale) {
+      val why = "the view's maintenance state was built for other settings (ivm.epsilon) and must be rebuilt"
+      if (meta.policy == RefreshPolicy.IncrementalStrict) {
+        throw IvmErrors.of("IVM_REFRESH_NOT_INCREMENTAL", "view" -> meta.viewName, "reason" -> why)
+      }
+      Some(PolicyDecision("full", why))
+    } else None
+
+  /** The mode of a refresh with changes to apply, by the view's policy. */
+  def choose(spark: SparkSession, meta: ViewMetadata, changeBytes: Long, tableBytes: => Long): PolicyDecision =
+    meta.policy match {
+      case RefreshPolicy.Auto =>
+        CostModel.decide(meta.history, changeBytes, tableBytes, IvmConf.AutoIncrementalCostFactor.get(spark),
+          IvmConf.AutoMinGainMs.get(spark))
+      case RefreshPolicy.Full => PolicyDecision("full", "REFRESH POLICY FULL recomputes the view on every refresh")
+      case p => PolicyDecision("incremental", s"REFRESH POLICY $p")
+    }
+
+  /** The policy of a view created without REFRESH POLICY (nor the legacy `ivm.refresh`). */
+  def default(spark: SparkSession): RefreshPolicy = IvmConf.DefaultRefreshPolicy.get(spark)
+}
