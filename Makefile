@@ -10,7 +10,8 @@ JAR       := python/spark_ivm/jars/$(JAR_NAME)
 SCALA_SRC := $(shell find scala -name '*.scala' -o -name '*.json' 2>/dev/null)
 STAMP     := $(VENV)/.installed
 
-.PHONY: install jar demo docs test lint test-scala test-python test-cluster bench bench-fk bench-triangles clean
+.PHONY: install jar demo docs test lint test-scala test-python test-cluster bench bench-fk bench-triangles \
+	bench-auto bench-lag clean
 
 install: $(STAMP) $(JAR)
 
@@ -66,6 +67,14 @@ bench-fk: install
 bench-triangles: install
 	$(PY) benchmarks/triangles.py --edges 10000 --edges 100000 --edges 1000000 \
 		--batch 100 --batch 1000 --rounds 1 --sweep 0.25,0.75 --sweep-max-edges 100000
+
+# REFRESH POLICY AUTO against INCREMENTAL and FULL as the change grows from 0.01% to 50% of
+# the orders (TPC-H Q10, SF 1); lag of a rate-limited TRIGGER ON UPDATE under a commit a second.
+bench-auto: install
+	$(PY) benchmarks/auto.py --sf 1
+
+bench-lag: install
+	$(PY) benchmarks/lag.py --minutes 10
 
 clean:
 	rm -rf target project/target project/project $(VENV) python/spark_ivm/jars/*.jar

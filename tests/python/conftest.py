@@ -19,7 +19,7 @@ from ivm_testing import make_session  # noqa: E402
 
 _counter = itertools.count()
 
-# Tests marked `subprocesses(work)` check what `work(directory)` returns, work that runs in
+# Tests marked `subprocesses(work=...)` check what `work(directory)` returns, work that runs in
 # processes of its own (the kill tests: each step a JVM that dies mid-refresh) and uses no
 # SparkSession of this process. The work starts with the session, one at a time on a thread
 # beside the other tests, and the tests that check it run last.
@@ -35,8 +35,10 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
     marked = [i for i in items if i.get_closest_marker("subprocesses")]
     items[:] = [i for i in items if not i.get_closest_marker("subprocesses")] + marked
+    if config.option.collectonly:
+        return
     for item in marked:
-        work = item.get_closest_marker("subprocesses").args[0]  # type: ignore[union-attr]
+        work = item.get_closest_marker("subprocesses").kwargs["work"]  # type: ignore[union-attr]
         directory = Path(tempfile.mkdtemp(prefix="ivm-subprocesses-"))
         _started[item.nodeid] = _pool.submit(work, directory)
 

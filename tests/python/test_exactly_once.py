@@ -41,7 +41,7 @@ def kill_chain(warehouse: Path) -> List[dict]:
 KILL_CHAIN = ["after-changes", "before-commit", "after-commit", "after-pin"]
 
 
-@pytest.mark.subprocesses(kill_chain)
+@pytest.mark.subprocesses(work=kill_chain)
 def test_killed_refreshes_leave_readable_views_that_the_next_refresh_makes_exact(started: List[dict]) -> None:
     for run in started[:-1]:
         step, point = run["step"], run["point"]
@@ -144,7 +144,7 @@ def kill_create(tmp_path: Path) -> dict:
     return {"first": first, "killed": killed, "again": again}
 
 
-@pytest.mark.subprocesses(kill_create)
+@pytest.mark.subprocesses(work=kill_create)
 def test_kill_during_create_leaves_no_half_view(started: dict) -> None:
     assert started["first"].returncode == 0, started["first"].stderr[-3000:]
     killed, again = started["killed"], started["again"]

@@ -173,6 +173,7 @@ object RefreshPipeline extends Logging {
     }
     val decision = fixed.getOrElse(RefreshPolicies.choose(spark, meta, sizes.values.sum,
       pinned.values.map(_.sizeInBytes).sum))
+    FaultInjection.point(user, "after-pin")
 
     if (!decision.incremental) {
       timer.mark("pin")
@@ -192,7 +193,6 @@ object RefreshPipeline extends Logging {
     }
 
     timer.mark("pin")
-    FaultInjection.point(user, "after-pin")
     val changes = ChangeFeed.read(spark, meta.viewName, changed.map(request(_, last)),
       IvmConf.ChangesLocalMaxBytes.get(spark), sizes)
     val probe = PlanningConf.probe(spark)

@@ -160,7 +160,7 @@ object ViewExplainer {
       })
     }
     val maintenance = analyzed.maintenance
-    if (!incremental || !decision.incremental) {
+    if (!incremental || decision.mode == "full") {
       line("Plan: recompute the query and overwrite the backing table in one commit.")
       val rows = new PinnedReader(spark, Map.empty, pinned, meta.viewName).fullRows(maintenance)
       line("== Spark plan ==")

@@ -357,7 +357,7 @@ object IvmStatementParser {
           advance()
           done = true
         } else {
-          unexpected(t, "expected COMMENT, TBLPROPERTIES, REFRESH POLICY, SCHEDULE, TRIGGER ON UPDATE or AS")
+          unexpected(t, "expected COMMENT, TBLPROPERTIES or AS (or REFRESH POLICY, SCHEDULE, TRIGGER ON UPDATE)")
         }
       }
       val queryStart = Tokenizer.skipBlank(sql, pos)

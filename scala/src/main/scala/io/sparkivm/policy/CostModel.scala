@@ -26,8 +26,9 @@ case class PolicyDecision(mode: String, reason: String, candidates: Seq[Estimate
  *    faster one (one recomputation cannot tell a slow scan from a slow start, and small tables
  *    start slowly).
  *  - c is the median cost per byte of recent incremental refreshes whose change was large enough
- *    for its cost to stand clear of F; until there is one, `factor` / R (`factor`: how much more
- *    a changed byte costs an incremental refresh than a scanned byte costs a recomputation).
+ *    (expected to cost at least F) and took clearly longer than F; until there is one,
+ *    `factor` / R (`factor`: how much more a changed byte costs an incremental refresh than a
+ *    scanned byte costs a recomputation).
  *
  * A recomputation is chosen only if it is estimated to save at least `minGainMs`. Estimates are
  * in ms, so the choice is explained in the units a user measures.
@@ -46,16 +47,18 @@ object CostModel {
     val fulls = ok.filter(e => (e.mode == "full" || e.mode == "create") && e.tableBytes > 0).takeRight(Recent)
     val incs = ok.filter(e => e.mode == "incremental" && e.changeBytes >= 0).takeRight(Recent)
 
-    val splits = fulls.map { e =>
-      val fixed = math.max(0.0, e.durationMs - e.tableBytes / PriorFullBytesPerMs)
-      (fixed, e.tableBytes / math.max(1.0, e.durationMs - fixed))
-    }
-    val rate = if (splits.isEmpty) PriorFullBytesPerMs else median(splits.map(_._2))
+    // A recomputation's scan at the prior rate, or faster if it took less than that; the rest of
+    // its time is fixed cost.
+    val rate = if (fulls.isEmpty) PriorFullBytesPerMs
+      else median(fulls.map(e => math.max(PriorFullBytesPerMs, e.tableBytes.toDouble / e.durationMs)))
     val fixed = if (incs.nonEmpty) incs.map(_.durationMs.toDouble).min
-      else if (splits.nonEmpty) median(splits.map(_._1)) else PriorFixedMs
+      else if (fulls.nonEmpty) median(fulls.map(e => math.max(0.0, e.durationMs - e.tableBytes / rate)))
+      else PriorFixedMs
     val floor = factor / rate
-    // Only changes whose cost stands clear of the fixed part say what a byte costs.
-    val slopes = incs.filter(e => e.changeBytes > 0 && e.durationMs > 1.5 * fixed)
+    // Only changes large enough for their expected cost to stand clear of the fixed part say
+    // what a byte costs: a small change that took long was slow for another reason (a busy
+    // machine, a cold start), and must not make every small change look dear.
+    val slopes = incs.filter(e => e.changeBytes * floor >= fixed && e.durationMs > 1.5 * fixed)
       .map(e => (e.durationMs - fixed) / e.changeBytes)
     val perByte = if (slopes.isEmpty) floor else median(slopes)
     val incBasis = if (slopes.isEmpty) {

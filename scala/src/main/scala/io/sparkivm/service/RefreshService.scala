@@ -36,9 +36,10 @@ case class ViewState(lastMs: Long, failures: Int = 0, retryAtMs: Long = 0L, last
  *  - TRIGGER ON UPDATE: a base table has a commit the view has not applied (read from the Delta
  *    logs on the driver: a pass with nothing to do runs no Spark job) and the rate limit allows.
  * A failed refresh is recorded ([[RefreshFailures]]) and retried after a wait that doubles with
- * each failure in a row; the other views go on. One process never runs two refreshes of a view at
- * once; across processes, a refresh's exactly-once commit means a change is applied once whoever
- * runs it (the other refresh reports `skipped` or `noop`).
+ * each failure in a row; the other views go on. A service runs one pass at a time and the pass
+ * one refresh at a time, so it never runs two refreshes of a view at once; other services (in
+ * this process or others) may refresh the same view, and a refresh's exactly-once commit means
+ * a change is applied once whoever runs it (the other refresh reports `skipped` or `noop`).
  *
  * @param databases the databases watched (all of the session catalog's if empty)
  * @param clock the time in epoch ms (tests pass their own to [[runOnce]] instead)
@@ -154,7 +155,6 @@ class RefreshService(spark: SparkSession, databases: Seq[String], clock: () => L
 
   private def refresh(meta: ViewMetadata, nowMs: Long): Option[ServiceRun] = {
     val key = meta.view.unquotedString
-    if (!RefreshService.inFlight.add(key)) return None
     try {
       val report = RefreshPipeline.refresh(spark, Seq(meta.view.database.get, meta.view.table), full = false,
         trigger = "service")
@@ -164,7 +164,7 @@ class RefreshService(spark: SparkSession, databases: Seq[String], clock: () => L
       case NonFatal(e) =>
         logWarning(s"spark-ivm: scheduled refresh of ${meta.viewName} failed; it will be retried", e)
         Some(failed(key, nowMs, e))
-    } finally RefreshService.inFlight.remove(key)
+    }
   }
 
   private def failed(key: String, nowMs: Long, e: Throwable): ServiceRun = {
@@ -181,6 +181,4 @@ class RefreshService(spark: SparkSession, databases: Seq[String], clock: () => L
 object RefreshService {
   /** The first wait before retrying a failed view; it doubles with each failure in a row. */
   val FirstBackoffMs = 5000L
-  /** Views a service of this process is refreshing now. */
-  private val inFlight = ConcurrentHashMap.newKeySet[String]()
 }

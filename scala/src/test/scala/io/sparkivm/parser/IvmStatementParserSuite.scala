@@ -56,7 +56,7 @@ class IvmStatementParserSuite extends AnyFunSuite {
 
   test("errors carry line, position and what was expected") {
     val e1 = error("CREATE MATERIALIZED VIEW v SELECT 1")
-    assert(e1.getMessage.contains("'SELECT'") && e1.getMessage.contains("expected COMMENT, TBLPROPERTIES"))
+    assert(e1.getMessage.contains("'SELECT'") && e1.getMessage.contains("expected COMMENT, TBLPROPERTIES or AS"))
     assert(e1.line.contains(1) && e1.startPosition.contains(27))
     val e2 = error("REFRESH MATERIALIZED VIEW v\n  FULL NOW")
     assert(e2.line.contains(2) && e2.startPosition.contains(7))

@@ -31,9 +31,11 @@ class CostModelSuite extends AnyFunSuite {
     val measured = Seq(create, entry("incremental", 800, change = 1000), entry("incremental", 1300, change = 40 * MB))
     val learned = CostModel.decide(measured, 60 * MB, 100 * MB, 3, 500)
     assert(prior.mode == "full" && learned.mode == "incremental", (prior, learned))
-    // failed refreshes teach nothing
+    // failed refreshes teach nothing, nor does a small change that happened to be slow
     val failed = measured :+ entry("incremental", 99999, change = 1).copy(error = Some("boom"))
     assert(CostModel.decide(failed, 60 * MB, 100 * MB, 3, 500) == learned)
+    val slowSmall = Seq(create, entry("incremental", 800, change = 1000), entry("incremental", 5000, change = 2000))
+    assert(CostModel.decide(slowSmall, 3000, 100 * MB, 3, 500).mode == "incremental")
   }
 
   test("history is kept in a bounded property") {
