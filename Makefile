@@ -39,7 +39,10 @@ demo: install
 docs: install
 	IVM_UPDATE_DOCS=1 build/sbt "testOnly io.sparkivm.conf.IvmConfSuite io.sparkivm.IvmErrorsSuite"
 
-test: install lint test-scala test-python test-cluster
+# The three suites share nothing (each its own JVMs and warehouse), so they run side by side;
+# each one's output is printed whole when it ends.
+test: install lint
+	$(MAKE) -j3 --output-sync=target test-scala test-python test-cluster
 
 lint: install
 	$(VENV)/bin/ruff check python tests examples benchmarks

@@ -3,9 +3,12 @@ service, cascading refreshes, history and lag: each checked against recomputatio
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
@@ -338,3 +341,42 @@ def test_service_thread_catches_up_by_itself(spark: SparkSession, base: str) -> 
         spark.conf.unset("spark.ivm.service.pollIntervalMs")
     assert not service.running
     assert_matches_query(spark, "live", AGG)
+
+
+def refresh_command(directory: Path) -> dict:
+    """A view with a trigger made by one process, refreshed by `spark-ivm-refresh --once` in
+    another (both on a Hive metastore in `directory`)."""
+    setup = directory / "setup.py"
+    setup.write_text(
+        "import sys, os\n"
+        f"sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})\n"
+        "from ivm_testing import make_session\n"
+        f"os.chdir({str(directory)!r})\n"
+        f"spark = make_session(master='local[1]', warehouse={str(directory)!r}, hive=True)\n"
+        "if sys.argv[1] == 'create':\n"
+        "    spark.sql('CREATE TABLE ev (k INT) USING delta')\n"
+        "    spark.sql('INSERT INTO ev VALUES (1), (2)')\n"
+        "    spark.sql('CREATE MATERIALIZED VIEW evc TRIGGER ON UPDATE AS '\n"
+        "              'SELECT k, count(*) AS n FROM ev GROUP BY k')\n"
+        "    spark.sql('INSERT INTO ev VALUES (2), (3)')\n"
+        "else:\n"
+        "    print('ROWS', sorted(tuple(r) for r in spark.table('evc').collect()))\n"
+        "    print('LAG', spark.sql('DESCRIBE MATERIALIZED VIEW evc AS JSON').first()[0])\n")
+    run = [sys.executable, str(setup)]
+    created = subprocess.run(run + ["create"], capture_output=True, text=True, timeout=600, cwd=directory)
+    command = [sys.executable, "-m", "spark_ivm.service", "--once", "--hive", "--master", "local[1]",
+               "--warehouse", str(directory),
+               "--conf", f"javax.jdo.option.ConnectionURL=jdbc:derby:;databaseName={directory}/metastore_db",
+               "--conf", f"spark.driver.extraJavaOptions=-Dderby.system.home={directory}"]
+    service = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=directory)
+    checked = subprocess.run(run + ["check"], capture_output=True, text=True, timeout=600, cwd=directory)
+    return {"created": created, "service": service, "checked": checked}
+
+
+@pytest.mark.subprocesses(work=refresh_command)
+def test_refresh_command_runs_the_triggers_of_another_process(started: dict) -> None:
+    for step in ("created", "service", "checked"):
+        assert started[step].returncode == 0, (step, started[step].stderr[-3000:])
+    assert "evc: refreshed (incremental)" in started["service"].stdout, started["service"].stdout
+    assert "ROWS [(1, 1), (2, 2), (3, 1)]" in started["checked"].stdout
+    assert '"pending_commits":0' in started["checked"].stdout

@@ -17,8 +17,10 @@ object RefreshFailures {
   private val PerView = 20
   private val failures = mutable.Map[String, mutable.Queue[HistoryEntry]]()
 
+  /** Records a failed refresh of `name`, if it names a materialized view (the error of one that
+   * does not is the caller's to see, not history). */
   def record(spark: SparkSession, name: Seq[String], trigger: String, startMs: Long, error: Throwable): Unit =
-    try {
+    try if (ViewCatalog.isMaterializedView(spark, name)) {
       val key = ViewCatalog.qualify(spark, name).unquotedString
       val message = error match {
         case e: IvmException => e.getMessage

@@ -235,7 +235,7 @@ object ViewLifecycle extends Logging {
       extraSet: Map[String, String] = Map.empty, extraUnset: Set[String] = Set.empty): Unit = {
     val meta = ViewCatalog.lookup(spark, name)
     val plan = ViewAnalysis.analyze(spark, meta.queryText, meta.database)
-    val (_, mode, _) = layout(meta.viewName, plan, meta.columns, policy)
+    val (_, mode, fullBecause) = layout(meta.viewName, plan, meta.columns, policy)
     if (mode != meta.mode) {
       val props = (meta.userProperties ++ extraSet ++
         meta.epsilon.map(e => EpsilonState.Property -> e.toString)).filter { case (k, _) => !extraUnset.contains(k) }
@@ -243,8 +243,12 @@ object ViewLifecycle extends Logging {
         if (meta.columns == plan.output.map(_.name)) Nil else meta.columns, meta.comment,
         props, meta.queryText, meta.queryText, Some(policy), meta.schedule), meta.database, meta.history)
     } else {
-      ViewCatalog.setProperties(spark, meta.backing, extraSet ++ Map(ViewCatalog.PolicyProperty -> policy.name))
-      if (extraUnset.nonEmpty) unsetProperties(spark, meta, extraUnset.toSeq)
+      ViewCatalog.setProperties(spark, meta.backing, extraSet ++ Map(ViewCatalog.PolicyProperty -> policy.name) ++
+        fullBecause.map(ViewCatalog.FullBecauseProperty -> _))
+      val unset = extraUnset ++ (if (fullBecause.isEmpty && meta.fullBecause.isDefined) {
+        Set(ViewCatalog.FullBecauseProperty)
+      } else Set.empty)
+      if (unset.nonEmpty) unsetProperties(spark, meta, unset.toSeq)
     }
   }
 

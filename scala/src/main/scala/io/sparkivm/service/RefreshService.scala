@@ -16,7 +16,8 @@ import org.apache.spark.sql.ivm.SessionInternals
 import org.json4s._
 import org.json4s.jackson.JsonMethods.{compact, parse, render}
 
-/** What the service did for one view in one pass: `refreshed` (with the report) or `failed`. */
+/** What the service did for one view (`catalog.db.view`) in one pass: `refreshed` (with the
+ * report) or `failed`. */
 case class ServiceRun(view: String, action: String, atMs: Long, report: Option[RefreshReport],
     error: Option[String]) {
   def toJson: JValue = JObject("view" -> JString(view), "action" -> JString(action), "at_ms" -> JLong(atMs),
@@ -159,7 +160,7 @@ class RefreshService(spark: SparkSession, databases: Seq[String], clock: () => L
       val report = RefreshPipeline.refresh(spark, Seq(meta.view.database.get, meta.view.table), full = false,
         trigger = "service")
       states.put(key, ViewState(lastMs = nowMs))
-      Some(ServiceRun(meta.viewName, "refreshed", nowMs, Some(report), None))
+      Some(ServiceRun(key, "refreshed", nowMs, Some(report), None))
     } catch {
       case NonFatal(e) =>
         logWarning(s"spark-ivm: scheduled refresh of ${meta.viewName} failed; it will be retried", e)
