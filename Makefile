@@ -1,6 +1,7 @@
 # spark-ivm: `make demo` runs the quickstart, `make test` runs every test. Both start from
-# `make install`, which is idempotent: .venv/ at the root, the sbt launcher, the jar, and an
-# editable install of the Python package with its dev dependencies.
+# `make install`, which is idempotent: .venv/ at the root, the sbt launcher, the jar, an
+# editable install of the Python package with its dev dependencies, and the Maven packages the
+# jar needs at run time.
 VENV      := .venv
 PY        := $(VENV)/bin/python
 PIP       := $(VENV)/bin/pip
@@ -9,11 +10,12 @@ JAR_NAME  := spark-ivm_2.13-$(VERSION).jar
 JAR       := python/spark_ivm/jars/$(JAR_NAME)
 SCALA_SRC := $(shell find scala -name '*.scala' -o -name '*.json' 2>/dev/null)
 STAMP     := $(VENV)/.installed
+PACKAGES  := $(VENV)/.packages
 
 .PHONY: install jar demo docs test lint test-scala test-python test-cluster bench bench-fk bench-triangles \
 	bench-auto bench-lag clean
 
-install: $(STAMP) $(JAR)
+install: $(STAMP) $(JAR) $(PACKAGES)
 
 $(VENV)/bin/python:
 	python3 -m venv $(VENV)
@@ -30,6 +32,12 @@ $(JAR): $(SCALA_SRC) build.sbt project/build.properties pyproject.toml
 	mkdir -p python/spark_ivm/jars
 	rm -f python/spark_ivm/jars/spark-ivm_2.13-*.jar
 	cp target/scala-2.13/$(JAR_NAME) $(JAR)
+
+# The Maven packages the jar and Delta need at run time, fetched once into Spark's Ivy cache:
+# test suites that start their sessions side by side on a cold cache would race to fetch them.
+$(PACKAGES): $(STAMP) $(JAR)
+	$(PY) -c "from spark_ivm.session import fetch_packages; fetch_packages()"
+	touch $(PACKAGES)
 
 demo: install
 	$(PY) examples/quickstart.py

@@ -130,6 +130,16 @@ def configure_spark_with_ivm(
     return builder
 
 
+def fetch_packages() -> None:
+    """Resolve the Maven packages spark-ivm needs into Spark's Ivy cache (``make install`` runs
+    this once), so that later sessions, started side by side, find them there instead of
+    racing each other to download them."""
+    session = configure_spark_with_ivm(
+        SparkSession.builder.master("local[1]").appName("spark-ivm-fetch")
+        .config("spark.ui.enabled", "false")).getOrCreate()
+    session.stop()
+
+
 def spark_sql_args(extra_packages: Optional[Iterable[str]] = None,
                    master: Optional[str] = "local[*]") -> List[str]:
     """Command-line arguments that start ``spark-sql`` (or ``spark-submit``) with spark-ivm,

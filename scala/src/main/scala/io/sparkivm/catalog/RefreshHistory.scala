@@ -47,8 +47,25 @@ object RefreshHistory {
   /** Longest error message kept in an entry. */
   private val MaxErrorChars = 500
 
-  def read(configuration: Map[String, String]): Seq[HistoryEntry] =
-    configuration.get(Property).map(parseAll).getOrElse(Nil)
+  /**
+   * Durations measured once a refresh is done, by view id: (refresh number, ms). A commit's
+   * metadata is fixed before its files are written, so the entry a commit appends holds the time
+   * up to then; the whole time, write included, is known only after. The view's next commit
+   * writes it into that entry, and until then this process reads it from here.
+   */
+  private val measured = new java.util.concurrent.ConcurrentHashMap[String, (Long, Long)]()
+
+  /** The whole duration of refresh `number` of the view with this id, known after its commit. */
+  def measuredAfterCommit(viewId: String, number: Long, durationMs: Long): Unit =
+    measured.put(viewId, (number, durationMs))
+
+  def read(configuration: Map[String, String]): Seq[HistoryEntry] = {
+    val entries = configuration.get(Property).map(parseAll).getOrElse(Nil)
+    configuration.get(ViewCatalog.IdProperty).flatMap(id => Option(measured.get(id))) match {
+      case Some((number, ms)) => entries.map(e => if (e.number == number && !e.failed) e.copy(durationMs = ms) else e)
+      case None => entries
+    }
+  }
 
   /** The property's new value with `entry` appended (and the oldest entries dropped). */
   def appended(configuration: Map[String, String], entry: HistoryEntry): String = {

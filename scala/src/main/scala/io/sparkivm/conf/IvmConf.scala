@@ -145,9 +145,14 @@ object IvmConf {
       "incremental, incremental_strict or full.")(
     v => RefreshPolicy.parse(v).toRight("auto, incremental, incremental_strict or full"), _.name)
 
-  val AutoIncrementalCostFactor: IvmConfEntry[Double] = double("spark.ivm.refreshPolicy.autoCostFactor", 3.0,
+  val AutoIncrementalCostFactor: IvmConfEntry[Double] = double("spark.ivm.refreshPolicy.autoCostFactor", 100.0,
     "The AUTO policy's prior, used until a view's history measures it: how many times more a " +
-      "changed byte costs an incremental refresh than a base-table byte costs a recomputation.", min = 0.0)
+      "changed byte costs an incremental refresh than a base-table byte costs a recomputation " +
+      "(beyond its fixed part).", min = 0.0)
+
+  val AutoMinTableBytes: IvmConfEntry[Long] = long("spark.ivm.refreshPolicy.autoMinTableBytes", 64L << 20,
+    "The AUTO policy recomputes only views whose base tables total at least this many bytes; on " +
+      "smaller ones both modes cost about their fixed part, and refreshes stay incremental.")
 
   val AutoMinGainMs: IvmConfEntry[Long] = long("spark.ivm.refreshPolicy.autoMinGainMs", 500L,
     "The AUTO policy recomputes a view only if that is estimated to save at least this many ms " +

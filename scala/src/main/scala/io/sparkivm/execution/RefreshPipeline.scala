@@ -6,7 +6,7 @@ import scala.annotation.tailrec
 import scala.collection.mutable
 
 import io.sparkivm.IvmErrors
-import io.sparkivm.catalog.{HistoryEntry, RefreshMode, RefreshRecord, ViewCatalog, ViewMetadata}
+import io.sparkivm.catalog.{HistoryEntry, RefreshHistory, RefreshMode, RefreshRecord, ViewCatalog, ViewMetadata}
 import io.sparkivm.changes.{ChangeFeed, ChangeRequest, DeltaSources, LocalChange, PinnedSource}
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.epsilon.StateConflictException
@@ -275,6 +275,7 @@ object RefreshPipeline extends Logging {
       decision: PolicyDecision): RefreshReport = {
     val (committed, _) = ViewCatalog.lastRefresh(spark, meta)
     val skipped = committed.attempt != attemptId
+    if (!skipped) RefreshHistory.measuredAfterCommit(meta.id, number, System.currentTimeMillis() - timer.startedAtMs)
     val (ins, upd, del) = if (metrics.inserted >= 0) (metrics.inserted, metrics.updated, metrics.deleted)
       else (SparkInternals.dataFrame(spark, BackingTable.current(spark, meta)).count(), 0L, 0L)
     timer.mark("report")

@@ -3,8 +3,8 @@ package io.sparkivm.execution
 import java.util.{Locale, UUID}
 
 import io.sparkivm.{IvmErrors, IvmException}
-import io.sparkivm.catalog.{EpsilonState, HistoryEntry, RefreshMode, RefreshPolicy, RefreshRecord, Schedule,
-  ViewCatalog, ViewMetadata}
+import io.sparkivm.catalog.{EpsilonState, HistoryEntry, RefreshHistory, RefreshMode, RefreshPolicy, RefreshRecord,
+  Schedule, ViewCatalog, ViewMetadata}
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.epsilon.{EpsilonStrategy, TriangleStateTables, TriangleViews}
 import io.sparkivm.parser.{AlterMaterializedViewProperties, AlterSchedule, CreateMaterializedView}
@@ -108,6 +108,7 @@ object ViewLifecycle extends Logging {
           // A concurrent CREATE of this view made the table first: it is that CREATE's, not ours.
           throw IvmErrors.alreadyExists(id.quotedString)
       }
+      RefreshHistory.measuredAfterCommit(meta.id, 0, System.currentTimeMillis() - startMs)
       FaultInjection.point(spark, "create-after-backing")
       createCatalogView(spark, meta, analyzed.maintenance, replace = replacing.isDefined)
     } catch {

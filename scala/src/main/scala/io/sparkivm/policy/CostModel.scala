@@ -14,67 +14,76 @@ case class PolicyDecision(mode: String, reason: String, candidates: Seq[Estimate
 /**
  * The AUTO policy's choice between an incremental refresh and a recomputation, from the sizes
  * the Delta logs give without a Spark job (x: the bytes the change data feed will read; y: the
- * base tables' bytes, which a recomputation reads) and this view's own past refreshes:
+ * base tables' bytes) and this view's own past refreshes:
  *
- *  - full(y) = F + y / R, incremental(x) = F + x * c.
- *  - F, the fixed cost of a refresh (pinning, planning, the commit), is taken to be the same for
- *    both: it is the cheapest recent incremental refresh, or before there is one what the view's
- *    recomputations (its CREATE is one) took beyond their scan. What differs with the data is
- *    reading the change against reading the tables, so on small tables, where both cost F,
- *    the refresh stays incremental.
- *  - R, the scan rate, is [[PriorFullBytesPerMs]] unless a recomputation of this view measured a
- *    faster one (one recomputation cannot tell a slow scan from a slow start, and small tables
- *    start slowly).
- *  - c is the median cost per byte of recent incremental refreshes whose change was large enough
- *    (expected to cost at least F) and took clearly longer than F; until there is one,
- *    `factor` / R (`factor`: how much more a changed byte costs an incremental refresh than a
- *    scanned byte costs a recomputation).
+ *  - full = the time of the recent recomputations of this view, scaled to today's y; before
+ *    there is one, the time its CREATE took (a recomputation that also built the view); before
+ *    that, a prior.
+ *  - incremental = F + x * c. F, the fixed cost, is the cheapest recent incremental refresh. c is
+ *    the median cost per byte of recent incremental refreshes whose change was large enough (1 MiB)
+ *    and that took clearly longer than F; until there is one, `factor`
+ *    times what a base-table byte costs a recomputation beyond its fixed part (a changed byte
+ *    goes through the view's joins, the apply and the commit, a scanned one is often skipped).
  *
- * A recomputation is chosen only if it is estimated to save at least `minGainMs`. Estimates are
- * in ms, so the choice is explained in the units a user measures.
+ * A recomputation is chosen if it is estimated to save at least `minGainMs`, and only for views
+ * whose base tables total at least `minTableBytes`: on smaller ones both cost about their fixed
+ * part, and the incremental refresh, whose cost does not grow with the data, stays. Where no
+ * recomputation has been measured since CREATE and the incremental refresh is estimated at
+ * least half as dear, AUTO runs one, to measure it (Snowflake's and Databricks' AUTO modes
+ * learn from their refreshes likewise). Estimates are in ms, the units a user measures.
  */
 object CostModel {
   /** Fixed cost of a refresh with no history to go by (one small query). */
   val PriorFixedMs = 1000.0
-  /** Scan rate of a recomputation with no faster one measured (bytes per ms). */
+  /** Scan rate of a recomputation with no history to go by (bytes per ms). */
   val PriorFullBytesPerMs = 100000.0
+  /** The smallest change whose incremental refresh measures what a changed byte costs. */
+  val MinMeasuredChangeBytes: Long = 1L << 20
   /** Entries of each kind the fits look at. */
   private val Recent = 20
 
   def decide(history: Seq[HistoryEntry], changeBytes: Long, tableBytes: Long, factor: Double,
-      minGainMs: Long): PolicyDecision = {
+      minGainMs: Long, minTableBytes: Long): PolicyDecision = {
     val ok = history.filter(e => !e.failed && e.durationMs > 0)
-    val fulls = ok.filter(e => (e.mode == "full" || e.mode == "create") && e.tableBytes > 0).takeRight(Recent)
+    val recomputations = ok.filter(e => e.mode == "full" && e.tableBytes > 0).takeRight(Recent)
+    val creates = ok.filter(e => e.mode == "create" && e.tableBytes > 0).takeRight(1)
     val incs = ok.filter(e => e.mode == "incremental" && e.changeBytes >= 0).takeRight(Recent)
+    val y = math.max(1L, tableBytes).toDouble
 
-    // A recomputation's scan at the prior rate, or faster if it took less than that; the rest of
-    // its time is fixed cost.
-    val rate = if (fulls.isEmpty) PriorFullBytesPerMs
-      else median(fulls.map(e => math.max(PriorFullBytesPerMs, e.tableBytes.toDouble / e.durationMs)))
-    val fixed = if (incs.nonEmpty) incs.map(_.durationMs.toDouble).min
-      else if (fulls.nonEmpty) median(fulls.map(e => math.max(0.0, e.durationMs - e.tableBytes / rate)))
-      else PriorFixedMs
-    val floor = factor / rate
+    val measured = if (recomputations.nonEmpty) recomputations else creates
+    val fullMs = if (measured.isEmpty) PriorFixedMs + y / PriorFullBytesPerMs
+      else median(measured.map(e => e.durationMs * y / e.tableBytes))
+    val fixed = if (incs.nonEmpty) incs.map(_.durationMs.toDouble).min else math.min(fullMs, PriorFixedMs)
+    // What a base-table byte costs a recomputation beyond its fixed part (at most half of it).
+    val scanned = math.max(fullMs / 2, fullMs - PriorFixedMs) / y
+    val floor = factor * scanned
     // Only changes large enough for their expected cost to stand clear of the fixed part say
     // what a byte costs: a small change that took long was slow for another reason (a busy
     // machine, a cold start), and must not make every small change look dear.
-    val slopes = incs.filter(e => e.changeBytes * floor >= fixed && e.durationMs > 1.5 * fixed)
+    val slopes = incs.filter(e => e.changeBytes >= MinMeasuredChangeBytes && e.durationMs > 1.5 * fixed)
       .map(e => (e.durationMs - fixed) / e.changeBytes)
     val perByte = if (slopes.isEmpty) floor else median(slopes)
     val incBasis = if (slopes.isEmpty) {
       f"${incs.size} incremental refreshes, none large enough to measure a changed byte's cost: " +
-        f"$factor%.1fx a scanned byte's"
+        f"$factor%.0fx a base-table byte's in a recomputation"
     } else s"cost per byte from ${slopes.size} of ${incs.size} incremental refreshes"
     val inc = Estimate("incremental", math.round(fixed + changeBytes * perByte),
       s"${bytes(changeBytes)} of changes; $incBasis")
-    val full = Estimate("full", math.round(fixed + tableBytes / rate),
-      s"${bytes(tableBytes)} of base tables at ${bytes(math.round(rate * 1000))}/s" +
-        (if (fulls.isEmpty) " (no recomputation measured yet)" else s" (${fulls.size} recomputations measured)"))
-    val chosen = if (full.ms + minGainMs < inc.ms) full else inc
+    val full = Estimate("full", math.round(fullMs), s"${bytes(tableBytes)} of base tables; " +
+      (if (recomputations.nonEmpty) s"${recomputations.size} recomputations measured"
+       else if (creates.nonEmpty) "as long as the view's CREATE took" else "no recomputation measured yet"))
+    val large = tableBytes >= minTableBytes
+    val explore = large && recomputations.isEmpty && changeBytes > 0 && inc.ms * 2 >= full.ms
+    val chosen = if (large && (full.ms + minGainMs < inc.ms || explore)) full else inc
     val other = if (chosen eq full) inc else full
+    val why = if (!large && full.ms + minGainMs < inc.ms) {
+      s"; the base tables are under ${bytes(minTableBytes)}, where AUTO stays incremental"
+    } else if (explore && full.ms + minGainMs >= inc.ms) {
+      "; no recomputation measured since CREATE: this one measures it"
+    } else ""
     PolicyDecision(chosen.mode, s"AUTO chose ${chosen.mode}: estimated ${seconds(chosen.ms)} " +
       s"against ${seconds(other.ms)} for ${other.mode} (${bytes(changeBytes)} of changes, " +
-      s"${bytes(tableBytes)} of base tables)", Seq(inc, full))
+      s"${bytes(tableBytes)} of base tables)$why", Seq(inc, full))
   }
 
   private def median(xs: Seq[Double]): Double = {

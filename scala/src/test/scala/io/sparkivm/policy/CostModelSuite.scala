@@ -10,32 +10,45 @@ class CostModelSuite extends AnyFunSuite {
   private def entry(mode: String, ms: Long, change: Long = -1, table: Long = -1) =
     HistoryEntry(1, 0, ms, mode, "", 0, Map.empty, change, table, "sql")
 
-  test("a small change stays incremental, a change of most of the data recomputes") {
-    // CREATE read 100 MiB in 2 s: a recomputation costs about 1 s + 100 MiB at ~100 KiB/ms.
-    val history = Seq(entry("create", 2000, table = 100 * MB))
-    val small = CostModel.decide(history, changeBytes = 10000, tableBytes = 100 * MB, factor = 3, minGainMs = 500)
+  private val Min = 64 * MB
+  private def decide(h: Seq[HistoryEntry], x: Long, y: Long) = CostModel.decide(h, x, y, 100, 500, Min)
+
+  test("a small change stays incremental, a change of much of the data recomputes") {
+    // CREATE took 4 s over 256 MiB; recomputations since took 2 s.
+    val history = Seq(entry("create", 4000, table = 256 * MB), entry("full", 2000, table = 256 * MB),
+      entry("incremental", 1000, change = 100000))
+    val small = decide(history, 200000, 256 * MB)
     assert(small.mode == "incremental" && small.reason.startsWith("AUTO chose incremental"))
-    val large = CostModel.decide(history, changeBytes = 200 * MB, tableBytes = 100 * MB, factor = 3, minGainMs = 500)
+    val large = decide(history, 100 * MB, 256 * MB)
     assert(large.mode == "full")
     val est = large.candidates.map(c => c.mode -> c.ms).toMap
-    assert(est("full") + 500 < est("incremental"))
+    assert(est("full") == 2000 && est("full") + 500 < est("incremental"))
   }
 
-  test("where both cost about the same, incremental stays; history moves the crossover") {
-    // A small table: however large its change, both cost the fixed part.
-    val tiny = Seq(entry("create", 1500, table = 10000))
-    assert(CostModel.decide(tiny, 30000, 10000, 3, 500).mode == "incremental")
-    // Measured incremental refreshes cheaper per byte than the prior: a larger change stays incremental.
-    val create = entry("create", 2000, table = 100 * MB)
-    val prior = CostModel.decide(Seq(create), 60 * MB, 100 * MB, 3, 500)
-    val measured = Seq(create, entry("incremental", 800, change = 1000), entry("incremental", 1300, change = 40 * MB))
-    val learned = CostModel.decide(measured, 60 * MB, 100 * MB, 3, 500)
-    assert(prior.mode == "full" && learned.mode == "incremental", (prior, learned))
+  test("small tables stay incremental, however large their change") {
+    val tiny = Seq(entry("create", 1500, table = 10000), entry("incremental", 3000, change = 9000))
+    val d = decide(tiny, 30000, 10000)
+    assert(d.mode == "incremental" && d.reason.contains("where AUTO stays incremental"), d)
+  }
+
+  test("history moves the crossover; AUTO measures a recomputation once") {
+    val create = entry("create", 4000, table = 256 * MB)
+    val inc = entry("incremental", 1000, change = 100000)
+    // No recomputation since CREATE, and incremental estimated at least half as dear: try one.
+    val explore = decide(Seq(create, inc), 2 * MB, 256 * MB)
+    assert(explore.mode == "full" && explore.reason.contains("measures it"), explore)
+    // Once measured, the choice follows the estimates.
+    val measured = Seq(create, inc, entry("full", 6000, table = 256 * MB))
+    assert(decide(measured, 2 * MB, 256 * MB).mode == "incremental")
+    // Incremental refreshes measured cheaper per byte than the prior: larger changes stay incremental.
+    val prior = decide(measured, 60 * MB, 256 * MB)
+    val learned = measured :+ entry("incremental", 3000, change = 60 * MB)
+    assert(prior.mode == "full" && decide(learned, 60 * MB, 256 * MB).mode == "incremental", prior)
     // failed refreshes teach nothing, nor does a small change that happened to be slow
-    val failed = measured :+ entry("incremental", 99999, change = 1).copy(error = Some("boom"))
-    assert(CostModel.decide(failed, 60 * MB, 100 * MB, 3, 500) == learned)
-    val slowSmall = Seq(create, entry("incremental", 800, change = 1000), entry("incremental", 5000, change = 2000))
-    assert(CostModel.decide(slowSmall, 3000, 100 * MB, 3, 500).mode == "incremental")
+    val failed = learned :+ entry("incremental", 99999, change = 1).copy(error = Some("boom"))
+    assert(decide(failed, 60 * MB, 256 * MB) == decide(learned, 60 * MB, 256 * MB))
+    val slowSmall = measured :+ entry("incremental", 5000, change = 2000)
+    assert(decide(slowSmall, 3000, 256 * MB).mode == "incremental")
   }
 
   test("history is kept in a bounded property") {
