@@ -5,7 +5,7 @@ import scala.util.control.NonFatal
 import io.sparkivm.{IvmErrors, IvmException}
 import io.sparkivm.catalog.{ViewCatalog, ViewMetadata}
 import io.sparkivm.changes.{DeltaSources, PinnedSource}
-import io.sparkivm.planner.{PlanValidator, RowsShape, SourceLeaf, ViewMaintenance, ViewShape}
+import io.sparkivm.planner.{PlanValidator, QueryRewrites, RowsShape, SourceLeaf, ViewMaintenance, ViewShape}
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.ivm.{SessionInternals, SparkInternals}
@@ -39,8 +39,12 @@ object ViewAnalysis {
    */
   def prepare(plan: LogicalPlan, columns: Seq[String], incremental: Boolean): AnalyzedView = {
     if (incremental) {
-      val leaves = PlanValidator.validate(plan)
-      AnalyzedView(plan, leaves, new ViewMaintenance(ViewShape.of(plan), columns))
+      PlanValidator.requirePermanent(plan)
+      val rewritten = QueryRewrites(plan)
+      val leaves = PlanValidator.validate(rewritten)
+      val shape = ViewShape.of(rewritten)
+      PlanValidator.requireComparableRows(shape, columns)
+      AnalyzedView(rewritten, leaves, new ViewMaintenance(shape, columns))
     } else {
       PlanValidator.requirePermanent(plan)
       val leaves = plan.collect { case SourceLeaf(l) if l.provider.exists(_.equalsIgnoreCase("delta")) => l }

@@ -1,6 +1,7 @@
 package io.sparkivm.planner
 
 import org.apache.spark.sql.catalyst.expressions._
+import org.apache.spark.sql.catalyst.planning.ExtractEquiJoinKeys
 import org.apache.spark.sql.catalyst.plans.{Inner, LeftSemi}
 import org.apache.spark.sql.catalyst.plans.logical._
 
@@ -93,6 +94,8 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
     case v: View => weightedPre(v.child)
     case Filter(cond, child) => weightedPre(child).map { case (p, w) => (Filter(cond, p), w) }
     case Project(list, child) => weightedPre(child).map { case (p, w) => (Project(list :+ w, p), w) }
+    case g: Generate => weightedPre(g.child).map { case (p, w) =>
+      (Project(g.output :+ w, g.copy(unrequiredChildIndex = Nil, child = p)), w) }
     case j: Join if j.joinType == Inner =>
       for ((l, wl) <- weightedPre(j.left); (r, wr) <- weightedPre(j.right)) yield {
         val w = AttributeReference("__ivm_w", m.dataType, nullable = false)()
@@ -142,30 +145,57 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
             Alias(c, o.name)(exprId = o.exprId) } :+ m, b.plan))
         }
       }
-    case a: Aggregate => regroup(a, a.groupingExpressions, a.aggregateExpressions, a.child)
-    case d: Distinct => regroup(d, d.child.output, d.child.output, d.child)
+    case a: Aggregate => onChangedKeys(a, Some(Seq(a.groupingExpressions)), "groups")
+    case d: Distinct => onChangedKeys(d, Some(Seq(d.child.output)), "rows")
+    // A generator is a flatMap: each input row's output rows carry its sign.
+    case g: Generate =>
+      delta(g.child).map(b => b.copy(plan = Project(g.output :+ m, g.copy(unrequiredChildIndex = Nil, child = b.plan))))
+    // Outer, semi, anti and existence joins: the output for an equi-join key depends only on
+    // the rows of both sides with that key (Larson & Zhou 2007 maintain outer joins by key the
+    // same way); with no equi-join key, on all of them.
+    case j: Join => onChangedKeys(j, j match {
+      case ExtractEquiJoinKeys(_, lk, rk, _, _, _, _, _) => Some(Seq(lk, rk))
+      case _ => None
+    }, "keys")
+    case w: Window if w.partitionSpec.nonEmpty => onChangedKeys(w, Some(Seq(w.partitionSpec)), "partitions")
     case other => throw new IllegalStateException(s"no delta rule for ${other.nodeName}")
   }
 
   /**
-   * D of an aggregate below the top of the view (a subquery with GROUP BY or DISTINCT): the
-   * groups whose input changed leave with their Pre value (m = -1) and come back with their
-   * Post value (m = +1); unchanged groups cancel when the view sums m.
+   * D of an operator whose output for a key depends only on its inputs' rows with that key
+   * (GROUP BY keys, a join's equi-join keys, a window's PARTITION BY): the output of the keys
+   * that changed leaves with its Pre value (m = -1) and comes back with its Post value
+   * (m = +1); rows of unchanged keys are not read, and what did not change cancels when the
+   * view sums m. `keys(i)` are the key expressions over child i; None (or no keys) when the
+   * output does not split by key: then all of it is recomputed when anything under it changed.
+   * A NULL key matches null-safely, so rows with NULL keys are recomputed with their key.
    */
-  private def regroup(node: LogicalPlan, keys: Seq[Expression], outputs: Seq[NamedExpression],
-      child: LogicalPlan): Seq[Branch] = {
-    val changed = delta(child)
-    if (changed.isEmpty) return Nil
-    def side(snapshot: LogicalPlan, sign: Int, label: String): Branch = {
-      val keyAliases = keys.zipWithIndex.map { case (k, i) => Alias(k, s"__ivm_k$i")() }
-      val affected = Distinct(Project(keyAliases, unionAll(delta(child).map(_.plan))))
-      val cond = keys.zip(keyAliases).map { case (k, a) => EqualNullSafe(k, a.toAttribute): Expression }
-        .reduceOption(And)
-      val regrouped = Aggregate(keys, outputs, Join(snapshot, affected, LeftSemi, cond, JoinHint.NONE))
-      Branch(Project(node.output :+ Alias(Literal(sign), m.name)(exprId = m.exprId), regrouped),
-        Seq(s"$label(${node.nodeName} over ${leafNames(child).mkString(", ")}) on changed groups"))
+  private def onChangedKeys(node: LogicalPlan, keys: Option[Seq[Seq[Expression]]], what: String): Seq[Branch] = {
+    val changed = node.children.map(delta)
+    if (changed.forall(_.isEmpty)) return Nil
+    val keyed = keys.filter(_.head.nonEmpty)
+    val inputs = node.children.flatMap(leafNames).distinct.mkString(", ")
+    def side(read: LogicalPlan => LogicalPlan, sign: Int, label: String): Branch = {
+      val restricted = node.children.zipWithIndex.map { case (child, i) =>
+        keyed.map { perChild =>
+          val affected = changedKeys(perChild, changed)
+          val cond = perChild(i).zip(affected.output)
+            .map { case (k, a) => EqualNullSafe(k, a): Expression }.reduce(And)
+          Join(read(child), affected, LeftSemi, Some(cond), JoinHint.NONE): LogicalPlan
+        }.getOrElse(read(child))
+      }
+      Branch(Project(node.output :+ Alias(Literal(sign), m.name)(exprId = m.exprId), node.withNewChildren(restricted)),
+        Seq(s"$label(${node.nodeName} over $inputs) on changed " + (if (keyed.isDefined) what else "input: all of it")))
     }
-    Seq(side(pre(child), -1, "-Pre"), side(post(child), 1, "+Post"))
+    Seq(side(pre, -1, "-Pre"), side(post, 1, "+Post"))
+  }
+
+  /** The distinct keys of the changed rows of every child (`keys(i)` over child i). */
+  private def changedKeys(keys: Seq[Seq[Expression]], changed: Seq[Seq[Branch]]): LogicalPlan = {
+    val names = keys.head.indices.map(i => s"__ivm_k$i")
+    Distinct(unionAll(keys.zip(changed).filter(_._2.nonEmpty).map { case (ks, branches) =>
+      Project(ks.zip(names).map { case (k, n) => Alias(k, n)() }, unionAll(branches.map(_.plan)))
+    }))
   }
 
   def unionAll(plans: Seq[LogicalPlan]): LogicalPlan = plans match {

@@ -3,13 +3,14 @@ package io.sparkivm.planner
 import io.sparkivm.IvmErrors
 import io.sparkivm.changes.DeltaSources
 import org.apache.spark.sql.catalyst.expressions._
-import org.apache.spark.sql.catalyst.plans.Inner
 import org.apache.spark.sql.catalyst.plans.logical._
+import org.apache.spark.sql.types.{ArrayType, DataType, MapType, StructType}
 
 /**
  * Checks that a view's analyzed plan is in the class that counting IVM maintains exactly
- * (docs/architecture.md, "The model"): inner joins, filters, deterministic projections, aggregates,
- * DISTINCT, UNION ALL and subqueries in FROM, over Delta tables. Anything else is refused with
+ * (docs/architecture.md, "The model"): joins of every type, filters, deterministic projections and
+ * generators, aggregates, DISTINCT, UNION ALL, windows with PARTITION BY and subqueries in FROM
+ * (subquery expressions are joins by then, see [[QueryRewrites]]), over Delta tables. Anything else is refused with
  * an error that names the operator; only the view's REFRESH POLICY (AUTO, INCREMENTAL) turns
  * that refusal into refreshes by recomputation, and the view says so (DESCRIBE, every report).
  */
@@ -33,12 +34,13 @@ object PlanValidator {
         case v: View if v.isTempView => throw temporary(v)
         case _: View | _: SubqueryAlias | _: Project | _: Filter | _: Distinct | _: Union |
              _: Aggregate | _: Sort =>
-        case j: Join if j.joinType == Inner =>
-        case j: Join => throw IvmErrors.unsupported(s"${j.joinType.sql} JOIN",
-          "Only inner joins are maintained; an outer join can often be written as an inner join " +
-            "plus a UNION ALL of the unmatched rows kept in another view.")
-        case _: Window => throw IvmErrors.unsupported("A window function (OVER ...)",
-          "Compute it when reading the view instead.")
+        case _: Join =>
+        case w: Window if w.partitionSpec.nonEmpty =>
+        case _: Window => throw IvmErrors.unsupported("A window function without PARTITION BY",
+          "Its every row depends on every input row, so any change would recompute the whole view; " +
+            "add PARTITION BY (a refresh then recomputes only the partitions that changed), or compute " +
+            "it when reading the view.")
+        case g: Generate if g.generator.deterministic =>
         case _: GlobalLimit | _: LocalLimit | _: Tail | _: Offset =>
           throw IvmErrors.unsupported("LIMIT / OFFSET", "Apply it when reading the view.")
         case _: Expand => throw IvmErrors.unsupported("GROUPING SETS / ROLLUP / CUBE",
@@ -47,8 +49,6 @@ object PlanValidator {
           "Write it as an inner join on all the columns.")
         case e: Except => throw IvmErrors.unsupported(if (e.isAll) "EXCEPT ALL" else "EXCEPT",
           "Write it as an aggregate that counts the rows of both sides.")
-        case _: Generate => throw IvmErrors.unsupported("A generator (explode, LATERAL VIEW)",
-          "Materialize the exploded rows in a Delta table first.")
         case _: Sample => throw IvmErrors.unsupported("TABLESAMPLE", "Sample when reading the view.")
         case _: Deduplicate => throw IvmErrors.unsupported("dropDuplicates on a subset of columns",
           "Use SELECT DISTINCT or GROUP BY.")
@@ -66,11 +66,32 @@ object PlanValidator {
     leaves.result()
   }
 
+  /**
+   * A view without GROUP BY keeps each row by its value, which the backing table's MERGE
+   * compares; Spark cannot compare MAP values.
+   */
+  def requireComparableRows(shape: ViewShape, columns: Seq[String]): Unit = shape match {
+    case r: RowsShape =>
+      r.top.output.zip(columns).find(c => hasMap(c._1.dataType)).foreach {
+        case (_, name) => throw IvmErrors.unsupported(s"The MAP column $name of a view without GROUP BY",
+          "Each row of such a view is kept by its value, and Spark cannot compare MAP values; select " +
+            s"map_entries($name) or to_json($name) instead, or group by the other columns.")
+      }
+    case _ =>
+  }
+
+  private def hasMap(t: DataType): Boolean = t match {
+    case _: MapType => true
+    case a: ArrayType => hasMap(a.elementType)
+    case s: StructType => s.fields.exists(f => hasMap(f.dataType))
+    case _ => false
+  }
+
   private def temporary(v: View) = IvmErrors.of("IVM_TEMPORARY_SOURCE",
     "name" -> v.desc.identifier.unquotedString)
 
   /** Any view, whatever its refresh policy, must read permanent tables and views only. */
-  def requirePermanent(plan: LogicalPlan): Unit = plan.foreach {
+  def requirePermanent(plan: LogicalPlan): Unit = plan.foreachWithSubqueries {
     case v: View if v.isTempView => throw temporary(v)
     case _ =>
   }
@@ -89,7 +110,9 @@ object PlanValidator {
 
   private def checkExpression(e: Expression): Unit = e.foreach {
     case s: SubqueryExpression => throw IvmErrors.unsupported(
-      s"A subquery expression (${s.prettyName})", "Rewrite IN / EXISTS / scalar subqueries as joins.")
+      s"A subquery expression (${s.prettyName}) where Spark cannot turn it into a join",
+      "Subqueries in WHERE, SELECT and HAVING are maintained as joins; one inside a join " +
+        "condition or under OR with other subqueries is not: rewrite it as a join.")
     case x if TimeDependent.contains(x.getClass.getSimpleName) => throw IvmErrors.unsupported(
       s"The time-dependent function ${x.prettyName}()",
       "Its value would differ between refreshes; store the time in a base table instead.")

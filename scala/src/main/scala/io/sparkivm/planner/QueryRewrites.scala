@@ -1,0 +1,69 @@
+package io.sparkivm.planner
+
+import io.sparkivm.IvmErrors
+import org.apache.spark.sql.catalyst.analysis.DeduplicateRelations
+import org.apache.spark.sql.catalyst.expressions._
+import org.apache.spark.sql.catalyst.optimizer.{InlineCTE, PullupCorrelatedPredicates,
+  RewriteCorrelatedScalarSubquery, RewritePredicateSubquery}
+import org.apache.spark.sql.catalyst.plans.Inner
+import org.apache.spark.sql.catalyst.plans.logical._
+
+/**
+ * Rewrites a view's analyzed query into the operators the delta rules know, before it is
+ * validated: common table expressions inlined, and subquery expressions turned into joins,
+ * as Spark's optimizer plans them anyway:
+ *  - EXISTS, NOT EXISTS, IN and NOT IN become semi, anti and existence joins (NOT IN keeps
+ *    its NULL semantics: a null-aware anti join condition);
+ *  - a correlated scalar subquery becomes an aggregate left-joined back on its correlation;
+ *  - an uncorrelated scalar subquery over a global aggregate (exactly one row) becomes an inner
+ *    join with that aggregate, whose delta the aggregate and join rules then give.
+ * The rewritten plan computes the same rows; recomputation (FULL) runs the original one.
+ */
+object QueryRewrites {
+
+  def apply(plan: LogicalPlan): LogicalPlan = {
+    val inlined = InlineCTE(alwaysInline = true)(plan)
+    if (!inlined.exists(_.expressions.exists(SubqueryExpression.hasSubquery))) return inlined
+    val scalar = uncorrelatedScalars(inlined)
+    // A subquery may read what the outer query reads: give the joined copies their own ids.
+    DeduplicateRelations(
+      RewriteCorrelatedScalarSubquery(RewritePredicateSubquery(PullupCorrelatedPredicates(scalar))))
+  }
+
+  /** A plan that returns exactly one row: a global aggregate under projections. */
+  private def singleRow(p: LogicalPlan): Boolean = p match {
+    case a: Aggregate => a.groupingExpressions.isEmpty
+    case Project(_, c) => singleRow(c)
+    case SubqueryAlias(_, c) => singleRow(c)
+    case v: View => singleRow(v.child)
+    case _ => false
+  }
+
+  private def uncorrelated(s: ScalarSubquery): Boolean =
+    s.outerAttrs.isEmpty && s.joinCond.isEmpty && !SubqueryExpression.hasCorrelatedSubquery(s)
+
+  /** Each uncorrelated scalar subquery of a Filter, Project or Aggregate as a joined column. */
+  private def uncorrelatedScalars(plan: LogicalPlan): LogicalPlan = plan.transformUp {
+    case node @ (_: Filter | _: Project | _: Aggregate)
+        if node.expressions.exists(_.exists { case s: ScalarSubquery => uncorrelated(s); case _ => false }) =>
+      val child = node.children.head
+      var joined = child
+      val replaced = node.transformExpressionsUp {
+        case s: ScalarSubquery if uncorrelated(s) =>
+          if (!singleRow(s.plan)) {
+            throw IvmErrors.unsupported("A scalar subquery that is not a global aggregate",
+              "Write it as an aggregate without GROUP BY (max(...), sum(...)), which returns " +
+                "exactly one row, or as a join.")
+          }
+          val sub = apply(s.plan)
+          val value = sub.output.head
+          joined = Join(joined, sub, Inner, None, JoinHint.NONE)
+          value
+      }
+      val rebuilt = replaced.withNewChildren(Seq(joined))
+      rebuilt match {
+        case f: Filter => Project(child.output, f)
+        case other => other
+      }
+  }
+}
