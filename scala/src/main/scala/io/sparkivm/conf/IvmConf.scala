@@ -93,8 +93,10 @@ object IvmConf {
     "Use declared foreign keys to prune delta plans (Svingos et al. 2023, Algorithm 1).")
 
   val KeyProbing: IvmConfEntry[Boolean] = bool("spark.ivm.keyProbing.enabled", default = false,
-    "Push the keys of small deltas into the scans of large tables as filters, so that Delta " +
-      "skips files. Pays where tables are laid out by the probed key and changes cluster.")
+    "Push the keys of small deltas into the scans of large tables of a join block as filters, " +
+      "so that Delta skips files. Pays where tables are laid out by the probed key and changes " +
+      "cluster. (An operator recomputed for its changed keys, such as an outer join or a window, " +
+      "always filters its large inputs by those keys.)")
 
   val MaxProbeKeys: IvmConfEntry[Int] = int("spark.ivm.keyProbing.maxKeys", 100000,
     "Most keys collected to the driver for one probe (or IN-list filter); above it the plan " +

@@ -175,19 +175,44 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
     if (changed.forall(_.isEmpty)) return Nil
     val keyed = keys.filter(_.head.nonEmpty)
     val inputs = node.children.flatMap(leafNames).distinct.mkString(", ")
+    lazy val probes = keyed.map(perChild => probeKeys(node, perChild, changed)).getOrElse(node.children.map(_ => None))
     def side(read: LogicalPlan => LogicalPlan, sign: Int, label: String): Branch = {
       val restricted = node.children.zipWithIndex.map { case (child, i) =>
         keyed.map { perChild =>
           val affected = changedKeys(perChild, changed)
           val cond = perChild(i).zip(affected.output)
             .map { case (k, a) => EqualNullSafe(k, a): Expression }.reduce(And)
-          Join(read(child), affected, LeftSemi, Some(cond), JoinHint.NONE): LogicalPlan
+          Join(probes(i).map(f => Filter(f, read(child))).getOrElse(read(child)), affected, LeftSemi, Some(cond),
+            JoinHint.NONE): LogicalPlan
         }.getOrElse(read(child))
       }
       Branch(Project(node.output :+ Alias(Literal(sign), m.name)(exprId = m.exprId), node.withNewChildren(restricted)),
         Seq(s"$label(${node.nodeName} over $inputs) on changed " + (if (keyed.isDefined) what else "input: all of it")))
     }
     Seq(side(pre, -1, "-Pre"), side(post, 1, "+Post"))
+  }
+
+  /**
+   * Filters that let each large child skip the files that cannot hold a changed key (Delta's
+   * min/max statistics; see [[KeyProbe]]): the changed values of the first key, collected when
+   * the refresh runs (one small job) if there are at most `maxKeys`, as ranges. Rows with a NULL
+   * key are kept (they may be changed keys too); the semi join above still matches exactly.
+   */
+  private def probeKeys(node: LogicalPlan, keys: Seq[Seq[Expression]],
+      changed: Seq[Seq[Branch]]): Seq[Option[Expression]] = {
+    val p = fkSettings.probe
+    val large = node.children.zip(keys).map { case (child, ks) =>
+      ks.head match {
+        case a: Attribute if KeyProbe.probeable(a.dataType) && sizeInBytes(child) >= p.minTableBytes => Some(a)
+        case _ => None
+      }
+    }
+    if (large.forall(_.isEmpty)) return large.map(_ => None)
+    val affected = changedKeys(keys, changed)
+    fkSettings.steps.distinctValues(affected, affected.output.head, p.maxKeys) match {
+      case Some(values) => large.map(_.map(a => Or(IsNull(a), KeyProbe.filter(a, values, p.maxRanges))))
+      case None => large.map(_ => None)
+    }
   }
 
   /** The distinct keys of the changed rows of every child (`keys(i)` over child i). */

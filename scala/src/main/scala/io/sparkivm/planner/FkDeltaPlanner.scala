@@ -52,6 +52,9 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
   /** The branches of `plan` if it is a join block this planner handles. */
   def delta(plan: LogicalPlan): Option[Seq[Branch]] =
     if (!settings.pruning && !settings.probe.enabled && !settings.deltaFirst) None
+    // A block over operators recomputed by key (outer, semi and anti joins, windows) gets the
+    // generic rules: the FK-pruned plans have not been shown right and cheap over them yet.
+    else if (plan.exists { case j: Join => j.joinType != Inner; case _: Window => true; case _ => false }) None
     else built.getOrElseUpdate(plan, JoinBlock.of(plan).flatMap(b => updatesLast(plan, b).orElse(planBlock(b))))
 
   /**

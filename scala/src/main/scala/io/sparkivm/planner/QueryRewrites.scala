@@ -3,7 +3,7 @@ package io.sparkivm.planner
 import io.sparkivm.IvmErrors
 import org.apache.spark.sql.catalyst.analysis.DeduplicateRelations
 import org.apache.spark.sql.catalyst.expressions._
-import org.apache.spark.sql.catalyst.optimizer.{InlineCTE, PullupCorrelatedPredicates,
+import org.apache.spark.sql.catalyst.optimizer.{InlineCTE, PullupCorrelatedPredicates, PushDownPredicates,
   RewriteCorrelatedScalarSubquery, RewritePredicateSubquery}
 import org.apache.spark.sql.catalyst.plans.Inner
 import org.apache.spark.sql.catalyst.plans.logical._
@@ -24,10 +24,23 @@ object QueryRewrites {
   def apply(plan: LogicalPlan): LogicalPlan = {
     val inlined = InlineCTE(alwaysInline = true)(plan)
     if (!inlined.exists(_.expressions.exists(SubqueryExpression.hasSubquery))) return inlined
-    val scalar = uncorrelatedScalars(inlined)
     // A subquery may read what the outer query reads: give the joined copies their own ids.
-    DeduplicateRelations(
-      RewriteCorrelatedScalarSubquery(RewritePredicateSubquery(PullupCorrelatedPredicates(scalar))))
+    DeduplicateRelations(rewrite(inlined))
+  }
+
+  /**
+   * The subquery expressions of `plan` as joins, the innermost first (as Spark's optimizer
+   * rewrites each subquery's plan before the query around it). At each level, correlated
+   * predicates are first pulled up into the subquery's join condition, and the other conjuncts
+   * of a WHERE pushed into the joins below it, as Spark's optimizer does before it rewrites
+   * subqueries: otherwise the join that replaces a subquery would sit on top of the WHERE's
+   * cross products, and a change's keys would be computed over them.
+   */
+  private def rewrite(plan: LogicalPlan): LogicalPlan = {
+    val inner = PushDownPredicates(PullupCorrelatedPredicates(plan)).transformUp { case p =>
+      p.transformExpressions { case s: SubqueryExpression => s.withNewPlan(rewrite(s.plan)) }
+    }
+    RewriteCorrelatedScalarSubquery(RewritePredicateSubquery(uncorrelatedScalars(inner)))
   }
 
   /** A plan that returns exactly one row: a global aggregate under projections. */
@@ -55,9 +68,8 @@ object QueryRewrites {
               "Write it as an aggregate without GROUP BY (max(...), sum(...)), which returns " +
                 "exactly one row, or as a join.")
           }
-          val sub = apply(s.plan)
-          val value = sub.output.head
-          joined = Join(joined, sub, Inner, None, JoinHint.NONE)
+          joined = Join(joined, s.plan, Inner, None, JoinHint.NONE)
+          val value = s.plan.output.head
           value
       }
       val rebuilt = replaced.withNewChildren(Seq(joined))

@@ -2,8 +2,8 @@ package io.sparkivm.planner
 
 import io.sparkivm.{IvmException, TestSpark}
 import org.apache.spark.sql.SparkSession
-import org.apache.spark.sql.catalyst.expressions.{Attribute, AttributeReference}
-import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, OneRowRelation}
+import org.apache.spark.sql.catalyst.expressions.{Attribute, AttributeReference, IsNull, OuterReference}
+import org.apache.spark.sql.catalyst.plans.logical.{Join, LogicalPlan, OneRowRelation}
 import org.apache.spark.sql.ivm.SparkInternals
 import org.apache.spark.sql.types.IntegerType
 import org.scalatest.BeforeAndAfterAll
@@ -70,6 +70,46 @@ class PlannerSuite extends AnyFunSuite with BeforeAndAfterAll {
     assert(branches("SELECT b, count(*) AS n FROM r GROUP BY b", Set("s")).isEmpty)
   }
 
+  private def rewritten(sql: String): LogicalPlan = QueryRewrites(analyzed(sql))
+
+  private def joinTypes(plan: LogicalPlan): Seq[String] = plan.collect { case j: Join => j.joinType.sql }
+
+  test("subquery expressions become joins, the innermost first; CTEs are inlined") {
+    assert(joinTypes(rewritten("SELECT a FROM r WHERE EXISTS (SELECT 1 FROM s WHERE s.b = r.b)")) == Seq("LEFT SEMI"))
+    assert(joinTypes(rewritten("SELECT a FROM r WHERE b NOT IN (SELECT b FROM s)")) == Seq("LEFT ANTI"))
+    // NOT IN keeps its NULL semantics: the condition is true when the comparison is unknown.
+    val notIn = rewritten("SELECT a FROM r WHERE b NOT IN (SELECT b FROM s)").collectFirst { case j: Join => j }.get
+    assert(notIn.condition.get.exists(_.isInstanceOf[IsNull]))
+    // A correlated scalar subquery inside an IN subquery: both levels decorrelated.
+    val nested = rewritten("SELECT a FROM r WHERE b IN (SELECT b FROM s WHERE c > " +
+      "(SELECT max(t.a) FROM t WHERE t.c = s.c))")
+    assert(joinTypes(nested).toSet == Set("LEFT SEMI", "LEFT OUTER"))
+    assert(!nested.exists(_.expressions.exists(_.exists(_.isInstanceOf[OuterReference]))))
+    // An uncorrelated scalar subquery over a global aggregate: an inner join with one row.
+    val scalar = rewritten("SELECT a FROM r WHERE x > (SELECT avg(x) FROM r)")
+    assert(joinTypes(scalar) == Seq("INNER"))
+    assert(scalar.collectFirst { case j: Join => j.left.outputSet.intersect(j.right.outputSet).isEmpty }.get,
+      "the subquery's copy of r has ids of its own")
+    assert(!rewritten("WITH q AS (SELECT b FROM r) SELECT * FROM q JOIN q q2 ON q.b = q2.b")
+      .exists(_.nodeName.startsWith("CTE")))
+    assert(PlanValidator.validate(rewritten("SELECT a FROM r WHERE b IN (SELECT b FROM s)")).size == 2)
+  }
+
+  test("outer, semi and anti joins and windows recompute their changed keys") {
+    def keyed(sql: String, changed: Set[String]) =
+      new DeltaRules(new MarkingReader(changed), m).delta(rewritten(sql)).map(_.describe)
+    val left = keyed("SELECT r.a, s.c FROM r LEFT JOIN s ON r.b = s.b", Set("s"))
+    assert(left.map(_.takeWhile(_ != '(')) == Seq("-Pre", "+Post"))
+    assert(left.forall(_.endsWith("on changed keys")))
+    val window = keyed("SELECT a, rank() OVER (PARTITION BY b ORDER BY x) AS k FROM r", Set("r"))
+    assert(window.forall(_.contains("on changed partitions")), window)
+    // No equality to split by: the whole join is recomputed.
+    assert(keyed("SELECT r.a, s.c FROM r LEFT JOIN s ON r.b < s.b", Set("r")).forall(_.contains("all of it")))
+    assert(keyed("SELECT a FROM r WHERE b NOT IN (SELECT b FROM s)", Set.empty).isEmpty)
+    val e = intercept[IvmException](PlanValidator.validate(rewritten("SELECT a, rank() OVER (ORDER BY x) AS k FROM r")))
+    assert(e.getMessage.contains("window function without PARTITION BY"))
+  }
+
   test("view shapes") {
     assert(ViewShape.of(analyzed("SELECT b, sum(x) FROM r GROUP BY b")).isInstanceOf[AggregateShape])
     assert(ViewShape.of(analyzed("SELECT count(*) FROM r")).asInstanceOf[AggregateShape].global)
@@ -96,7 +136,7 @@ class PlannerSuite extends AnyFunSuite with BeforeAndAfterAll {
 
   test("validation names the operator") {
     def refused(sql: String): String = intercept[IvmException](PlanValidator.validate(analyzed(sql))).getMessage
-    assert(refused("SELECT * FROM r LEFT JOIN s ON r.b = s.b").contains("LEFT OUTER JOIN"))
+    assert(refused("SELECT * FROM r TABLESAMPLE (10 PERCENT)").contains("TABLESAMPLE"))
     assert(refused("SELECT * FROM r LIMIT 1").contains("LIMIT"))
     assert(refused("SELECT rand() FROM r").contains("rand"))
     assert(refused("SELECT row_number() OVER (ORDER BY a) FROM r").contains("window"))
