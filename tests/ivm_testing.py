@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import tempfile
 from collections import Counter
 from decimal import Decimal
-from typing import Any, Callable, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 import pytest
 from pyspark.errors import AnalysisException
 
 from pyspark.sql import SparkSession
 
-from spark_ivm import configure_spark_with_ivm
+from spark_ivm import MaterializedView, configure_spark_with_ivm
 
 
 def make_session(master: str = "local[2]", warehouse: Optional[str] = None,
@@ -92,6 +93,28 @@ def assert_matches_query(spark: SparkSession, view: str, query: str) -> int:
         f"\n  ({len(missing)} missing, {len(extra)} extra, {sum(expected.values())} expected)"
     )
     return sum(expected.values())
+
+
+def follow_changes(spark: SparkSession, queries: Dict[str, str], changes: List[List[str]],
+                   clause: str = "") -> Dict[str, MaterializedView]:
+    """Creates one view per query (with `clause` before AS), then, after each step of changes,
+    refreshes every view and checks that it ran incrementally exactly when a table it reads
+    changed (a no-op otherwise) and that it equals its query; returns the views."""
+    views = {}
+    for name, query in sorted(queries.items()):
+        spark.sql(f"CREATE MATERIALIZED VIEW {name} {clause} AS {query}")
+        assert_matches_query(spark, name, query)
+        views[name] = MaterializedView.for_name(spark, name)
+    for step in changes:
+        for stmt in step:
+            spark.sql(stmt)
+        touched = {m for stmt in step for m in re.findall(r"(?:INTO|FROM|UPDATE)\s+(\w+)", stmt)}
+        for name, mv in views.items():
+            report = mv.refresh()
+            read = {s.table.rsplit(".", 1)[-1] for s in report.sources}
+            assert report.mode == ("incremental" if touched & read else "noop"), (name, report)
+            assert_matches_query(spark, name, queries[name])
+    return views
 
 
 def condition(e: BaseException) -> str:

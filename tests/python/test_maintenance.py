@@ -3,13 +3,12 @@ compared with recomputation after every refresh."""
 
 from __future__ import annotations
 
-import re
 
 from typing import List
 
 from pyspark.sql import SparkSession
 
-from ivm_testing import assert_matches_query
+from ivm_testing import assert_matches_query, follow_changes
 from spark_ivm import MaterializedView
 
 BASE = [
@@ -60,21 +59,7 @@ def test_every_shape_follows_changes(spark: SparkSession, db: str) -> None:
     """All shapes over the same base tables, refreshed after each step of changes."""
     for stmt in BASE:
         spark.sql(stmt)
-    views = {}
-    for name, query in sorted(QUERIES.items()):
-        spark.sql(f"CREATE MATERIALIZED VIEW {name} AS {query}")
-        assert_matches_query(spark, name, query)
-        views[name] = MaterializedView.for_name(spark, name)
-    for step in CHANGES:
-        for stmt in step:
-            spark.sql(stmt)
-        touched = {m for stmt in step for m in re.findall(r"(?:INTO|FROM|UPDATE)\s+(\w+)", stmt)}
-        for name, mv in views.items():
-            report = mv.refresh()
-            read = {s.table.rsplit(".", 1)[-1] for s in report.sources}
-            # a refresh does nothing exactly when none of the tables the view reads changed
-            assert report.mode == ("incremental" if touched & read else "noop"), (name, report)
-            assert_matches_query(spark, name, QUERIES[name])
+    views = follow_changes(spark, QUERIES, CHANGES)
     for name, mv in views.items():
         assert mv.refresh().mode == "noop", name
 

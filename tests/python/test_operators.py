@@ -9,13 +9,12 @@ subquery gaining and losing a NULL, a table emptied and refilled.
 
 from __future__ import annotations
 
-import re
 from typing import Dict, List
 
 import pytest
 from pyspark.sql import SparkSession
 
-from ivm_testing import assert_matches_query, condition, refused
+from ivm_testing import assert_matches_query, condition, follow_changes, refused
 from spark_ivm import MaterializedView
 
 BASE = [
@@ -81,20 +80,7 @@ def test_every_operator_follows_changes(spark: SparkSession, db: str) -> None:
     its query, counts included, after every refresh; every refresh runs incrementally."""
     for stmt in BASE:
         spark.sql(stmt)
-    views = {}
-    for name, query in sorted(QUERIES.items()):
-        spark.sql(f"CREATE MATERIALIZED VIEW {name} REFRESH POLICY INCREMENTAL STRICT AS {query}")
-        assert_matches_query(spark, name, query)
-        views[name] = MaterializedView.for_name(spark, name)
-    for step in CHANGES:
-        for stmt in step:
-            spark.sql(stmt)
-        touched = {m for stmt in step for m in re.findall(r"(?:INTO|FROM|UPDATE)\s+(\w+)", stmt)}
-        for name, mv in views.items():
-            report = mv.refresh()
-            read = {s.table.rsplit(".", 1)[-1] for s in report.sources}
-            assert report.mode == ("incremental" if touched & read else "noop"), (name, report)
-            assert_matches_query(spark, name, QUERIES[name])
+    follow_changes(spark, QUERIES, CHANGES, "REFRESH POLICY INCREMENTAL STRICT")
 
 
 def test_explain_shows_how_each_operator_is_maintained(spark: SparkSession, db: str) -> None:
