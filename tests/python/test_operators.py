@@ -141,6 +141,7 @@ def test_refused_shapes_say_why(spark: SparkSession, db: str) -> None:
 @pytest.mark.parametrize("query, operator", [
     ("SELECT a, sum(x) OVER (ORDER BY a) AS run FROM r", "window function without PARTITION BY"),
     ("SELECT a FROM r WHERE x > (SELECT c FROM t WHERE c > 30)", "not a global aggregate"),
+    ("SELECT b, sum(x) / (SELECT sum(x) FROM r) AS share FROM r GROUP BY b", "subquery expression"),
 ])
 def test_operators_that_stay_refused(spark: SparkSession, db: str, query: str, operator: str) -> None:
     for stmt in BASE:

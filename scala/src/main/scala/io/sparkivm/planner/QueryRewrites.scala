@@ -55,9 +55,13 @@ object QueryRewrites {
   private def uncorrelated(s: ScalarSubquery): Boolean =
     s.outerAttrs.isEmpty && s.joinCond.isEmpty && !SubqueryExpression.hasCorrelatedSubquery(s)
 
-  /** Each uncorrelated scalar subquery of a Filter, Project or Aggregate as a joined column. */
+  /**
+   * Each uncorrelated scalar subquery of a Filter or Project as a column joined from its one
+   * row. (One inside an aggregate's expressions stays a subquery, refused by the validator: the
+   * joined column would be neither grouped nor aggregated.)
+   */
   private def uncorrelatedScalars(plan: LogicalPlan): LogicalPlan = plan.transformUp {
-    case node @ (_: Filter | _: Project | _: Aggregate)
+    case node @ (_: Filter | _: Project)
         if node.expressions.exists(_.exists { case s: ScalarSubquery => uncorrelated(s); case _ => false }) =>
       val child = node.children.head
       var joined = child
@@ -69,8 +73,7 @@ object QueryRewrites {
                 "exactly one row, or as a join.")
           }
           joined = Join(joined, s.plan, Inner, None, JoinHint.NONE)
-          val value = s.plan.output.head
-          value
+          s.plan.output.head
       }
       val rebuilt = replaced.withNewChildren(Seq(joined))
       rebuilt match {
