@@ -38,15 +38,14 @@ object ViewAnalysis {
    * `ivm.refresh = full` may use any query, stored as rows with multiplicities.
    */
   def prepare(plan: LogicalPlan, columns: Seq[String], incremental: Boolean): AnalyzedView = {
+    PlanValidator.requirePermanent(plan)
     if (incremental) {
-      PlanValidator.requirePermanent(plan)
       val rewritten = QueryRewrites(plan)
       val leaves = PlanValidator.validate(rewritten)
       val shape = ViewShape.of(rewritten)
       PlanValidator.requireComparableRows(shape, columns)
       AnalyzedView(rewritten, leaves, new ViewMaintenance(shape, columns))
     } else {
-      PlanValidator.requirePermanent(plan)
       val leaves = plan.collect { case SourceLeaf(l) if l.provider.exists(_.equalsIgnoreCase("delta")) => l }
       AnalyzedView(plan, leaves, new ViewMaintenance(
         RowsShape(plan, plan, distinct = false), columns))
