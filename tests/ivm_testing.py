@@ -41,7 +41,7 @@ def make_session(master: str = "local[2]", warehouse: Optional[str] = None,
         # One session runs every test: IVM^eps runs thousands of small queries, whose plans the
         # SQL status store keeps (1000 by default), so keep fewer and give the driver room.
         .config("spark.sql.ui.retainedExecutions", "50")
-        .config("spark.driver.memory", "4g")
+        .config("spark.driver.memory", "6g")
         .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={warehouse}")
     )
     # IVM_TEST_CONF="key=value;key=value" runs the tests with other settings (e.g. every apply
@@ -99,7 +99,7 @@ def follow_changes(spark: SparkSession, queries: Dict[str, str], changes: List[L
                    clause: str = "") -> Dict[str, MaterializedView]:
     """Creates one view per query (with `clause` before AS), then, after each step of changes,
     refreshes every view and checks that it ran incrementally exactly when a table it reads
-    changed (a no-op otherwise) and that it equals its query; returns the views."""
+    changed (a no-op otherwise) and that it then equals its query; returns the views."""
     views = {}
     for name, query in sorted(queries.items()):
         spark.sql(f"CREATE MATERIALIZED VIEW {name} {clause} AS {query}")
@@ -113,7 +113,8 @@ def follow_changes(spark: SparkSession, queries: Dict[str, str], changes: List[L
             report = mv.refresh()
             read = {s.table.rsplit(".", 1)[-1] for s in report.sources}
             assert report.mode == ("incremental" if touched & read else "noop"), (name, report)
-            assert_matches_query(spark, name, queries[name])
+            if report.mode != "noop":  # a no-op left the view and everything it reads as checked
+                assert_matches_query(spark, name, queries[name])
     return views
 
 

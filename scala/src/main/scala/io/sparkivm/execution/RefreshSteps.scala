@@ -2,10 +2,11 @@ package io.sparkivm.execution
 
 import io.sparkivm.planner.{PlanSteps, ProbeSettings}
 import org.apache.spark.sql.SparkSession
-import org.apache.spark.sql.catalyst.InternalRow
+import org.apache.spark.sql.catalyst.{CatalystTypeConverters, InternalRow}
 import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, IsNotNull}
 import org.apache.spark.sql.catalyst.plans.logical.{Filter, LocalRelation, LogicalPlan, Project}
 import org.apache.spark.sql.catalyst.types.DataTypeUtils
+import org.apache.spark.sql.catalyst.util.TypeUtils
 import org.apache.spark.sql.ivm.{LocalRows, SparkInternals}
 
 /**
@@ -18,10 +19,11 @@ class RefreshSteps(spark: SparkSession, override val probe: ProbeSettings, maxLo
 
   def materialize(plan: LogicalPlan): LogicalPlan = {
     val df = SparkInternals.dataFrame(spark, plan)
-    // Spark folds projections and filters of rows held here into a local relation: no job.
-    df.queryExecution.optimizedPlan match {
-      case l: LocalRelation if l.data.size <= maxLocalRows => return RefreshSteps.local(plan.output, l.data)
-      case _ =>
+    // Spark folds projections and filters of rows held here into a local relation, and
+    // LocalEval evaluates DISTINCTs and unions of them: no job.
+    LocalEval.rows(df.queryExecution.optimizedPlan, maxLocalRows) match {
+      case Some(rows) => return RefreshSteps.local(plan.output, rows)
+      case None =>
     }
     LocalRows.collect(spark, Seq(df), maxLocalRows) match {
       case Some(Seq(rows)) if rows.size <= maxLocalRows => RefreshSteps.local(plan.output, rows)
@@ -45,8 +47,16 @@ class RefreshSteps(spark: SparkSession, override val probe: ProbeSettings, maxLo
     }
 
   override def distinctValues(plan: LogicalPlan, key: Attribute, max: Int): Option[Seq[Any]] =
-    BackingTable.distinctValues(SparkInternals.dataFrame(spark,
-      Project(Seq(key), Filter(IsNotNull(key), plan))), max)
+    localValues(plan, key) match {
+      // Held here: sorted on the driver, no job.
+      case Some(values) =>
+        if (values.size > max) None
+        else Some(values.toSeq.sorted(TypeUtils.getInterpretedOrdering(key.dataType))
+          .map(CatalystTypeConverters.convertToScala(_, key.dataType)))
+      case None =>
+        BackingTable.distinctValues(SparkInternals.dataFrame(spark,
+          Project(Seq(key), Filter(IsNotNull(key), plan))), max)
+    }
 }
 
 object RefreshSteps {

@@ -175,11 +175,13 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
     if (changed.forall(_.isEmpty)) return Nil
     val keyed = keys.filter(_.head.nonEmpty)
     val inputs = node.children.flatMap(leafNames).distinct.mkString(", ")
-    lazy val probes = keyed.map(perChild => probeKeys(node, perChild, changed)).getOrElse(node.children.map(_ => None))
+    // The changed keys are computed once and read by every side and child: kept as a plan, they
+    // would repeat the delta below 2 x children times per level, exponentially in the nesting.
+    lazy val affected = fkSettings.steps.materialize(changedKeys(keyed.get, changed))
+    lazy val probes = keyed.map(perChild => probeKeys(node, perChild, affected)).getOrElse(node.children.map(_ => None))
     def side(read: LogicalPlan => LogicalPlan, sign: Int, label: String): Branch = {
       val restricted = node.children.zipWithIndex.map { case (child, i) =>
         keyed.map { perChild =>
-          val affected = changedKeys(perChild, changed)
           val cond = perChild(i).zip(affected.output)
             .map { case (k, a) => EqualNullSafe(k, a): Expression }.reduce(And)
           Join(probes(i).map(f => Filter(f, read(child))).getOrElse(read(child)), affected, LeftSemi, Some(cond),
@@ -194,12 +196,12 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
 
   /**
    * Filters that let each large child skip the files that cannot hold a changed key (Delta's
-   * min/max statistics; see [[KeyProbe]]): the changed values of the first key, collected when
-   * the refresh runs (one small job) if there are at most `maxKeys`, as ranges. Rows with a NULL
+   * min/max statistics; see [[KeyProbe]]): the changed values of the first key (from `affected`,
+   * the materialized changed keys) if there are at most `maxKeys`, as ranges. Rows with a NULL
    * key are kept (they may be changed keys too); the semi join above still matches exactly.
    */
   private def probeKeys(node: LogicalPlan, keys: Seq[Seq[Expression]],
-      changed: Seq[Seq[Branch]]): Seq[Option[Expression]] = {
+      affected: LogicalPlan): Seq[Option[Expression]] = {
     val p = fkSettings.probe
     val large = node.children.zip(keys).map { case (child, ks) =>
       ks.head match {
@@ -208,7 +210,6 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
       }
     }
     if (large.forall(_.isEmpty)) return large.map(_ => None)
-    val affected = changedKeys(keys, changed)
     fkSettings.steps.distinctValues(affected, affected.output.head, p.maxKeys) match {
       case Some(values) => large.map(_.map(a => Or(IsNull(a), KeyProbe.filter(a, values, p.maxRanges))))
       case None => large.map(_ => None)

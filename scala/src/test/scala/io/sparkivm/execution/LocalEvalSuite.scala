@@ -1,0 +1,58 @@
+package io.sparkivm.execution
+
+import io.sparkivm.TestSpark
+import org.apache.spark.sql.{DataFrame, Row, SparkSession}
+import org.apache.spark.sql.catalyst.{CatalystTypeConverters, InternalRow}
+import org.apache.spark.sql.catalyst.plans.logical.LocalRelation
+import org.apache.spark.sql.catalyst.types.DataTypeUtils
+import org.apache.spark.sql.ivm.SparkInternals
+import org.scalatest.funsuite.AnyFunSuite
+
+/**
+ * Plans over rows held on the driver are evaluated there exactly as Spark evaluates them
+ * (DISTINCT over unions of projections and filters, NULLs and strings included), and plans
+ * LocalEval does not know, or that read a table, are left to Spark.
+ */
+class LocalEvalSuite extends AnyFunSuite {
+  private lazy val spark: SparkSession = TestSpark.session("local-eval")
+
+  private def local(df: DataFrame): DataFrame = {
+    val rows = df.collect().toSeq
+    val converter = CatalystTypeConverters.createToCatalystConverter(df.schema)
+    val relation = LocalRelation(DataTypeUtils.toAttributes(df.schema), rows.map(r => converter(r).asInstanceOf[InternalRow]))
+    SparkInternals.dataFrame(spark, relation)
+  }
+
+  private def evaluated(df: DataFrame): Option[Seq[Row]] =
+    LocalEval.rows(df.queryExecution.optimizedPlan, 1000).map { rows =>
+      val toScala = CatalystTypeConverters.createToScalaConverter(df.schema)
+      rows.map(r => toScala(r).asInstanceOf[Row])
+    }
+
+  private def sorted(rows: Seq[Row]): Seq[String] = rows.map(_.toString).sorted
+
+  test("DISTINCT over unions of filtered projections equals Spark's result") {
+    import spark.implicits._
+    val a = local(Seq((Some(1), "x", 1), (Some(1), "x", -1), (None, "y", 1), (Some(2), null, 1)).toDF("k", "s", "m"))
+    val b = local(Seq((Some(1), "x"), (Some(3), "z"), (None, "y")).toDF("k", "s"))
+    val plans = Seq(
+      a.select($"k", $"s").union(b).distinct(),
+      a.where($"m" > 0).select(($"k" + 1).as("k1")).union(b.select($"k")).distinct(),
+      a.select($"s").distinct().where($"s".isNotNull),
+      a.groupBy($"k").agg($"k".as("again")))
+    plans.foreach { df =>
+      val got = evaluated(df)
+      assert(got.isDefined, df.queryExecution.optimizedPlan)
+      assert(sorted(got.get) == sorted(df.collect().toSeq), df.queryExecution.optimizedPlan)
+    }
+  }
+
+  test("plans with aggregate functions or reads of tables are left to Spark") {
+    import spark.implicits._
+    val a = local(Seq((1, 2), (1, 3)).toDF("k", "v"))
+    assert(evaluated(a.groupBy($"k").count()).isEmpty)
+    assert(evaluated(spark.range(3).toDF("k").union(a.select($"k".cast("long"))).distinct()).isEmpty)
+    // Past the row bound the rows are not held here.
+    assert(LocalEval.rows(a.distinct().queryExecution.optimizedPlan, 1).isEmpty)
+  }
+}
