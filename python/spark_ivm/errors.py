@@ -159,6 +159,13 @@ class DuplicateColumnError(IvmAnalysisException):
 
 
 @_register
+class InvalidAccessPatternError(IvmAnalysisException):
+    """ACCESS BY names a column the view does not return, or one twice."""
+
+    condition = "IVM_INVALID_ACCESS_PATTERN"
+
+
+@_register
 class ConstraintInvalidError(IvmAnalysisException):
     """A key constraint that cannot be declared."""
 

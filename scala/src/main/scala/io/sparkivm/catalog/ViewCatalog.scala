@@ -38,9 +38,11 @@ object ViewCatalog extends Logging {
   /** The view's [[RefreshPolicy]]; views made before policies existed take it from `ivm.refresh`. */
   val PolicyProperty = "ivm.refreshPolicy"
   val FullBecauseProperty = "ivm.fullBecause"
+  /** ACCESS BY's input columns, as a JSON array. */
+  val AccessByProperty = "ivm.accessBy"
   private val ReservedProperties = Set(MarkerProperty, BackingProperty, ViewProperty, IdProperty,
     QueryProperty, DatabaseProperty, SourcesProperty, CommentProperty, RecordProperty, PolicyProperty,
-    FullBecauseProperty, Schedule.Property, RefreshHistory.Property)
+    FullBecauseProperty, Schedule.Property, RefreshHistory.Property, AccessByProperty)
   val BackingPrefix = "__ivm_backing_"
   private val SessionCatalogName = "spark_catalog"
 
@@ -118,7 +120,11 @@ object ViewCatalog extends Logging {
       policy = props.get(PolicyProperty).flatMap(RefreshPolicy.parse).getOrElse(RefreshPolicy.ofMode(mode)),
       schedule = props.get(Schedule.Property).flatMap(Schedule.fromJson),
       fullBecause = props.get(FullBecauseProperty),
-      history = RefreshHistory.read(props))
+      history = RefreshHistory.read(props),
+      accessBy = props.get(AccessByProperty).toSeq.flatMap(v => parse(v) match {
+        case JArray(items) => items.collect { case JString(c) => c }
+        case _ => Nil
+      }))
   }
 
   /** The properties that store a view's metadata on its backing table. */
@@ -132,7 +138,8 @@ object ViewCatalog extends Logging {
     PolicyProperty -> meta.policy.name) ++ meta.comment.map(CommentProperty -> _) ++
     meta.epsilon.map(e => EpsilonState.Property -> e.toString) ++
     meta.schedule.map(s => Schedule.Property -> Schedule.json(s)) ++
-    meta.fullBecause.map(FullBecauseProperty -> _)
+    meta.fullBecause.map(FullBecauseProperty -> _) ++
+    (if (meta.accessBy.isEmpty) Nil else Seq(AccessByProperty -> compact(render(JArray(meta.accessBy.map(JString(_)).toList)))))
 
   def renderSources(sources: Seq[SourceInfo]): String = compact(render(JArray(sources.toList.map { s =>
     JObject("table" -> JString(s.table), "id" -> JString(s.tableId),

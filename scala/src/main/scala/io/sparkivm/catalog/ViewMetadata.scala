@@ -41,7 +41,9 @@ case class ViewMetadata(
     /** Why a view whose policy allows incremental refreshes is laid out for full ones only. */
     fullBecause: Option[String] = None,
     /** The last refreshes, oldest first ([[RefreshHistory]]). */
-    history: Seq[HistoryEntry] = Nil) {
+    history: Seq[HistoryEntry] = Nil,
+    /** ACCESS BY: the input columns of the view's access pattern (empty: none declared). */
+    accessBy: Seq[String] = Nil) {
   def viewName: String = view.quotedString
   def eps: Double = epsilon.getOrElse(EpsilonState.Default)
 }

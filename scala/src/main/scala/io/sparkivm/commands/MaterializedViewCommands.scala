@@ -51,9 +51,9 @@ case class DropMaterializedViewCommand(statement: DropMaterializedView) extends 
 
 case class ShowMaterializedViewsCommand(statement: ShowMaterializedViews) extends LeafRunnableCommand {
   override val output: Seq[Attribute] = Seq(string("namespace"), string("viewName"), string("refreshMode"),
-    string("refreshPolicy"), string("schedule"))
+    string("refreshPolicy"), string("schedule"), string("accessBy"))
   override def run(spark: SparkSession): Seq[Row] =
-    ViewLifecycle.show(spark, statement.namespace).map { case (a, b, c, d, e) => Row(a, b, c, d, e) }
+    ViewLifecycle.show(spark, statement.namespace).map { case (a, b, c, d, e, f) => Row(a, b, c, d, e, f) }
 }
 
 /**

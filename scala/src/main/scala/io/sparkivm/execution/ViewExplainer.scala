@@ -4,6 +4,7 @@ import java.sql.Timestamp
 
 import scala.util.control.NonFatal
 
+import io.sparkivm.access.{AccessPatterns, CqapAnalysis}
 import io.sparkivm.catalog.{RefreshMode, RefreshRecord, ViewCatalog, ViewMetadata}
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.epsilon.{TriangleMaintenance, TriangleStateTables, TriangleViews}
@@ -34,8 +35,10 @@ object ViewExplainer {
     var strategy = if (meta.mode == RefreshMode.Full) "full" else "counting"
     var shape: Option[String] = None
     var epsilon: Option[JValue] = None
+    var access: Option[Either[String, CqapAnalysis]] = None
     val maintenance = try {
       val a = ViewAnalysis.reanalyze(spark, meta, meta.mode == RefreshMode.Incremental)
+      if (meta.accessBy.nonEmpty) access = Some(AccessPatterns.analysis(a.plan, meta.columns, meta.accessBy))
       val m = a.maintenance
       shape = Some(m.shape.kind)
       Seq(("Maintenance", if (meta.mode == RefreshMode.Full) "recomputed on every refresh"
@@ -72,7 +75,10 @@ object ViewExplainer {
       ("Refresh policy", meta.policy.sql + meta.fullBecause.map(w => s" (refreshed by recomputation: $w)")
         .getOrElse(""), ""),
       ("Refresh mode", meta.mode.name, ""),
-      ("Schedule", meta.schedule.map(_.sql).getOrElse("none (REFRESH by hand)"), ""),
+      ("Schedule", meta.schedule.map(_.sql).getOrElse("none (REFRESH by hand)"), "")) ++
+      (if (meta.accessBy.isEmpty) Nil else Seq(
+        ("Access pattern", s"ACCESS BY (${meta.accessBy.mkString(", ")})", ""),
+        ("Access class", access.map(AccessPatterns.summary).getOrElse("unavailable"), ""))) ++ Seq(
       ("Freshness", if (fresh.pendingCommits == 0) "up to date" else
         s"${fresh.pendingCommits} base-table commits not applied, the oldest ${fresh.lagMs / 1000.0} s ago", "")) ++
       maintenance ++ sources.map { case (t, consumed, current) =>
@@ -96,6 +102,15 @@ object ViewExplainer {
       "refresh_policy" -> JString(meta.policy.sql),
       "full_because" -> opt(meta.fullBecause)(JString(_)),
       "schedule" -> opt(meta.schedule)(s => JString(s.sql)),
+      "access_by" -> JArray(meta.accessBy.map(JString(_)).toList),
+      "access" -> opt(access) {
+        case Right(a) => JObject("class" -> JString(a.cls.name),
+          "inputs" -> JArray(a.query.inputs.toSeq.sorted.map(JString(_)).toList),
+          "outputs" -> JArray(a.query.outputs.toSeq.sorted.map(JString(_)).toList),
+          "components" -> JLong(a.components.size),
+          "w" -> opt(a.widths)(w => JLong(w._1)), "delta" -> opt(a.widths)(w => JLong(w._2)))
+        case Left(why) => JObject("class" -> JNull, "reason" -> JString(why))
+      },
       "freshness" -> JObject("pending_commits" -> JLong(fresh.pendingCommits), "lag_ms" -> JLong(fresh.lagMs),
         "sources" -> JArray(fresh.sources.map(l => JObject("table" -> JString(l.table),
           "consumed_version" -> JLong(l.consumedVersion), "current_version" -> JLong(l.currentVersion),
@@ -147,6 +162,16 @@ object ViewExplainer {
     line(s"Refresh policy: ${meta.policy.sql}; refresh mode: ${meta.mode.name}" +
       meta.fullBecause.map(w => s" (the query cannot be maintained incrementally: $w)").getOrElse(""))
     line(s"Backing table: ${meta.backing.quotedString}, after refresh #${last.number}")
+    if (meta.accessBy.nonEmpty) {
+      line(s"Access pattern: ACCESS BY (${meta.accessBy.mkString(", ")}) (Zhang 2022, conjunctive queries with " +
+        "access patterns)")
+      AccessPatterns.analysis(analyzed.plan, meta.columns, meta.accessBy) match {
+        case Right(a) => a.describe.foreach(l => line(s"  $l"))
+        case Left(why) => line(s"  not classified: $why")
+      }
+      line("  lookups: read the materialized result filtered by the inputs (the eager baseline); " +
+        "the view trees are not materialized yet")
+    }
     val decision = policyDecision(spark, meta, last, pinned)
     line(s"Next refresh: ${decision.mode}, because ${decision.reason}")
     decision.candidates.foreach(c => line(s"  candidate ${c.mode}: estimated ${CostModel.seconds(c.ms)} (${c.basis})"))

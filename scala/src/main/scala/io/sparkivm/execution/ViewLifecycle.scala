@@ -3,6 +3,7 @@ package io.sparkivm.execution
 import java.util.{Locale, UUID}
 
 import io.sparkivm.{IvmErrors, IvmException}
+import io.sparkivm.access.AccessPatterns
 import io.sparkivm.catalog.{EpsilonState, HistoryEntry, RefreshHistory, RefreshMode, RefreshPolicy, RefreshRecord,
   Schedule, ViewCatalog, ViewMetadata}
 import io.sparkivm.conf.IvmConf
@@ -69,6 +70,9 @@ object ViewLifecycle extends Logging {
     lower.diff(lower.distinct).headOption.foreach { dup =>
       throw IvmErrors.of("IVM_DUPLICATE_COLUMN", "view" -> id.quotedString, "column" -> dup)
     }
+    AccessPatterns.check(columns, stmt.accessBy).foreach { reason =>
+      throw IvmErrors.of("IVM_INVALID_ACCESS_PATTERN", "view" -> id.quotedString, "reason" -> reason)
+    }
     val (analyzed, mode, fullBecause) = layout(id.quotedString, plan, columns, policy)
     val incremental = mode == RefreshMode.Incremental
     val epsilon = stmt.properties.get(EpsilonState.Property).map(parseEpsilon)
@@ -91,7 +95,7 @@ object ViewLifecycle extends Logging {
     val meta = ViewMetadata(id, backing, UUID.randomUUID().toString, stmt.queryText, database, mode,
       pinned.values.toSeq.sortBy(_.name).map(_.info),
       stmt.properties.filter { case (k, _) => !k.startsWith("ivm.") }, stmt.comment, columns,
-      epsilon, policy, stmt.schedule, fullBecause, history)
+      epsilon, policy, stmt.schedule, fullBecause, history, stmt.accessBy)
     try {
       val reader = new PinnedReader(spark, Map.empty, pinned, id.quotedString)
       val rows = reader.fullRows(analyzed.maintenance)
@@ -314,16 +318,18 @@ object ViewLifecycle extends Logging {
     if (unsetPlain.nonEmpty) unsetProperties(spark, meta, unsetPlain)
   }
 
-  /** (namespace, name, refresh mode, refresh policy, schedule) of the materialized views of a
-   * database. */
-  def show(spark: SparkSession, namespace: Option[Seq[String]]): Seq[(String, String, String, String, String)] = {
+  /** (namespace, name, refresh mode, refresh policy, schedule, access pattern) of the materialized
+   * views of a database. */
+  def show(spark: SparkSession, namespace: Option[Seq[String]])
+      : Seq[(String, String, String, String, String, String)] = {
     val db = namespace.map(_.last).getOrElse(spark.catalog.currentDatabase)
     ViewCatalog.list(spark, db).map { case (id, _) =>
       try {
         val meta = ViewCatalog.lookup(spark, Seq(db, id.table))
-        (db, id.table, meta.mode.name, meta.policy.sql, meta.schedule.map(_.sql).orNull)
+        (db, id.table, meta.mode.name, meta.policy.sql, meta.schedule.map(_.sql).orNull,
+          if (meta.accessBy.isEmpty) null else meta.accessBy.mkString(", "))
       } catch {
-        case e: IvmException => (db, id.table, s"broken: ${e.getCondition}", null, null)
+        case e: IvmException => (db, id.table, s"broken: ${e.getCondition}", null, null, null)
       }
     }
   }

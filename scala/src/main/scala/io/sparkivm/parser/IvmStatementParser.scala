@@ -13,7 +13,7 @@ import org.apache.spark.sql.catalyst.trees.Origin
  * {{{
  *   CREATE [OR REPLACE] MATERIALIZED VIEW [IF NOT EXISTS] name [(col, ...)]
  *       [COMMENT 'text'] [TBLPROPERTIES (key = value, ...)]
- *       [REFRESH POLICY (AUTO | INCREMENTAL [STRICT] | FULL)] [schedule] AS query
+ *       [REFRESH POLICY (AUTO | INCREMENTAL [STRICT] | FULL)] [schedule] [ACCESS BY (col, ...)] AS query
  *   REFRESH MATERIALIZED VIEW name [FULL] [CASCADE]
  *   DROP MATERIALIZED VIEW [IF EXISTS] name
  *   SHOW MATERIALIZED VIEWS [(IN | FROM) namespace]
@@ -335,10 +335,24 @@ object IvmStatementParser {
       var props: Option[Map[String, String]] = None
       var policy: Option[RefreshPolicy] = None
       var schedule: Option[Schedule] = None
+      var accessBy: Option[Seq[String]] = None
       var done = false
       while (!done) {
         val t = peek
-        if (isKeyword(t, "REFRESH")) {
+        if (isKeyword(t, "ACCESS")) {
+          if (accessBy.isDefined) unexpected(t, "ACCESS BY is given twice")
+          advance()
+          expectKeyword("BY")
+          expectSymbol("(")
+          val cols = Seq.newBuilder[String]
+          var more = true
+          while (more) {
+            cols += identifier("a column name")
+            more = acceptSymbol(",")
+          }
+          expectSymbol(")")
+          accessBy = Some(cols.result())
+        } else if (isKeyword(t, "REFRESH")) {
           if (policy.isDefined) unexpected(t, "REFRESH POLICY is given twice")
           advance()
           policy = Some(refreshPolicy())
@@ -357,7 +371,8 @@ object IvmStatementParser {
           advance()
           done = true
         } else {
-          unexpected(t, "expected COMMENT, TBLPROPERTIES or AS (or REFRESH POLICY, SCHEDULE, TRIGGER ON UPDATE)")
+          unexpected(t, "expected COMMENT, TBLPROPERTIES or AS (or REFRESH POLICY, SCHEDULE, TRIGGER ON UPDATE, " +
+            "ACCESS BY)")
         }
       }
       val queryStart = Tokenizer.skipBlank(sql, pos)
@@ -370,7 +385,7 @@ object IvmStatementParser {
       val inPlace = sql.substring(0, queryStart).map(c => if (c == '\n') '\n' else ' ') +
         sql.substring(queryStart, math.max(queryStart, queryEnd))
       CreateMaterializedView(name, ifNotExists, orReplace, columns, comment,
-        props.getOrElse(Map.empty), query, inPlace, policy, schedule)
+        props.getOrElse(Map.empty), query, inPlace, policy, schedule, accessBy.getOrElse(Nil))
     }
   }
 }

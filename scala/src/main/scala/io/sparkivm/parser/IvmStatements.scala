@@ -17,7 +17,9 @@ case class CreateMaterializedView(
      *  point at the right line and position of the whole statement. */
     queryTextInPlace: String,
     policy: Option[RefreshPolicy] = None,
-    schedule: Option[Schedule] = None) extends IvmStatement
+    schedule: Option[Schedule] = None,
+    /** ACCESS BY (col, ...): the view's input columns (Zhang 2022's access pattern). */
+    accessBy: Seq[String] = Nil) extends IvmStatement
 
 /** REFRESH MATERIALIZED VIEW name [FULL] [CASCADE]. */
 case class RefreshMaterializedView(name: Seq[String], full: Boolean, cascade: Boolean = false)

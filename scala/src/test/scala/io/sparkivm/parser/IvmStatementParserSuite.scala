@@ -39,6 +39,18 @@ class IvmStatementParserSuite extends AnyFunSuite {
       c.queryTextInPlace.trim.endsWith("FROM t"))
   }
 
+  test("ACCESS BY names the input columns, quoted or not, among the other clauses") {
+    val c = parse("CREATE MATERIALIZED VIEW v REFRESH POLICY INCREMENTAL ACCESS BY (cust, `o key`) COMMENT 'x' " +
+      "AS SELECT 1").asInstanceOf[CreateMaterializedView]
+    assert(c.accessBy == Seq("cust", "o key") && c.comment.contains("x") && c.queryText == "SELECT 1")
+    assert(parse("CREATE MATERIALIZED VIEW v AS SELECT 1").asInstanceOf[CreateMaterializedView].accessBy.isEmpty)
+    val twice = error("CREATE MATERIALIZED VIEW v ACCESS BY (a) ACCESS BY (b) AS SELECT 1")
+    assert(twice.getMessage.contains("ACCESS BY is given twice") && twice.startPosition.contains(41))
+    val noBy = error("CREATE MATERIALIZED VIEW v ACCESS (a) AS SELECT 1")
+    assert(noBy.getMessage.contains("BY") && noBy.startPosition.contains(34))
+    assert(error("CREATE MATERIALIZED VIEW v ACCESS BY () AS SELECT 1").startPosition.contains(38))
+  }
+
   test("the other statements") {
     assert(parse("REFRESH MATERIALIZED VIEW db.v FULL") == RefreshMaterializedView(Seq("db", "v"), full = true))
     assert(parse("refresh materialized view v") == RefreshMaterializedView(Seq("v"), full = false))

@@ -1,0 +1,124 @@
+"""Views with an access pattern (ACCESS BY): declared in SQL and Python, shown by DESCRIBE, SHOW
+and EXPLAIN REFRESH with the class of Zhang 2022, refused when they name a column the view does
+not return, and looked up by their inputs with the same answers as the query filtered on them,
+over random inserts, deletes and updates."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+from pyspark.sql import SparkSession
+
+from ivm_testing import condition, multiset, refused
+from spark_ivm import MaterializedView
+from spark_ivm.errors import InvalidAccessPatternError, IvmError
+
+# Per customer (the input): its orders with the customer's nation. CQAP0: the fracture is
+# hierarchical, free- and input-dominant, so update time and delay are constant.
+ORDERS_OF = ("SELECT c.c_custkey AS cust, o.o_orderkey AS ord, c.c_nation AS nation "
+             "FROM customer c JOIN orders o ON o.o_custkey = c.c_custkey")
+# Per customer, its orders with their line counts: the order dominates the customer, so it is
+# CQAP1 (Q(B | A) over S(A, B), T(B) in the thesis).
+LINES_OF = ("SELECT o.o_custkey AS cust, o.o_orderkey AS ord, count(*) AS lines FROM orders o "
+            "JOIN lineitem l ON l.l_orderkey = o.o_orderkey GROUP BY o.o_custkey, o.o_orderkey")
+# The 4-cycle Q(A, C | B, D) (thesis Example 3.9): cyclic, its fracture two hierarchical paths.
+FOUR_CYCLE = ("SELECT r.a, s.c, r.b, t.d FROM r JOIN s ON r.b = s.b JOIN t ON s.c = t.c "
+              "JOIN u ON u.a = r.a AND u.d = t.d")
+
+
+def _tables(spark: SparkSession) -> None:
+    spark.sql("CREATE TABLE customer (c_custkey INT, c_nation STRING) USING delta")
+    spark.sql("CREATE TABLE orders (o_orderkey INT, o_custkey INT) USING delta")
+    spark.sql("CREATE TABLE lineitem (l_orderkey INT, l_qty INT) USING delta")
+    spark.sql("INSERT INTO customer VALUES (1, 'FR'), (2, 'DE'), (3, 'FR'), (4, NULL)")
+    spark.sql("INSERT INTO orders VALUES (10, 1), (11, 1), (12, 2), (13, 3), (14, NULL)")
+    spark.sql("INSERT INTO lineitem VALUES (10, 1), (10, 2), (11, 5), (12, 1), (12, 1), (14, 3)")
+
+
+def _access(mv: MaterializedView) -> dict:  # type: ignore[type-arg]
+    return mv.describe()["access"]  # type: ignore[no-any-return]
+
+
+def test_access_patterns_are_declared_classified_and_shown(spark: SparkSession, db: str) -> None:
+    _tables(spark)
+    spark.sql(f"CREATE MATERIALIZED VIEW orders_of ACCESS BY (cust) AS {ORDERS_OF}")
+    lines = MaterializedView.create(spark, "lines_of", LINES_OF, access_by=["cust"])
+    orders = MaterializedView.for_name(spark, "orders_of")
+    assert orders.access_by == ["cust"] and lines.access_by == ["cust"]
+    assert _access(orders)["class"] == "CQAP0" and (_access(orders)["w"], _access(orders)["delta"]) == (1, 0)
+    assert _access(orders)["inputs"] == ["cust"] and _access(orders)["outputs"] == ["nation", "ord"]
+    assert _access(lines)["class"] == "CQAP1" and _access(lines)["delta"] == 1
+    shown = {r.viewName: r.accessBy for r in spark.sql("SHOW MATERIALIZED VIEWS").collect()}
+    assert shown == {"orders_of": "cust", "lines_of": "cust"}
+    info = orders.describe()["info"]
+    assert info["Access pattern"] == "ACCESS BY (cust)" and info["Access class"].startswith("CQAP0")
+
+    plan = lines.explain_refresh()
+    for expected in ("Access pattern: ACCESS BY (cust)", "class: CQAP1", "input-dominant no (almost)",
+                     "access-top variable order:", "view tree:", "V_ord(cust, ord)", "eager baseline"):
+        assert expected in plan, plan
+
+    spark.sql("CREATE TABLE r (a INT, b INT) USING delta")
+    for t, cols in (("s", "b INT, c INT"), ("t", "c INT, d INT"), ("u", "a INT, d INT")):
+        spark.sql(f"CREATE TABLE {t} ({cols}) USING delta")
+    spark.sql(f"CREATE MATERIALIZED VIEW cycle ACCESS BY (b, d) AS {FOUR_CYCLE}")
+    cycle = _access(MaterializedView.for_name(spark, "cycle"))
+    assert (cycle["class"], cycle["components"], cycle["w"], cycle["delta"]) == ("CQAP1", 2, 2, 1)
+
+    # Outside conjunctive queries the view is created and looked up, but not classified.
+    spark.sql("CREATE MATERIALIZED VIEW outer_v ACCESS BY (cust) AS SELECT c.c_custkey AS cust, o.o_orderkey "
+              "FROM customer c LEFT JOIN orders o ON o.o_custkey = c.c_custkey")
+    outer = _access(MaterializedView.for_name(spark, "outer_v"))
+    assert outer["class"] is None and "Join" in outer["reason"]
+
+
+def test_invalid_access_patterns_are_refused(spark: SparkSession, db: str) -> None:
+    _tables(spark)
+    error = refused(lambda: spark.sql(f"CREATE MATERIALIZED VIEW v ACCESS BY (nope) AS {ORDERS_OF}"))
+    assert condition(error) == "IVM_INVALID_ACCESS_PATTERN" and "no column nope" in str(error)
+    error = refused(lambda: spark.sql(f"CREATE MATERIALIZED VIEW v ACCESS BY (cust, CUST) AS {ORDERS_OF}"))
+    assert "named twice" in str(error)
+    with pytest.raises(InvalidAccessPatternError):
+        MaterializedView.create(spark, "v", ORDERS_OF, access_by=["nope"])
+    error = refused(lambda: spark.sql(f"CREATE MATERIALIZED VIEW v ACCESS (cust) AS {ORDERS_OF}"))
+    assert "expected 'BY'" in str(error) or "BY" in str(error), str(error)
+    assert not [r for r in spark.sql("SHOW MATERIALIZED VIEWS").collect()]
+    spark.sql(f"CREATE MATERIALIZED VIEW v AS {ORDERS_OF}")
+    with pytest.raises(IvmError, match="no access pattern"):
+        MaterializedView.for_name(spark, "v").lookup(cust=1)
+
+
+def test_lookups_answer_like_the_filtered_query(spark: SparkSession, db: str) -> None:
+    """Each lookup returns the query's rows for those inputs, multiplicities included, before
+    and after refreshes of random inserts, deletes and updates; lookup_many the same, at once."""
+    _tables(spark)
+    views = {"orders_of": ORDERS_OF, "lines_of": LINES_OF}
+    for name, query in views.items():
+        spark.sql(f"CREATE MATERIALIZED VIEW {name} ACCESS BY (cust) AS {query}")
+    rnd = random.Random(11)
+    for step in range(3):
+        if step:
+            key = 20 + step * 10
+            spark.sql(f"INSERT INTO orders VALUES ({key}, {rnd.randint(1, 4)}), ({key + 1}, NULL)")
+            spark.sql(f"INSERT INTO lineitem VALUES ({key}, 1), ({key}, 2), ({rnd.choice([10, 11, 12])}, 9)")
+            spark.sql(f"DELETE FROM lineitem WHERE l_orderkey = {rnd.choice([10, 11, 12, 13])}")
+            moved = rnd.choice([10, 12])
+            spark.sql(f"UPDATE orders SET o_custkey = {rnd.randint(1, 4)} WHERE o_orderkey = {moved}")
+            spark.sql(f"UPDATE customer SET c_nation = 'N{step}' WHERE c_custkey = {rnd.randint(1, 4)}")
+        for name, query in views.items():
+            mv = MaterializedView.for_name(spark, name)
+            if step:
+                assert mv.refresh().mode == "incremental"
+            expected_all = spark.sql(query).collect()
+            for cust in (1, None):
+                expected = Counter(tuple(v for k, v in r.asDict().items() if k != "cust")
+                                   for r in expected_all if r.cust == cust)
+                got = multiset(mv.lookup(cust=cust))
+                assert got == multiset(expected.elements()), (name, step, cust, got, expected)
+            requests = spark.createDataFrame([(2,), (3,), (4,), (5,), (None,)], "cust INT")
+            many = multiset(mv.lookup_many(requests).collect())
+            assert many == multiset(r for r in expected_all if r.cust in (2, 3, 4, 5, None)), (name, step)
+    with pytest.raises(IvmError, match="binds exactly its inputs"):
+        MaterializedView.for_name(spark, "orders_of").lookup(ord=10)
