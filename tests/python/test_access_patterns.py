@@ -60,6 +60,10 @@ def test_access_patterns_are_declared_classified_and_shown(spark: SparkSession, 
                      "access-top variable order:", "view tree:", "V_ord(cust, ord)", "eager baseline"):
         assert expected in plan, plan
 
+    # A policy change that rebuilds the view keeps its access pattern.
+    lines.refresh_policy = "FULL"
+    assert lines.access_by == ["cust"] and lines.describe()["refresh_mode"] == "full"
+
     spark.sql("CREATE TABLE r (a INT, b INT) USING delta")
     for t, cols in (("s", "b INT, c INT"), ("t", "c INT, d INT"), ("u", "a INT, d INT")):
         spark.sql(f"CREATE TABLE {t} ({cols}) USING delta")

@@ -3,6 +3,7 @@ package io.sparkivm.access
 import java.util.Locale
 
 import scala.collection.mutable
+import scala.util.control.NonFatal
 
 import io.sparkivm.planner.JoinBlock
 import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, EqualNullSafe, EqualTo, ExprId, Expression}
@@ -105,7 +106,10 @@ object AccessPatterns {
 
   /** The classification of a view's query under its access pattern, or why it has none. */
   def analysis(plan: LogicalPlan, columns: Seq[String], accessBy: Seq[String]): Either[String, CqapAnalysis] =
-    cqap(plan, columns, accessBy).map(CqapAnalysis.of)
+    try cqap(plan, columns, accessBy).map(CqapAnalysis.of) catch {
+      // A shape this analysis does not expect is reported, never a failed DESCRIBE or EXPLAIN.
+      case NonFatal(e) => Left(s"the query's shape is not analyzed (${e.getMessage})")
+    }
 
   /** One line: the class and widths, or why the query is not classified. */
   def summary(result: Either[String, CqapAnalysis]): String = result match {

@@ -246,7 +246,8 @@ object ViewLifecycle extends Logging {
         meta.epsilon.map(e => EpsilonState.Property -> e.toString)).filter { case (k, _) => !extraUnset.contains(k) }
       create(spark, CreateMaterializedView(name, ifNotExists = false, orReplace = true,
         if (meta.columns == plan.output.map(_.name)) Nil else meta.columns, meta.comment,
-        props, meta.queryText, meta.queryText, Some(policy), meta.schedule), meta.database, meta.history)
+        props, meta.queryText, meta.queryText, Some(policy), meta.schedule, meta.accessBy), meta.database,
+        meta.history)
     } else {
       ViewCatalog.setProperties(spark, meta.backing, extraSet ++ Map(ViewCatalog.PolicyProperty -> policy.name) ++
         fullBecause.map(ViewCatalog.FullBecauseProperty -> _))
