@@ -220,9 +220,12 @@ class MaterializedView:
         return text
 
     @property
+    @raises_typed
     def access_by(self) -> List[str]:
-        """The input columns of the view's access pattern (``ACCESS BY``); empty if none."""
-        return list(self.describe()["access_by"])
+        """The input columns of the view's access pattern (``ACCESS BY``); empty if none. Read
+        from the catalog view's properties (a catalog lookup, no Spark job)."""
+        props = {r.key: r.value for r in self.spark.sql(f"SHOW TBLPROPERTIES {self._sql_name}").collect()}
+        return list(json.loads(props.get("ivm.accessBy", "[]")))
 
     def _inputs(self, names: Sequence[str]) -> List[str]:
         declared = self.access_by

@@ -172,8 +172,10 @@ object ViewLifecycle extends Logging {
   def createCatalogView(spark: SparkSession, meta: ViewMetadata, maintenance: ViewMaintenance,
       replace: Boolean): Unit = {
     val comment = meta.comment.map(c => s" COMMENT ${ViewCatalog.sqlString(c)}").getOrElse("")
-    val props = Seq(ViewCatalog.MarkerProperty -> "true",
-      ViewCatalog.BackingProperty -> meta.backing.unquotedString.stripPrefix("spark_catalog."))
+    // ACCESS BY is mirrored on the catalog view: a lookup reads it without touching the backing table.
+    val props = (Seq(ViewCatalog.MarkerProperty -> "true",
+      ViewCatalog.BackingProperty -> meta.backing.unquotedString.stripPrefix("spark_catalog.")) ++
+      ViewCatalog.properties(meta).get(ViewCatalog.AccessByProperty).map(ViewCatalog.AccessByProperty -> _))
       .map { case (k, v) => s"${ViewCatalog.sqlString(k)} = ${ViewCatalog.sqlString(v)}" }
       .mkString(", ")
     spark.sql(s"CREATE ${if (replace) "OR REPLACE " else ""}VIEW ${meta.view.quotedString}$comment " +
