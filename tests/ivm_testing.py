@@ -41,7 +41,7 @@ def make_session(master: str = "local[2]", warehouse: Optional[str] = None,
         # One session runs every test: IVM^eps runs thousands of small queries, whose plans the
         # SQL status store keeps (1000 by default), so keep fewer and give the driver room.
         .config("spark.sql.ui.retainedExecutions", "50")
-        .config("spark.driver.memory", "6g")
+        .config("spark.driver.memory", "8g")
         .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={warehouse}")
     )
     # IVM_TEST_CONF="key=value;key=value" runs the tests with other settings (e.g. every apply
