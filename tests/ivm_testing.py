@@ -42,6 +42,9 @@ def make_session(master: str = "local[2]", warehouse: Optional[str] = None,
         # SQL status store keeps (1000 by default), so keep fewer and give the driver room.
         .config("spark.sql.ui.retainedExecutions", "50")
         .config("spark.driver.memory", "8g")
+        # Broadcast hash relations built on the driver take Spark's default page (up to 64 MB)
+        # however few rows they hold; until the refresh leak is found, smaller pages bound it.
+        .config("spark.buffer.pageSize", "2m")
         .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={warehouse}")
     )
     # IVM_TEST_CONF="key=value;key=value" runs the tests with other settings (e.g. every apply
