@@ -43,7 +43,8 @@ def make_session(master: str = "local[2]", warehouse: Optional[str] = None,
         .config("spark.sql.ui.retainedExecutions", "50")
         .config("spark.driver.memory", "8g")
         # Broadcast hash relations built on the driver take Spark's default page (up to 64 MB)
-        # however few rows they hold; until the refresh leak is found, smaller pages bound it.
+        # however few rows they hold, and a refresh's session clone stays reachable with its
+        # plans' broadcasts (an open leak): smaller pages bound what one test run keeps.
         .config("spark.buffer.pageSize", "2m")
         .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={warehouse}")
     )

@@ -64,6 +64,3 @@ def db(spark: SparkSession) -> Iterator[str]:
     spark.sql(f"USE {name}")
     yield name
     spark.sql("USE default")
-    # Delta keeps every table's log and snapshots (with their cached state and plans) for the
-    # session; one session runs all tests, so a finished test's tables are let go here.
-    spark._jvm.org.apache.spark.sql.delta.DeltaLog.clearCache()  # type: ignore[union-attr]
