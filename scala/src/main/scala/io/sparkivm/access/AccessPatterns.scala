@@ -6,7 +6,7 @@ import scala.collection.mutable
 import scala.util.control.NonFatal
 
 import io.sparkivm.planner.JoinBlock
-import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, EqualNullSafe, EqualTo, ExprId, Expression}
+import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, Equality, ExprId, Expression}
 import org.apache.spark.sql.catalyst.expressions.aggregate.AggregateExpression
 import org.apache.spark.sql.catalyst.plans.logical._
 
@@ -21,8 +21,9 @@ object AccessPatterns {
   /** The CQAP of a view's query (as maintained: CTEs inlined, subqueries rewritten), or why it is none. */
   def cqap(plan: LogicalPlan, columns: Seq[String], accessBy: Seq[String]): Either[String, Cqap] = {
     val body = bodyOf(plan)
-    val units: Seq[LogicalPlan] = JoinBlock.of(body).map(_.units.toSeq).getOrElse(Seq(body))
-    val conditions: Seq[Expression] = JoinBlock.of(body).map(_.conditions).getOrElse(Nil)
+    val block = JoinBlock.of(body)
+    val units: Seq[LogicalPlan] = block.map(_.units.toSeq).getOrElse(Seq(body))
+    val conditions: Seq[Expression] = block.map(_.conditions).getOrElse(Nil)
     units.find(u => JoinBlock.leafColumns(u).isEmpty).foreach { u =>
       return Left(s"it reads ${u.nodeName} where an access pattern needs a table: access patterns classify " +
         "conjunctive queries (inner equi-joins of tables, filters, projections, GROUP BY)")
@@ -37,9 +38,7 @@ object AccessPatterns {
     conditions.foreach { c =>
       val touched = c.references.flatMap(a => unitOf.get(a.exprId)).toSet
       c match {
-        case EqualTo(a: Attribute, b: Attribute) if unitOf.contains(a.exprId) && unitOf.contains(b.exprId) =>
-          parent(find(a.exprId)) = find(b.exprId)
-        case EqualNullSafe(a: Attribute, b: Attribute) if unitOf.contains(a.exprId) && unitOf.contains(b.exprId) =>
+        case Equality(a: Attribute, b: Attribute) if unitOf.contains(a.exprId) && unitOf.contains(b.exprId) =>
           parent(find(a.exprId)) = find(b.exprId)
         case _ if touched.size > 1 =>
           return Left(s"the join condition ${c.sql} is not an equality of columns")

@@ -38,8 +38,9 @@ object LocalEval {
     case Aggregate(groups, outputs, child, _) if groups.forall(_.deterministic) && outputs.forall(isGroup(_, groups)) =>
       eval(child, maxRows).map { in =>
         // UnsafeRows compare by their bytes: equal keys are equal rows.
-        val keys = project(groups.map(asNamed), child.output, in).distinct
-        val keyAttrs = groups.map(g => asNamed(g).toAttribute)
+        val named = groups.map(asNamed)
+        val keys = project(named, child.output, in).distinct
+        val keyAttrs = named.map(_.toAttribute)
         project(outputs.map(o => rebind(o, groups, keyAttrs)), keyAttrs, keys)
       }
     case _ => None
