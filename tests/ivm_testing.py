@@ -42,9 +42,8 @@ def make_session(master: str = "local[2]", warehouse: Optional[str] = None,
         # SQL status store keeps (1000 by default), so keep fewer and give the driver room.
         .config("spark.sql.ui.retainedExecutions", "50")
         .config("spark.driver.memory", "8g")
-        # Broadcast hash relations built on the driver take Spark's default page (up to 64 MB)
-        # however few rows they hold, and a refresh's session clone stays reachable with its
-        # plans' broadcasts (an open leak): smaller pages bound what one test run keeps.
+        # Broadcast hash relations built on the driver take a whole memory page (64 MB by
+        # default here) however few rows they hold; the tests build thousands of small ones.
         .config("spark.buffer.pageSize", "2m")
         .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={warehouse}")
     )

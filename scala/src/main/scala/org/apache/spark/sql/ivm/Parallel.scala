@@ -7,12 +7,17 @@ import scala.concurrent.{Await, ExecutionContext, Future}
 import scala.concurrent.duration.Duration
 
 import org.apache.spark.sql.SparkSession
+import org.apache.spark.util.Utils
 
 /**
  * Runs independent pieces of a refresh side by side (planning several scans, small
  * latency-bound jobs) on one pool shared by the JVM, never a pool per call. A task runs with
  * the caller's Spark local properties (job group, the refresh's metrics tag) and active
- * session, which pooled threads would not otherwise inherit.
+ * session, which pooled threads would not otherwise inherit. Each task gets its own copy of the
+ * properties: Spark sets and restores keys in a thread's properties object in place (the SQL
+ * execution id around every query a task plans or runs), so tasks sharing the caller's object
+ * would leave the caller's jobs tagged with a finished execution's id, and Spark's scheduler
+ * keeps the jobs of an execution that never ends (with their broadcast relations) forever.
  */
 object Parallel {
   private lazy val pool: ExecutionContext = ExecutionContext.fromExecutorService(
@@ -34,7 +39,7 @@ object Parallel {
       val active = SparkSession.getActiveSession
       val futures = many.map(task => Future {
         val before = sc.getLocalProperties
-        sc.setLocalProperties(props)
+        sc.setLocalProperties(Utils.cloneProperties(props))
         active.foreach(SparkSession.setActiveSession)
         try task() finally {
           sc.setLocalProperties(before)
