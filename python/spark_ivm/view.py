@@ -246,7 +246,8 @@ class MaterializedView:
         lazily. ``None`` matches NULL. The answer is read from one committed refresh.
 
         Today the answer is read from the materialized result, filtered by the inputs (the
-        eager baseline of Zhang 2022); EXPLAIN REFRESH shows the view's class and its
+        eager baseline of Zhang 2022), whose files are ordered by the first input so that the
+        read skips the files that cannot hold it; EXPLAIN REFRESH shows the view's class and its
         guaranteed update and delay exponents.
         """
         declared = self._inputs(list(inputs))

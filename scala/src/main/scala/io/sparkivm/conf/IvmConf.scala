@@ -128,6 +128,12 @@ object IvmConf {
       "most this many rows are held on the driver, so that later steps run no Spark job on them; " +
       "larger ones are checkpointed on the executors and applied with joins on the view's keys.", min = 1)
 
+  val LayoutRowsPerFile: IvmConfEntry[Long] = long("spark.ivm.layout.rowsPerFile", 250000L,
+    "Backing tables are written in files of at most this many rows, ordered by the view's first " +
+      "ACCESS BY input (else its first key), so that Delta's file statistics let a lookup by that " +
+      "column, and a refresh's search for the files holding a changed key, read only the files that " +
+      "may match. 0: no bound (one file per write task).")
+
   val RewriteWithoutSearchBytes: IvmConfEntry[Long] = long("spark.ivm.apply.rewriteWithoutSearchBytes", 8L << 20,
     "A refresh's candidate files (those whose statistics admit a changed key) up to this many " +
       "bytes in all are rewritten without first finding which rows hold a changed key (one Spark " +

@@ -41,7 +41,8 @@ object BackingTable {
     }
   }
 
-  def create(spark: SparkSession, meta: ViewMetadata, rows: DataFrame, record: RefreshRecord): Unit =
+  def create(spark: SparkSession, meta: ViewMetadata, rows: DataFrame, record: RefreshRecord,
+      layout: Option[BackingLayout]): Unit =
     inCommit(spark, meta, record) {
       // No change data feed unless a materialized view comes to read this one (ViewAnalysis.pin).
       // A view rebuilt by ALTER keeps its history.
@@ -50,18 +51,21 @@ object BackingTable {
       val props = RefreshHistory.recorded(ViewCatalog.properties(meta) ++ earlier +
         (ViewCatalog.RecordProperty -> ViewCatalog.renderRecord(record)), record.entry) ++
         (if (IvmConf.ApplyDeletionVectors.get(spark)) Map(DeletionVectorsProperty -> "true") else Map.empty)
-      props.foldLeft(rows.writeTo(meta.backing.quotedString).using("delta")) {
-        case (w, (k, v)) => w.tableProperty(k, v)
-      }.create()
+      val writer = BackingLayout.writeOptions(spark).foldLeft(
+        BackingLayout.full(rows, layout).writeTo(meta.backing.quotedString).using("delta")) {
+        case (w, (k, v)) => w.option(k, v)
+      }
+      props.foldLeft(writer) { case (w, (k, v)) => w.tableProperty(k, v) }.create()
     }
 
   /**
    * Replaces the view's rows (a full refresh) in one commit that also records the base tables'
    * shape as `meta.sources` has it.
    */
-  def overwrite(spark: SparkSession, meta: ViewMetadata, rows: DataFrame, record: RefreshRecord): Unit =
+  def overwrite(spark: SparkSession, meta: ViewMetadata, rows: DataFrame, record: RefreshRecord,
+      layout: Option[BackingLayout]): Unit =
     inCommit(spark, meta, record) {
-      RewriteCommit.overwrite(spark, meta, rows,
+      RewriteCommit.overwrite(spark, meta, BackingLayout.full(rows, layout),
         Map(ViewCatalog.SourcesProperty -> ViewCatalog.renderSources(meta.sources)), record)
     }
 

@@ -184,7 +184,8 @@ object RefreshPipeline extends Logging {
         entry("full", decision, -1, -1, pinned.values.map(_.sizeInBytes).sum))
       FaultInjection.point(user, "before-commit")
       // The base tables' shape as read now, in the same commit.
-      BackingTable.overwrite(spark, meta.copy(sources = pinned.values.toSeq.sortBy(_.name).map(_.info)), rows, record)
+      BackingTable.overwrite(spark, meta.copy(sources = pinned.values.toSeq.sortBy(_.name).map(_.info)), rows, record,
+        BackingLayout.of(meta, analyzed.maintenance))
       timer.mark("recompute")
       FaultInjection.point(user, "after-commit")
       return report(spark, meta, number, attemptId, "full", last, pinned, Map.empty, Nil,

@@ -28,10 +28,10 @@ import org.apache.spark.sql.types.StructType
  * An incremental refresh rewrites only the files that hold a changed key, without MERGE.
  * Measured against MERGE in docs/benchmarks.md: a MERGE of a few hundred rows ran about 12
  * Spark jobs, this one or two. When the changed rows are on the driver their keys are known:
- * data skipping on the first key (on the driver, [[KnownFiles]]) finds the candidate files, and
- * when they hold much, one job finds the rows that really hold a key, which are then marked
- * deleted by deletion vectors ([[DeletionVectorApply]]) or their files rewritten. When the rows
- * are distributed (more than
+ * data skipping on the key the table is ordered by ([[BackingLayout]]; on the driver,
+ * [[KnownFiles]]) finds the candidate files, and when they hold much, one job finds the rows that
+ * really hold a key, which are then marked deleted by deletion vectors ([[DeletionVectorApply]])
+ * or their files rewritten. When the rows are distributed (more than
  * `spark.ivm.localMaxRows`), the same is done with semi and anti joins on the keys. Readers see an
  * ordinary Delta table; the change feed (if a downstream view turned it on) shows the rewritten
  * files' rows as deleted and inserted, which nets to the real change.
@@ -54,8 +54,10 @@ object RewriteCommit extends DeltaCommand {
     if (committed(txn, meta) >= record.number) return None
     // Delta takes a metadata change only before the transaction writes data.
     recordIn(txn, record, Map.empty, None)
+    val layout = BackingLayout.of(meta, maintenance)
     val changed = RefreshSteps.localRows(plan) match {
-      case Some(rows) => new LocalChangedRows(spark, DataTypeUtils.fromAttributes(plan.output), rows, maintenance)
+      case Some(rows) => new LocalChangedRows(spark, DataTypeUtils.fromAttributes(plan.output), rows, maintenance,
+        layout.map(_.column).filter(maintenance.keyNames.contains).orElse(maintenance.keyNames.headOption))
       case None => new DistributedChangedRows(spark, SparkInternals.dataFrame(spark, plan), maintenance)
     }
     val candidates = changed.skipping.map(f => candidateFiles(spark, log, txn, f)).getOrElse(txn.filterFiles())
@@ -91,7 +93,8 @@ object RewriteCommit extends DeltaCommand {
     // The rewritten files and the new rows in as few files as their size needs: each task of
     // the write adds a file, and small files make every later read and rewrite dearer.
     val files = math.max(1L, touched.map(_.size).sum / TargetFileBytes)
-    val adds = txn.writeFiles(if (changed.onDriver) rows.coalesce(files.toInt) else rows)
+    val adds = txn.writeFiles(BackingLayout.sorted(if (changed.onDriver) rows.coalesce(files.toInt) else rows,
+      layout), BackingLayout.deltaOptions(spark))
     written()
     val now = System.currentTimeMillis()
     commit(txn, meta, record.number, touched.map(_.removeWithTimestamp(now, dataChange = true)) ++ marked ++ adds,
@@ -110,7 +113,7 @@ object RewriteCommit extends DeltaCommand {
     if (txn.txnVersion(meta.id) >= record.number) return false
     val old = txn.filterFiles()
     recordIn(txn, record, properties, Some(SparkInternals.nullable(rows.schema)))
-    val adds = txn.writeFiles(rows)
+    val adds = txn.writeFiles(rows, BackingLayout.deltaOptions(spark))
     val now = System.currentTimeMillis()
     commit(txn, meta, record.number, old.map(_.removeWithTimestamp(now, dataChange = true)) ++ adds,
       DeltaOperations.Write(SaveMode.Overwrite, predicate = Some(s"spark-ivm full refresh ${record.number} of ${meta.viewName}")))
@@ -164,7 +167,7 @@ object RewriteCommit extends DeltaCommand {
   private sealed trait ChangedRows {
     /** True if the changed rows are held on the driver (and so are few). */
     def onDriver: Boolean
-    /** A filter on the first key for Delta's data skipping, if one can be formed. */
+    /** A filter on one key (the layout's, see [[BackingLayout]]) for Delta's data skipping. */
     def skipping: Option[Expression]
     /** The rows of `scan` whose key is a changed key. */
     def holdingKeys(scan: DataFrame): DataFrame
@@ -177,7 +180,7 @@ object RewriteCommit extends DeltaCommand {
 
   /** Rows held on the driver: the keys filter as an InSet of key structs (null-safe). */
   private class LocalChangedRows(spark: SparkSession, schema: StructType, rows: Seq[InternalRow],
-      maintenance: ViewMaintenance) extends ChangedRows {
+      maintenance: ViewMaintenance, skippingKey: Option[String]) extends ChangedRows {
     private val countAt = schema.fieldIndex(ViewMaintenance.CountColumn)
     private val existedAt = schema.fieldIndex(ViewMaintenance.ExistedColumn)
     private def keep(r: InternalRow) = maintenance.global || r.getLong(countAt) != 0L
@@ -186,7 +189,7 @@ object RewriteCommit extends DeltaCommand {
     private val keySet: Set[Any] = rows.map(r =>
       new GenericInternalRow(keyAt.map(i => r.get(i, schema(i).dataType)).toArray): InternalRow).toSet
 
-    def skipping: Option[Expression] = maintenance.keyNames.headOption.map { key =>
+    def skipping: Option[Expression] = skippingKey.map { key =>
       val at = schema.fieldIndex(key)
       val t = schema(at).dataType
       if (!KeyProbe.probeable(t)) Literal.TrueLiteral else {

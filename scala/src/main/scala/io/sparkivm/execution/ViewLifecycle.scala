@@ -107,7 +107,7 @@ object ViewLifecycle extends Logging {
         .getOrElse(s"created with REFRESH POLICY $policy"), -1, versions, -1, pinned.values.map(_.sizeInBytes).sum,
         if (history.isEmpty) "create" else "alter")
       val record = RefreshRecord(0, "create", versions, attempt, -1, 0, state, Some(entry))
-      try BackingTable.create(spark, meta, rows, record) catch {
+      try BackingTable.create(spark, meta, rows, record, BackingLayout.of(meta, analyzed.maintenance)) catch {
         case e: Exception if isCreateConflict(e) =>
           // A concurrent CREATE of this view made the table first: it is that CREATE's, not ours.
           throw IvmErrors.alreadyExists(id.quotedString)
