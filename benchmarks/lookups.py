@@ -78,10 +78,11 @@ def timed(rows: Any) -> tuple:
     return (first if first is not None else total), total, out
 
 
-def run(sf: float, requests: int, updates: int, work: str, memory: str, seed: int) -> Dict[str, Any]:
+def run(sf: float, requests: int, updates: int, work: str, memory: str, seed: int,
+        conf: Dict[str, str]) -> Dict[str, Any]:
     warehouse = os.path.join(work, f"warehouse-lookups-sf{sf:g}")
     shutil.rmtree(warehouse, ignore_errors=True)
-    spark = session(warehouse, memory, "spark-ivm lookup benchmark")
+    spark = session(warehouse, memory, "spark-ivm lookup benchmark", conf)
     t0 = time.perf_counter()
     counts = load(spark, generate(sf, os.path.join(work, "tpch"), list(TABLES)))
     print(f"  sf {sf:g} loaded in {time.perf_counter() - t0:.0f} s: {counts}", flush=True)
@@ -185,12 +186,16 @@ def main() -> None:
     parser.add_argument("--memory", default="12g")
     parser.add_argument("--work", default=os.path.join(ROOT, "work"))
     parser.add_argument("--out", default="lookups")
+    parser.add_argument("--conf", action="append", default=[],
+                        help="key=value set on the session, e.g. spark.ivm.layout.rowsPerFile=0 (repeatable)")
     args = parser.parse_args()
-    runs = [run(sf, args.requests, args.updates, args.work, args.memory, args.seed)
+    conf = dict(kv.split("=", 1) for kv in args.conf)
+    runs = [run(sf, args.requests, args.updates, args.work, args.memory, args.seed, conf)
             for sf in (args.sf or [0.1, 0.3, 1])]
     os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
     with open(os.path.join(HERE, "results", f"{args.out}.json"), "w") as f:
-        json.dump({"machine": platform.platform(), "cpus": os.cpu_count(), "runs": runs}, f, indent=1)
+        json.dump({"machine": platform.platform(), "cpus": os.cpu_count(), "conf": conf, "runs": runs}, f,
+                  indent=1)
     os.makedirs(os.path.join(ROOT, "docs", "img"), exist_ok=True)
     plot(runs, os.path.join(ROOT, "docs", "img", f"{args.out}.png"))
 
