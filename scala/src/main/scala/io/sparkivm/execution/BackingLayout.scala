@@ -6,6 +6,7 @@ import io.sparkivm.catalog.ViewMetadata
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.planner.ViewMaintenance
 import org.apache.spark.sql.{DataFrame, SparkSession}
+import org.apache.spark.sql.catalyst.expressions.RowOrdering
 import org.apache.spark.sql.delta.DeltaOptions
 import org.apache.spark.sql.functions.col
 import org.apache.spark.sql.internal.SQLConf
@@ -27,15 +28,18 @@ import org.apache.spark.sql.internal.SQLConf
 case class BackingLayout(column: String, ranged: Boolean) {
   private def by = col(ViewMaintenance.quote(column))
 
+  /** True if `rows` has the column and Spark can order it (not a MAP or VARIANT, say). */
+  private def orders(rows: DataFrame): Boolean =
+    rows.schema.find(_.name == column).exists(f => RowOrdering.isOrderable(f.dataType))
+
   /** The rows of a full write, laid out by the column. */
   def full(rows: DataFrame): DataFrame =
-    if (!rows.columns.contains(column)) rows
+    if (!orders(rows)) rows
     else if (ranged) rows.repartitionByRange(by).sortWithinPartitions(by)
     else rows.sortWithinPartitions(by)
 
   /** The rows of an incremental write, sorted within their partitions by the column. */
-  def sorted(rows: DataFrame): DataFrame =
-    if (rows.columns.contains(column)) rows.sortWithinPartitions(by) else rows
+  def sorted(rows: DataFrame): DataFrame = if (orders(rows)) rows.sortWithinPartitions(by) else rows
 }
 
 object BackingLayout {
