@@ -51,6 +51,13 @@ object BackingLayout {
       .orElse(maintenance.keyNames.headOption.map(BackingLayout(_, ranged = false)))
   }
 
+  /**
+   * The key an apply skips files by: the layout's column when it is one of the view's keys (the
+   * files are narrow in it), else the first key.
+   */
+  def skippingKey(layout: Option[BackingLayout], maintenance: ViewMaintenance): Option[String] =
+    layout.map(_.column).filter(maintenance.keyNames.contains).orElse(maintenance.keyNames.headOption)
+
   def full(rows: DataFrame, layout: Option[BackingLayout]): DataFrame = layout.map(_.full(rows)).getOrElse(rows)
 
   def sorted(rows: DataFrame, layout: Option[BackingLayout]): DataFrame =

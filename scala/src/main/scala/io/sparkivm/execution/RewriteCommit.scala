@@ -57,7 +57,7 @@ object RewriteCommit extends DeltaCommand {
     val layout = BackingLayout.of(meta, maintenance)
     val changed = RefreshSteps.localRows(plan) match {
       case Some(rows) => new LocalChangedRows(spark, DataTypeUtils.fromAttributes(plan.output), rows, maintenance,
-        layout.map(_.column).filter(maintenance.keyNames.contains).orElse(maintenance.keyNames.headOption))
+        BackingLayout.skippingKey(layout, maintenance))
       case None => new DistributedChangedRows(spark, SparkInternals.dataFrame(spark, plan), maintenance)
     }
     val candidates = changed.skipping.map(f => candidateFiles(spark, log, txn, f)).getOrElse(txn.filterFiles())
