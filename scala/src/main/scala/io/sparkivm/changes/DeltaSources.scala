@@ -8,7 +8,8 @@ import io.sparkivm.conf.IvmConf
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.{Column, DataFrame, SparkSession}
 import org.apache.spark.sql.catalyst.TableIdentifier
-import org.apache.spark.sql.delta.DeltaLog
+import org.apache.spark.sql.delta.{DeltaLog, Snapshot}
+import org.apache.spark.sql.delta.ivm.DeltaInternals
 import org.apache.spark.sql.functions._
 import org.apache.spark.sql.types.StructType
 
@@ -49,8 +50,19 @@ object DeltaSources extends Logging {
       snapshot = DeltaLog.forTable(spark, table).update()
     }
     val pinned = snapshot
-    PinnedSource(table, pinned.metadata.id, pinned.version, pinned.schema)(() => pinned.sizeInBytes)
+    PinnedSource(table, pinned.metadata.id, pinned.version, pinned.schema)(() => sizeInBytes(pinned))
   }
+
+  /**
+   * The bytes of a table version's files without rebuilding its state where that can be
+   * avoided: from the version's checksum file (Delta writes one per commit), else from the files
+   * held on the driver ([[KnownFiles]]), else from Delta's state (a Spark job). Delta's own
+   * `sizeInBytes` always takes the last way.
+   */
+  def sizeInBytes(snapshot: Snapshot): Long =
+    DeltaInternals.sizeInBytesIfKnown(snapshot)
+      .orElse(KnownFiles.held(snapshot).map(_.files.valuesIterator.map(_.add.size).sum))
+      .getOrElse(snapshot.sizeInBytes)
 
   /** The current version of a Delta table, from its log (no Spark job). */
   def currentVersion(spark: SparkSession, table: TableIdentifier): Long =

@@ -9,7 +9,7 @@ import org.apache.spark.sql.catalyst.TableIdentifier
 import org.apache.spark.sql.catalyst.expressions.Expression
 import org.apache.spark.sql.catalyst.util.CharVarcharUtils
 import org.apache.spark.sql.delta.{DeltaLog, Snapshot}
-import org.apache.spark.sql.delta.actions.{AddFile, FileAction, RemoveFile}
+import org.apache.spark.sql.delta.actions.{Action, AddFile, FileAction, RemoveFile}
 import org.apache.spark.sql.delta.files.TahoeBatchFileIndex
 import org.apache.spark.sql.execution.datasources.{HadoopFsRelation, LogicalRelation}
 import org.apache.spark.sql.ivm.SparkInternals
@@ -49,11 +49,30 @@ object KnownFiles extends Logging {
       (hit, versions.values.filter(v => v.tableId == id && v.version < snapshot.version).maxByOption(_.version))
     }
     hit.getOrElse {
-      val files = earlier.flatMap(advance(log, _, snapshot.version)).getOrElse(
-        snapshot.allFiles.collect().iterator.map(a => key(a) -> new KnownFile(a)).toMap)
+      val files = earlier.flatMap(advance(log, _, snapshot.version))
+        .orElse(fromFirstCommit(log, snapshot))
+        .getOrElse(snapshot.allFiles.collect().iterator.map(a => key(a) -> new KnownFile(a)).toMap)
       remember(new Version(id, snapshot.version, files))
     }
   }
+
+  /** Commits replayed on the driver, at most, to list a version no earlier version is known for. */
+  private val ReplayMaxCommits = 32
+
+  /**
+   * The files of a young table's version (no checkpoint yet, few commits: a table created by the
+   * session, the tables of tests) by replaying its commits from the first, on the driver, which
+   * costs a few file reads against the two Spark jobs of rebuilding the version's state.
+   */
+  private def fromFirstCommit(log: DeltaLog, snapshot: Snapshot): Option[Map[(String, String), KnownFile]] = {
+    val segment = snapshot.logSegment
+    if (segment.checkpointProvider.version >= 0 || snapshot.version >= ReplayMaxCommits) None
+    else advance(log, new Version(snapshot.metadata.id, -1L, Map.empty), snapshot.version)
+  }
+
+  /** The files of `snapshot`'s version if held now (no work is done to get them). */
+  def held(snapshot: Snapshot): Option[Version] =
+    synchronized(versions.get((snapshot.metadata.id, snapshot.version)))
 
   /** The files at `to`, from those at `from.version` and the commits in between, if all are in the log. */
   private def advance(log: DeltaLog, from: Version, to: Long): Option[Map[(String, String), KnownFile]] =
@@ -62,14 +81,7 @@ object KnownFiles extends Logging {
       var at = from.version
       log.getChanges(from.version + 1).takeWhile(_._1 <= to).foreach { case (v, actions) =>
         if (v != at + 1) throw new IllegalStateException(s"version ${at + 1} is missing from the log")
-        actions.foreach {
-          case r: RemoveFile => files -= key(r)
-          case _ =>
-        }
-        actions.foreach {
-          case a: AddFile => files += key(a) -> new KnownFile(a)
-          case _ =>
-        }
+        files = applied(files, actions)
         at = v
       }
       if (at == to) Some(files) else None
@@ -78,6 +90,30 @@ object KnownFiles extends Logging {
         logInfo(s"spark-ivm: listing files of version $to from the snapshot: ${e.getMessage}")
         None
     }
+
+  /** `files` after one commit's `actions` (its removes first: a commit may re-add a path). */
+  private def applied(files: Map[(String, String), KnownFile], actions: Seq[Action]): Map[(String, String), KnownFile] = {
+    val removed = actions.foldLeft(files) {
+      case (fs, r: RemoveFile) => fs - key(r)
+      case (fs, _) => fs
+    }
+    actions.foldLeft(removed) {
+      case (fs, a: AddFile) => fs + (key(a) -> new KnownFile(a))
+      case (fs, _) => fs
+    }
+  }
+
+  /**
+   * Records the files of a version this process just committed, `actions` on top of version
+   * `readVersion` (when `version` directly follows it and that version's files are held), so that
+   * the next read of the table, by the next refresh, needs no listing.
+   */
+  def committed(tableId: String, readVersion: Long, version: Long, actions: Seq[Action],
+      replacesAll: Boolean): Unit = {
+    val before = if (replacesAll) Some(Map.empty[(String, String), KnownFile])
+      else synchronized(versions.get((tableId, readVersion))).map(_.files)
+    if (version == readVersion + 1) before.foreach(fs => remember(new Version(tableId, version, applied(fs, actions))))
+  }
 
   private def remember(v: Version): Version = synchronized {
     versions((v.tableId, v.version)) = v

@@ -75,7 +75,7 @@ object BackingTable {
       DeltaLog.forTable(spark, meta.backing).update().version))
 
   def sizeInBytes(spark: SparkSession, meta: ViewMetadata): Long =
-    DeltaLog.forTable(spark, meta.backing).update().sizeInBytes
+    DeltaSources.sizeInBytes(DeltaLog.forTable(spark, meta.backing).update())
 
   /**
    * Applies a refresh's changed rows (complete new rows of the changed keys, see

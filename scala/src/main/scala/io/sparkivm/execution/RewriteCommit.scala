@@ -98,7 +98,8 @@ object RewriteCommit extends DeltaCommand {
     written()
     val now = System.currentTimeMillis()
     commit(txn, meta, record.number, touched.map(_.removeWithTimestamp(now, dataChange = true)) ++ marked ++ adds,
-      DeltaOperations.Write(SaveMode.Append, predicate = Some(s"spark-ivm refresh ${record.number} of ${meta.viewName}")))
+      DeltaOperations.Write(SaveMode.Append, predicate = Some(s"spark-ivm refresh ${record.number} of ${meta.viewName}")),
+      replacesAll = false)
     Some(changed.metrics)
   }
 
@@ -116,7 +117,8 @@ object RewriteCommit extends DeltaCommand {
     val adds = txn.writeFiles(rows, BackingLayout.deltaOptions(spark))
     val now = System.currentTimeMillis()
     commit(txn, meta, record.number, old.map(_.removeWithTimestamp(now, dataChange = true)) ++ adds,
-      DeltaOperations.Write(SaveMode.Overwrite, predicate = Some(s"spark-ivm full refresh ${record.number} of ${meta.viewName}")))
+      DeltaOperations.Write(SaveMode.Overwrite, predicate = Some(s"spark-ivm full refresh ${record.number} of ${meta.viewName}")),
+      replacesAll = true)
     true
   }
 
@@ -158,10 +160,16 @@ object RewriteCommit extends DeltaCommand {
   private def committed(txn: OptimisticTransaction, meta: ViewMetadata): Long =
     ViewCatalog.recordedNumber(txn.metadata.configuration).getOrElse(txn.txnVersion(meta.id))
 
-  /** Commits `actions` with the view's transaction (view id, refresh number). */
+  /**
+   * Commits `actions` with the view's transaction (view id, refresh number); the new version's
+   * files are then held on the driver for the next refresh ([[KnownFiles]]).
+   */
   private def commit(txn: OptimisticTransaction, meta: ViewMetadata, number: Long, actions: Seq[Action],
-      op: DeltaOperations.Operation): Long =
-    txn.commit(actions :+ SetTransaction(meta.id, number, Some(System.currentTimeMillis())), op)
+      op: DeltaOperations.Operation, replacesAll: Boolean): Long = {
+    val version = txn.commit(actions :+ SetTransaction(meta.id, number, Some(System.currentTimeMillis())), op)
+    KnownFiles.committed(txn.metadata.id, txn.readVersion, version, actions, replacesAll)
+    version
+  }
 
   /** The changed rows of a refresh, as [[apply]] needs them. */
   private sealed trait ChangedRows {

@@ -1,6 +1,6 @@
 package org.apache.spark.sql.delta.ivm
 
-import org.apache.spark.sql.delta.DeltaLog
+import org.apache.spark.sql.delta.{DeltaLog, Snapshot}
 import org.apache.spark.sql.delta.storage.dv.DeletionVectorStore
 
 /**
@@ -11,4 +11,10 @@ object DeltaInternals {
   /** Where a table's deletion vectors are read and written. */
   def deletionVectorStore(log: DeltaLog): DeletionVectorStore =
     DeletionVectorStore.createInstance(log.newDeltaHadoopConf())
+
+  /**
+   * A version's size from its checksum file, if Delta read one. (Delta's `sizeInBytesIfKnown`
+   * and `sizeInBytes` rebuild the version's state, two Spark jobs, even when a checksum is there.)
+   */
+  def sizeInBytesIfKnown(snapshot: Snapshot): Option[Long] = snapshot.checksumOpt.map(_.tableSizeBytes)
 }
