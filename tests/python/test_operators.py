@@ -1,6 +1,6 @@
 """Outer, semi, anti and existence joins, subquery expressions, windows with PARTITION BY,
-common table expressions, generators and nested types, maintained incrementally and compared
-with recomputation after every refresh.
+common table expressions, set operations, grouping sets, generators and nested types,
+maintained incrementally and compared with recomputation after every refresh.
 
 The changes are chosen for the hard cases: a key's first match arriving and its last leaving
 in one refresh, NULL join keys on both sides, duplicate rows, updates of join keys, a NOT IN
@@ -71,6 +71,14 @@ QUERIES: Dict[str, str] = {
     "cte": "WITH g AS (SELECT b, count(*) AS n FROM r GROUP BY b) "
                  "SELECT g1.b, g2.n FROM g g1 JOIN g g2 ON g1.b = g2.b",
     "explode": "SELECT a, e FROM r LATERAL VIEW explode(array(a, b, b)) v AS e",
+    # set operations, as Spark plans them: semi and anti joins under DISTINCT, signed counts
+    "intersect": "SELECT b FROM r INTERSECT SELECT b FROM t",
+    "intersect_all": "SELECT b FROM r INTERSECT ALL SELECT b FROM t",
+    "except": "SELECT b FROM r EXCEPT SELECT b FROM t",
+    "except_all": "SELECT b FROM r EXCEPT ALL SELECT b FROM t",
+    # grouping sets: every row once per set
+    "rollup": "SELECT b, s, count(*) AS n, sum(x) AS sx FROM r GROUP BY ROLLUP(b, s)",
+    "cube": "SELECT b, s, grouping_id() AS g, max(a) AS ma FROM r GROUP BY CUBE(b, s)",
     "nested_type_rows": "SELECT array(a, b) AS arr, named_struct('x', x, 's', s) AS st FROM r",
 }
 

@@ -43,12 +43,8 @@ object PlanValidator {
         case g: Generate if g.generator.deterministic =>
         case _: GlobalLimit | _: LocalLimit | _: Tail | _: Offset =>
           throw IvmErrors.unsupported("LIMIT / OFFSET", "Apply it when reading the view.")
-        case _: Expand => throw IvmErrors.unsupported("GROUPING SETS / ROLLUP / CUBE",
-          "Create one view per grouping set, or a view grouped by all the columns.")
-        case i: Intersect => throw IvmErrors.unsupported(if (i.isAll) "INTERSECT ALL" else "INTERSECT",
-          "Write it as an inner join on all the columns.")
-        case e: Except => throw IvmErrors.unsupported(if (e.isAll) "EXCEPT ALL" else "EXCEPT",
-          "Write it as an aggregate that counts the rows of both sides.")
+        // GROUPING SETS, ROLLUP and CUBE: each input row once per grouping set.
+        case _: Expand =>
         case _: Sample => throw IvmErrors.unsupported("TABLESAMPLE", "Sample when reading the view.")
         case _: Deduplicate => throw IvmErrors.unsupported("dropDuplicates on a subset of columns",
           "Use SELECT DISTINCT or GROUP BY.")

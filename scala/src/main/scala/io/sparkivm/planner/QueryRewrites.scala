@@ -4,14 +4,16 @@ import io.sparkivm.IvmErrors
 import org.apache.spark.sql.catalyst.analysis.DeduplicateRelations
 import org.apache.spark.sql.catalyst.expressions._
 import org.apache.spark.sql.catalyst.optimizer.{InlineCTE, PullupCorrelatedPredicates, PushDownPredicates,
-  RewriteCorrelatedScalarSubquery, RewritePredicateSubquery}
+  ReplaceExceptWithAntiJoin, ReplaceIntersectWithSemiJoin, RewriteCorrelatedScalarSubquery, RewriteExceptAll,
+  RewriteIntersectAll, RewritePredicateSubquery}
 import org.apache.spark.sql.catalyst.plans.Inner
 import org.apache.spark.sql.catalyst.plans.logical._
 
 /**
  * Rewrites a view's analyzed query into the operators the delta rules know, before it is
- * validated: common table expressions inlined, and subquery expressions turned into joins,
- * as Spark's optimizer plans them anyway:
+ * validated: common table expressions inlined, INTERSECT and EXCEPT turned into semi and anti
+ * joins under DISTINCT (their ALL forms into a signed count per row, replicated), and subquery
+ * expressions turned into joins, as Spark's optimizer plans them all anyway:
  *  - EXISTS, NOT EXISTS, IN and NOT IN become semi, anti and existence joins (NOT IN keeps
  *    its NULL semantics: a null-aware anti join condition);
  *  - a correlated scalar subquery becomes an aggregate left-joined back on its correlation;
@@ -22,7 +24,7 @@ import org.apache.spark.sql.catalyst.plans.logical._
 object QueryRewrites {
 
   def apply(plan: LogicalPlan): LogicalPlan = {
-    val inlined = InlineCTE(alwaysInline = true)(plan)
+    val inlined = setOperations(InlineCTE(alwaysInline = true)(plan))
     if (!inlined.exists(_.expressions.exists(SubqueryExpression.hasSubquery))) return inlined
     // A subquery may read what the outer query reads: give the joined copies their own ids.
     DeduplicateRelations(rewrite(inlined))
@@ -42,6 +44,12 @@ object QueryRewrites {
     }
     RewriteCorrelatedScalarSubquery(RewritePredicateSubquery(uncorrelatedScalars(inner)))
   }
+
+  /** INTERSECT and EXCEPT, DISTINCT or ALL, in the joins, aggregates and generators Spark plans them as. */
+  private def setOperations(plan: LogicalPlan): LogicalPlan =
+    if (!plan.exists(p => p.isInstanceOf[Intersect] || p.isInstanceOf[Except])) plan
+    else Seq(RewriteExceptAll, RewriteIntersectAll, ReplaceIntersectWithSemiJoin, ReplaceExceptWithAntiJoin)
+      .foldLeft(plan)((p, rule) => rule(p))
 
   /** A plan that returns exactly one row: a global aggregate under projections. */
   private def singleRow(p: LogicalPlan): Boolean = p match {

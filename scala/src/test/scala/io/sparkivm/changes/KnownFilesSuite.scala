@@ -13,7 +13,8 @@ import org.scalatest.funsuite.AnyFunSuite
 
 /**
  * File lists held on the driver: the list of every version, however it was reached (advanced
- * from an earlier version through the log, or listed by Delta), is Delta's own; a scan over them
+ * from an earlier version through the log, replayed from the first commit, or listed by Delta),
+ * is Delta's own; a scan over them
  * returns the table's rows; skipping keeps every file that may hold a match.
  */
 class KnownFilesSuite extends AnyFunSuite with BeforeAndAfterAll {
@@ -44,7 +45,17 @@ class KnownFilesSuite extends AnyFunSuite with BeforeAndAfterAll {
     KnownFiles.clear()
     (0L to last).foreach(check) // each version advanced from the one before
     KnownFiles.clear()
-    (last to 0L by -1L).foreach(check) // each version listed by Delta
+    (last to 0L by -1L).foreach(check) // each version replayed from the first commit (a young table)
+    // After a checkpoint, a version is listed by Delta (its log is no longer replayed from 0).
+    log.checkpoint()
+    spark.sql("DELETE FROM kf WHERE k = 205")
+    KnownFiles.clear()
+    check(last + 1)
+    // Sizes come from the checksum or the held files, and agree with Delta's own.
+    (0L to last + 1).foreach { v =>
+      val snap = KnownFiles.snapshot(log, v)
+      assert(DeltaSources.sizeInBytes(snap) == snap.sizeInBytes, s"size of version $v")
+    }
     // A scan with a filter reads only what matches, and the same rows as Delta's.
     val filtered = KnownFiles.read(spark, TableIdentifier("kf"), last).get.where("k IN (3, 150, 205)")
     assert(filtered.collect().map(_.getInt(0)).sorted.toSeq == Seq(3, 150, 205))
