@@ -76,6 +76,7 @@ QUERIES: Dict[str, str] = {
     "intersect_all": "SELECT b FROM r INTERSECT ALL SELECT b FROM t",
     "except": "SELECT b FROM r EXCEPT SELECT b FROM t",
     "except_all": "SELECT b FROM r EXCEPT ALL SELECT b FROM t",
+    "in_except": "SELECT a, s FROM r WHERE b IN (SELECT b FROM t EXCEPT SELECT c - 9 FROM t)",
     # grouping sets: every row once per set
     "rollup": "SELECT b, s, count(*) AS n, sum(x) AS sx FROM r GROUP BY ROLLUP(b, s)",
     "cube": "SELECT b, s, grouping_id() AS g, max(a) AS ma FROM r GROUP BY CUBE(b, s)",

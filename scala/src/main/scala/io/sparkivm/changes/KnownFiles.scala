@@ -104,16 +104,18 @@ object KnownFiles extends Logging {
   }
 
   /**
-   * Records the files of a version this process just committed, `actions` on top of version
-   * `readVersion` (when `version` directly follows it and that version's files are held), so that
-   * the next read of the table, by the next refresh, needs no listing.
+   * Records the files of a version this process just committed on top of `readVersion` (when
+   * `version` directly follows it), so that the next read of the table, by the next refresh,
+   * needs no listing: all of them when the commit replaced every file, else the held files of
+   * `readVersion` advanced by the commit. The commit's actions are read back from the log (one
+   * small file): Delta fills in fields when it commits (row ids under row tracking).
    */
-  def committed(tableId: String, readVersion: Long, version: Long, actions: Seq[Action],
-      replacesAll: Boolean): Unit = {
-    val before = if (replacesAll) Some(Map.empty[(String, String), KnownFile])
-      else synchronized(versions.get((tableId, readVersion))).map(_.files)
-    if (version == readVersion + 1) before.foreach(fs => remember(new Version(tableId, version, applied(fs, actions))))
-  }
+  def committed(log: DeltaLog, tableId: String, readVersion: Long, version: Long, replacesAll: Boolean): Unit =
+    if (version == readVersion + 1) {
+      val from = if (replacesAll) Some(new Version(tableId, readVersion, Map.empty))
+        else synchronized(versions.get((tableId, readVersion)))
+      from.flatMap(advance(log, _, version)).foreach(files => remember(new Version(tableId, version, files)))
+    }
 
   private def remember(v: Version): Version = synchronized {
     versions((v.tableId, v.version)) = v

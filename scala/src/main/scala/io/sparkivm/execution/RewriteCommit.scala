@@ -167,7 +167,7 @@ object RewriteCommit extends DeltaCommand {
   private def commit(txn: OptimisticTransaction, meta: ViewMetadata, number: Long, actions: Seq[Action],
       op: DeltaOperations.Operation, replacesAll: Boolean): Long = {
     val version = txn.commit(actions :+ SetTransaction(meta.id, number, Some(System.currentTimeMillis())), op)
-    KnownFiles.committed(txn.metadata.id, txn.readVersion, version, actions, replacesAll)
+    KnownFiles.committed(txn.deltaLog, txn.metadata.id, txn.readVersion, version, replacesAll)
     version
   }
 

@@ -9,8 +9,9 @@ import org.apache.spark.sql.types.{ArrayType, DataType, MapType, StructType}
 /**
  * Checks that a view's analyzed plan is in the class that counting IVM maintains exactly
  * (docs/architecture.md, "The model"): joins of every type, filters, deterministic projections and
- * generators, aggregates, DISTINCT, UNION ALL, windows with PARTITION BY and subqueries in FROM
- * (subquery expressions are joins by then, see [[QueryRewrites]]), over Delta tables. Anything else is refused with
+ * generators, aggregates with GROUPING SETS / ROLLUP / CUBE, DISTINCT, UNION ALL, windows with
+ * PARTITION BY and subqueries in FROM (subquery expressions, INTERSECT and EXCEPT are joins by
+ * then, see [[QueryRewrites]]), over Delta tables. Anything else is refused with
  * an error that names the operator; only the view's REFRESH POLICY (AUTO, INCREMENTAL) turns
  * that refusal into refreshes by recomputation, and the view says so (DESCRIBE, every report).
  */

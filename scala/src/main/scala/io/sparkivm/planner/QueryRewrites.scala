@@ -39,7 +39,7 @@ object QueryRewrites {
    * cross products, and a change's keys would be computed over them.
    */
   private def rewrite(plan: LogicalPlan): LogicalPlan = {
-    val inner = PushDownPredicates(PullupCorrelatedPredicates(plan)).transformUp { case p =>
+    val inner = PushDownPredicates(PullupCorrelatedPredicates(setOperations(plan))).transformUp { case p =>
       p.transformExpressions { case s: SubqueryExpression => s.withNewPlan(rewrite(s.plan)) }
     }
     RewriteCorrelatedScalarSubquery(RewritePredicateSubquery(uncorrelatedScalars(inner)))
