@@ -153,7 +153,7 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
     case g: Generate =>
       delta(g.child).map(b => b.copy(plan = Project(g.output :+ m, g.copy(unrequiredChildIndex = Nil, child = b.plan))))
     // GROUPING SETS / ROLLUP / CUBE: each input row once per grouping set, with its sign.
-    case e: Expand => delta(e.child).map(b => b.copy(plan = expandSigned(e, b.plan)))
+    case e: Expand => delta(e.child).map(b => b.copy(plan = Expand(e.projections.map(_ :+ m), e.output :+ m, b.plan)))
     // Outer, semi, anti and existence joins: the output for an equi-join key depends only on
     // the rows of both sides with that key (Larson & Zhou 2007 maintain outer joins by key the
     // same way); with no equi-join key, on all of them.
@@ -163,12 +163,6 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
     }, "keys")
     case w: Window if w.partitionSpec.nonEmpty => onChangedKeys(w, Some(Seq(w.partitionSpec)), "partitions")
     case other => throw new IllegalStateException(s"no delta rule for ${other.nodeName}")
-  }
-
-  /** `e` over a delta branch: every projection (grouping set) carries the row's sign `m`. */
-  private def expandSigned(e: Expand, branch: LogicalPlan): LogicalPlan = {
-    val sign = branch.output.find(_.exprId == m.exprId).get
-    Expand(e.projections.map(_ :+ sign), e.output :+ m, branch)
   }
 
   /**

@@ -24,8 +24,8 @@ import org.apache.spark.sql.catalyst.plans.logical._
 object QueryRewrites {
 
   def apply(plan: LogicalPlan): LogicalPlan = {
-    val inlined = setOperations(InlineCTE(alwaysInline = true)(plan))
-    if (!inlined.exists(_.expressions.exists(SubqueryExpression.hasSubquery))) return inlined
+    val inlined = InlineCTE(alwaysInline = true)(plan)
+    if (!inlined.exists(_.expressions.exists(SubqueryExpression.hasSubquery))) return setOperations(inlined)
     // A subquery may read what the outer query reads: give the joined copies their own ids.
     DeduplicateRelations(rewrite(inlined))
   }
