@@ -75,6 +75,43 @@ def test_refresh_runs_few_jobs_and_reports_them_per_phase(spark: SparkSession, t
             assert_matches_query(spark, name, q)
 
 
+CODEGEN = {"spark.sql.codegen.wholeStage": "true", "spark.sql.codegen.factoryMode": "FALLBACK"}
+
+
+def test_small_refreshes_run_interpreted_and_larger_ones_generate_code(spark: SparkSession,
+                                                                      tables: str) -> None:
+    """Up to spark.ivm.refresh.interpretedMaxBytes of inputs a refresh evaluates its queries
+    without code generation (compiling costs more than it saves there); above it, and with 0,
+    Spark generates code as usual. The refresh's settings never reach the user's session."""
+    views = {"agg": AGG, "joined": JOIN}
+    for name, q in views.items():
+        spark.sql(f"CREATE MATERIALIZED VIEW {name} AS {q}")
+    # The test session itself runs interpreted (ivm_testing.make_session); generate code here.
+    saved = {k: spark.conf.get(k) for k in CODEGEN}
+    for k, v in CODEGEN.items():
+        spark.conf.set(k, v)
+    try:
+        for round_, limit in enumerate([1 << 30, 0, 1], start=1):
+            change(spark, round_)
+            with confs(spark, {"spark.ivm.refresh.interpretedMaxBytes": str(limit)}):
+                for name, q in views.items():
+                    full = round_ == 3 and name == "agg"
+                    report = MaterializedView.for_name(spark, name).refresh(full=full)
+                    assert report.mode == ("full" if full else "incremental")
+                    interpreted = [n for n in report.plan_notes if n.startswith("queries interpreted")]
+                    assert bool(interpreted) == (limit > 1), report
+                    assert_matches_query(spark, name, q)
+            assert spark.conf.get("spark.sql.codegen.wholeStage") == "true"
+            assert spark.conf.get("spark.sql.codegen.factoryMode") == "FALLBACK"
+        change(spark, 4)
+        report = MaterializedView.for_name(spark, "agg").refresh(full=True)
+        assert any(n.startswith("queries interpreted") for n in report.plan_notes), report
+        assert_matches_query(spark, "agg", AGG)
+    finally:
+        for k, v in saved.items():
+            spark.conf.set(k, v)
+
+
 def test_large_changes_take_the_distributed_paths(spark: SparkSession, tables: str) -> None:
     """Changes too big for the driver (by the settings) are netted and applied distributed."""
     views = {"agg": AGG, "joined": JOIN}

@@ -128,6 +128,12 @@ object IvmConf {
       "most this many rows are held on the driver, so that later steps run no Spark job on them; " +
       "larger ones are checkpointed on the executors and applied with joins on the view's keys.", min = 1)
 
+  val InterpretedMaxBytes: IvmConfEntry[Long] = long("spark.ivm.refresh.interpretedMaxBytes", 32L << 20,
+    "A refresh whose inputs (the base tables it reads and the view's backing table, sized from " +
+      "their Delta logs) total at most this many bytes runs its queries without code generation " +
+      "(Spark's interpreted evaluation): compiling a query's generated code costs 50-300 ms on the " +
+      "driver, more than it saves on small inputs. 0: always generate code.")
+
   val LayoutRowsPerFile: IvmConfEntry[Long] = long("spark.ivm.layout.rowsPerFile", 250000L,
     "Backing tables are written in files of at most this many rows, ordered by the view's first " +
       "ACCESS BY input (else its first key), so that Delta's file statistics let a lookup by that " +
