@@ -6,7 +6,8 @@ For each scale factor: TPC-H tables from tpchgen-cli loaded into Delta, each sor
 primary key into files of about 100k-200k rows (the layout a warehouse keeps), with primary and
 foreign keys declared. Every view exists three times, maintained by the generic delta rule
 (spark.ivm.fkPruning.enabled=false, spark.ivm.keyProbing.enabled=false), by FK-pruned plans
-without probing, and by FK-pruned plans with key probing; a Delta table holds its full
+without probing, and by FK-pruned plans with key probing (--modes; fk_codegen is fk with Spark's
+code generation on whatever the inputs' size); a Delta table holds its full
 recomputation (INSERT OVERWRITE). Each round applies RI-consistent refresh functions (insert
 and delete --fraction of the orders with their lineitems, new customers who place some of the
 new orders, and removal of customers without orders), then refreshes every copy side by side in
@@ -98,7 +99,12 @@ MODES = {  # mode: confs set for its refresh
     "generic": {"spark.ivm.fkPruning.enabled": "false", "spark.ivm.keyProbing.enabled": "false"},
     "fk": {"spark.ivm.fkPruning.enabled": "true", "spark.ivm.keyProbing.enabled": "false"},
     "fk_probe": {"spark.ivm.fkPruning.enabled": "true", "spark.ivm.keyProbing.enabled": "true"},
+    # fk with Spark's code generation whatever the inputs' size (the other modes run interpreted
+    # up to spark.ivm.refresh.interpretedMaxBytes): --modes fk,fk_codegen measures that threshold.
+    "fk_codegen": {"spark.ivm.fkPruning.enabled": "true", "spark.ivm.keyProbing.enabled": "false",
+                   "spark.ivm.refresh.interpretedMaxBytes": "0"},
 }
+DEFAULT_MODES = "generic,fk,fk_probe"
 
 
 def load(spark: SparkSession, parquet_dir: str, rely: bool = False) -> Dict[str, int]:
@@ -216,7 +222,7 @@ def run(sf: float, rounds: int, fraction: float, views: List[str], work: str, me
                              "delta_s": (report.phases_ms.get("delta-plan", 0)
                                          + report.phases_ms.get("delta", 0)) / 1000,
                              "branches": report.branches, "plan_notes": report.plan_notes}
-            for k in ("spark.ivm.fkPruning.enabled", "spark.ivm.keyProbing.enabled"):
+            for k in {k for confs in MODES.values() for k in confs}:
                 spark.conf.unset(k)
             print(f"  sf {sf:g} round {i + 1} {v}: full {row['full_s']:.1f} s; " + "; ".join(
                 f"{m} {row[m]['refresh_s']:.1f} s ({row[m]['spark_jobs']} jobs, "
@@ -310,7 +316,7 @@ def main() -> None:
     parser.add_argument("--rely", action="store_true",
                         help="declare the foreign keys with RELY (refreshes trust them)")
     parser.add_argument("--views", default=",".join(VIEWS))
-    parser.add_argument("--modes", default=",".join(MODES), help="subset of generic,fk,fk_probe")
+    parser.add_argument("--modes", default=DEFAULT_MODES, help="subset of " + ",".join(MODES))
     parser.add_argument("--memory", default="12g")
     parser.add_argument("--work", default=os.path.join(ROOT, "work"))
     parser.add_argument("--out", default="fk")

@@ -38,12 +38,12 @@ def make_session(master: str = "local[2]", warehouse: Optional[str] = None,
         .config("spark.sql.adaptive.coalescePartitions.initialPartitionNum", "4")
         .config("spark.databricks.delta.snapshotPartitions", "2")
         .config("spark.ivm.testing.enabled", "true")
-        # The tests' tables hold a few rows, where compiling each query's generated code costs
-        # more than running it (about a third of the suite's time); spark-ivm's refreshes run
-        # interpreted on such inputs anyway (spark.ivm.refresh.interpretedMaxBytes). One test
-        # turns code generation on (test_refresh_engine).
+        # The tests' tables hold a few rows, where compiling each query's whole-stage code
+        # costs more than running it; spark-ivm's refreshes run interpreted on such inputs
+        # anyway (spark.ivm.refresh.interpretedMaxBytes). One test turns code generation on
+        # (test_refresh_engine). Expressions keep Spark's default factory mode: interpreted
+        # everywhere, Spark cannot decode its own catalog.Table (spark.catalog.listTables()).
         .config("spark.sql.codegen.wholeStage", "false")
-        .config("spark.sql.codegen.factoryMode", "NO_CODEGEN")
         # One session runs every test: IVM^eps runs thousands of small queries, whose plans the
         # SQL status store keeps (1000 by default), so keep fewer and give the driver room.
         .config("spark.sql.ui.retainedExecutions", "50")

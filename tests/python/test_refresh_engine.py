@@ -86,7 +86,7 @@ def test_small_refreshes_run_interpreted_and_larger_ones_generate_code(spark: Sp
     views = {"agg": AGG, "joined": JOIN}
     for name, q in views.items():
         spark.sql(f"CREATE MATERIALIZED VIEW {name} AS {q}")
-    # The test session itself runs interpreted (ivm_testing.make_session); generate code here.
+    # The test session runs without whole-stage code (ivm_testing.make_session); generate it here.
     saved = {k: spark.conf.get(k) for k in CODEGEN}
     for k, v in CODEGEN.items():
         spark.conf.set(k, v)
