@@ -53,7 +53,8 @@ object RefreshSession {
    * Small inputs: evaluate expressions and operators interpreted. Each query a refresh plans is
    * new to Spark's code cache (its plan depends on the change), so with code generation every
    * one pays Janino's compilation on the driver (profiled: a fifth of a refresh's driver time
-   * over a few thousand rows; without it the quickstart's refreshes ran 25-45% faster).
+   * over a few thousand rows; interpreted, the operator tests' 155 refreshes took 20% less time).
+   * Measured at TPC-H SF 0.1 (about 25 MiB of inputs) both ways cost the same (docs/benchmarks.md).
    */
   def forSmallInputs(spark: SparkSession, inputBytes: Long): Option[String] = {
     val max = IvmConf.InterpretedMaxBytes.get(spark)
@@ -191,7 +192,8 @@ object RefreshPipeline extends Logging {
     val decision = fixed.getOrElse(RefreshPolicies.choose(spark, meta, sizes.values.sum,
       pinned.values.map(_.sizeInBytes).sum))
     FaultInjection.point(user, "after-pin")
-    val interpreted = RefreshSession.forSmallInputs(spark, pinned.values.map(_.sizeInBytes).sum + BackingTable.sizeInBytes(spark, meta))
+    val interpreted = RefreshSession.forSmallInputs(spark,
+      pinned.values.map(_.sizeInBytes).sum + BackingTable.sizeInBytes(spark, meta))
 
     if (!decision.incremental) {
       timer.mark("pin")
