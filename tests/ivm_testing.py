@@ -12,8 +12,9 @@ import os
 import re
 import tempfile
 from collections import Counter
+from contextlib import contextmanager
 from decimal import Decimal
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
 
 import pytest
 from pyspark.errors import AnalysisException
@@ -66,6 +67,23 @@ def make_session(master: str = "local[2]", warehouse: Optional[str] = None,
     spark = configure_spark_with_ivm(builder).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+@contextmanager
+def session_confs(spark: SparkSession, values: Dict[str, str]) -> Iterator[None]:
+    """Session settings for the duration of a block; each key gets back the value it had before
+    (the session builder's included), or is unset if it had none."""
+    before = {k: spark.conf.get(k, None) for k in values}
+    for k, v in values.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, v)
 
 
 def _norm(value: Any) -> Any:

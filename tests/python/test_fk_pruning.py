@@ -9,13 +9,13 @@ The scenarios are those of section 6 of Svingos et al. 2023, negative ones inclu
 from __future__ import annotations
 
 import random
-from contextlib import contextmanager
-from typing import Dict, Iterator, List, Sequence
+from typing import Dict, List, Sequence
 
 import pytest
 from pyspark.sql import SparkSession
 
 from ivm_testing import assert_matches_query, condition, refused
+from ivm_testing import session_confs as confs
 from spark_ivm import MaterializedView, RefreshReport, add_foreign_key, constraints
 
 PRUNING = "spark.ivm.fkPruning.enabled"
@@ -72,18 +72,6 @@ class Twins:
         assert report.mode in ("incremental", "noop"), report
         assert_matches_query(self.spark, self.fk.name, self.query)
         return report
-
-
-@contextmanager
-def confs(spark: SparkSession, values: Dict[str, str]) -> Iterator[None]:
-    """Session confs set for the duration of a block."""
-    for k, v in values.items():
-        spark.conf.set(k, v)
-    try:
-        yield
-    finally:
-        for k in values:
-            spark.conf.unset(k)
 
 
 def run(spark: SparkSession, statements: Sequence[str]) -> None:

@@ -8,12 +8,13 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict
+from typing import List, Tuple
 
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 
-from ivm_testing import assert_matches_query, condition, refused
+from ivm_testing import assert_matches_query, condition, multiset, refused
+from ivm_testing import session_confs as confs
 from spark_ivm import MaterializedView, configure_spark_with_ivm
 from spark_ivm.session import session_defaults
 
@@ -28,21 +29,6 @@ def tables(spark: SparkSession, db: str) -> str:
     spark.sql("INSERT INTO f SELECT id, id % 7, id * 0.5 FROM range(200)")
     spark.sql("INSERT INTO d SELECT id, concat('n', id % 3) FROM range(7)")
     return db
-
-
-class confs:
-    """Session settings for the duration of a block."""
-
-    def __init__(self, spark: SparkSession, values: Dict[str, str]) -> None:
-        self.spark, self.values = spark, values
-
-    def __enter__(self) -> None:
-        for k, v in self.values.items():
-            self.spark.conf.set(k, v)
-
-    def __exit__(self, *exc: object) -> None:
-        for k in self.values:
-            self.spark.conf.unset(k)
 
 
 def change(spark: SparkSession, round_: int) -> None:
@@ -87,10 +73,7 @@ def test_small_refreshes_run_interpreted_and_larger_ones_generate_code(spark: Sp
     for name, q in views.items():
         spark.sql(f"CREATE MATERIALIZED VIEW {name} AS {q}")
     # The test session runs without whole-stage code (ivm_testing.make_session); generate it here.
-    saved = {k: spark.conf.get(k) for k in CODEGEN}
-    for k, v in CODEGEN.items():
-        spark.conf.set(k, v)
-    try:
+    with confs(spark, CODEGEN):
         for round_, limit in enumerate([1 << 30, 0, 1], start=1):
             change(spark, round_)
             with confs(spark, {"spark.ivm.refresh.interpretedMaxBytes": str(limit)}):
@@ -107,9 +90,42 @@ def test_small_refreshes_run_interpreted_and_larger_ones_generate_code(spark: Sp
         report = MaterializedView.for_name(spark, "agg").refresh(full=True)
         assert any(n.startswith("queries interpreted") for n in report.plan_notes), report
         assert_matches_query(spark, "agg", AGG)
+
+
+def planned(spark: SparkSession, df: DataFrame, group: str) -> Tuple[List[Row], str, int]:
+    """The rows of `df`, its executed plan, and the number of Spark jobs collecting it ran."""
+    sc = spark.sparkContext
+    sc.setJobGroup(group, group)
+    try:
+        rows = df.collect()
     finally:
-        for k, v in saved.items():
-            spark.conf.set(k, v)
+        sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+    plan = df._jdf.queryExecution().executedPlan().toString()
+    return rows, plan, len(sc.statusTracker().getJobIdsForGroup(group))
+
+
+def test_reads_after_a_refresh_plan_from_the_files_it_left_held(spark: SparkSession, tables: str) -> None:
+    """A refresh leaves the file lists of the versions it read and wrote on the driver; reading the
+    view, or its base tables a few commits later, plans from them (no Delta state rebuild or
+    listing job, only the query's own), a DataFrame executed again reads the newer version, and
+    spark.ivm.knownFiles.queryMaxBytes=0 gives Delta's planning back, with the same rows."""
+    mv = MaterializedView.create(spark, "joined", JOIN)
+    before = spark.table("joined")
+    change(spark, 1)
+    mv.refresh()
+    rows, plan, jobs = planned(spark, spark.table("joined"), "held-view")
+    assert "SkippingFileIndex" in plan and jobs == 1, (jobs, plan)
+    assert multiset(rows) == multiset(spark.sql(JOIN).collect())
+    assert multiset(before.collect()) == multiset(rows)  # planned again: the refreshed version
+    change(spark, 2)  # three commits past the version the refresh read
+    rows, plan, _ = planned(spark, spark.table("f").where("g = 3"), "held-base")
+    assert "SkippingFileIndex" in plan, plan
+    with confs(spark, {"spark.ivm.knownFiles.queryMaxBytes": "0"}):
+        delta_rows, delta_plan, _ = planned(spark, spark.table("f").where("g = 3"), "delta-base")
+    assert "SkippingFileIndex" not in delta_plan, delta_plan
+    assert multiset(rows) == multiset(delta_rows) and len(rows) > 0
+    assert mv.refresh().mode == "incremental"
+    assert_matches_query(spark, "joined", JOIN)
 
 
 def test_large_changes_take_the_distributed_paths(spark: SparkSession, tables: str) -> None:

@@ -1,5 +1,6 @@
 package io.sparkivm
 
+import io.sparkivm.changes.HeldFileScans
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.parser.IvmSqlParser
 import org.apache.spark.sql.SparkSessionExtensions
@@ -9,12 +10,14 @@ import org.apache.spark.sql.ivm.LocalBroadcast
  * Entry point: `spark.sql.extensions=io.sparkivm.IvmSparkSessionExtensions` (next to Delta's
  * extension). It registers spark-ivm's settings with SQLConf and adds a parser that recognises
  * the materialized-view statements and hands every other statement to the parser it wraps, and
- * a physical rule that broadcasts rows held on the driver without a Spark job ([[LocalBroadcast]]).
+ * a physical rule that broadcasts rows held on the driver without a Spark job ([[LocalBroadcast]]),
+ * and an optimizer rule that plans scans of Delta versions whose files it holds ([[HeldFileScans]]).
  */
 class IvmSparkSessionExtensions extends (SparkSessionExtensions => Unit) {
   override def apply(extensions: SparkSessionExtensions): Unit = {
     IvmConf.registered
     extensions.injectParser { (session, delegate) => new IvmSqlParser(session, delegate) }
     extensions.injectColumnar(_ => LocalBroadcast.columnarRule)
+    extensions.injectOptimizerRule(HeldFileScans(_))
   }
 }

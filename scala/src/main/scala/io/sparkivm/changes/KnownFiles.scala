@@ -32,6 +32,10 @@ object KnownFiles extends Logging {
   /** The files of one table version, by Delta's identity of a file (path and deletion vector). */
   final class Version(val tableId: String, val version: Long, val files: Map[(String, String), KnownFile])
 
+  /** A table's identity here: its log's location and Delta's table id (a copied directory keeps the id). */
+  private def idOf(log: DeltaLog, tableId: String): String = s"${log.logPath}#$tableId"
+  private def idOf(snapshot: Snapshot): String = idOf(snapshot.deltaLog, snapshot.metadata.id)
+
   private val VersionsPerTable = 3
   private val MaxVersions = 64
   /** Versions kept, least recently used first (guarded by `this`). */
@@ -42,18 +46,32 @@ object KnownFiles extends Logging {
 
   /** The files of `snapshot`'s version of the table of `log`. */
   def of(log: DeltaLog, snapshot: Snapshot): Version = {
-    val id = snapshot.metadata.id
-    val (hit, earlier) = synchronized {
-      val hit = versions.remove((id, snapshot.version))
-      hit.foreach(v => versions((id, v.version)) = v) // now the most recently used
-      (hit, versions.values.filter(v => v.tableId == id && v.version < snapshot.version).maxByOption(_.version))
-    }
+    val (hit, earlier) = lookup(snapshot)
     hit.getOrElse {
       val files = earlier.flatMap(advance(log, _, snapshot.version))
         .orElse(fromFirstCommit(log, snapshot))
         .getOrElse(snapshot.allFiles.collect().iterator.map(a => key(a) -> new KnownFile(a)).toMap)
-      remember(new Version(id, snapshot.version, files))
+      remember(new Version(idOf(snapshot), snapshot.version, files))
     }
+  }
+
+  /**
+   * The files of `snapshot`'s version if they cost no Spark job: held, or advanced on the driver
+   * from a held earlier version at most [[ReplayMaxCommits]] commits before it.
+   */
+  def withoutJob(log: DeltaLog, snapshot: Snapshot): Option[Version] = {
+    val (hit, earlier) = lookup(snapshot)
+    hit.orElse(earlier.filter(snapshot.version - _.version <= ReplayMaxCommits)
+      .flatMap(advance(log, _, snapshot.version))
+      .map(files => remember(new Version(idOf(snapshot), snapshot.version, files))))
+  }
+
+  /** The held version of `snapshot` (now the most recently used), and the latest held before it. */
+  private def lookup(snapshot: Snapshot): (Option[Version], Option[Version]) = synchronized {
+    val id = idOf(snapshot)
+    val hit = versions.remove((id, snapshot.version))
+    hit.foreach(v => versions((id, v.version)) = v)
+    (hit, versions.values.filter(v => v.tableId == id && v.version < snapshot.version).maxByOption(_.version))
   }
 
   /** Commits replayed on the driver, at most, to list a version no earlier version is known for. */
@@ -67,12 +85,12 @@ object KnownFiles extends Logging {
   private def fromFirstCommit(log: DeltaLog, snapshot: Snapshot): Option[Map[(String, String), KnownFile]] = {
     val segment = snapshot.logSegment
     if (segment.checkpointProvider.version >= 0 || snapshot.version >= ReplayMaxCommits) None
-    else advance(log, new Version(snapshot.metadata.id, -1L, Map.empty), snapshot.version)
+    else advance(log, new Version(idOf(snapshot), -1L, Map.empty), snapshot.version)
   }
 
   /** The files of `snapshot`'s version if held now (no work is done to get them). */
   def held(snapshot: Snapshot): Option[Version] =
-    synchronized(versions.get((snapshot.metadata.id, snapshot.version)))
+    synchronized(versions.get((idOf(snapshot), snapshot.version)))
 
   /** The files at `to`, from those at `from.version` and the commits in between, if all are in the log. */
   private def advance(log: DeltaLog, from: Version, to: Long): Option[Map[(String, String), KnownFile]] =
@@ -110,8 +128,9 @@ object KnownFiles extends Logging {
    * `readVersion` advanced by the commit. The commit's actions are read back from the log (one
    * small file): Delta fills in fields when it commits (row ids under row tracking).
    */
-  def committed(log: DeltaLog, tableId: String, readVersion: Long, version: Long, replacesAll: Boolean): Unit =
+  def committed(log: DeltaLog, deltaTableId: String, readVersion: Long, version: Long, replacesAll: Boolean): Unit =
     if (version == readVersion + 1) {
+      val tableId = idOf(log, deltaTableId)
       val from = if (replacesAll) Some(new Version(tableId, readVersion, Map.empty))
         else synchronized(versions.get((tableId, readVersion)))
       from.flatMap(advance(log, _, version)).foreach(files => remember(new Version(tableId, version, files)))

@@ -87,6 +87,13 @@ object IvmConf {
       "the log between versions) and skip files there by their statistics, instead of the Spark " +
       "jobs Delta runs to list and skip files for every scan.")
 
+  val KnownFilesQueryMaxBytes: IvmConfEntry[Long] = long("spark.ivm.knownFiles.queryMaxBytes",
+    default = 256L << 20,
+    "Also plan the scans of the session's other queries (reads of a view after its refresh, of the " +
+      "base tables it read) from these lists, outside Delta transactions, when the version read is " +
+      "held or follows a held one by a few commits and its files total at most this many bytes " +
+      "(larger scans keep Delta's data skipping, which reads more kinds of statistics). 0 turns it off.")
+
   // ---- planning ----
 
   val FkPruning: IvmConfEntry[Boolean] = bool("spark.ivm.fkPruning.enabled", default = true,

@@ -56,13 +56,14 @@ object RefreshSession {
    * over a few thousand rows; interpreted, the operator tests' 155 refreshes took 20% less time).
    * Measured at TPC-H SF 0.1 (about 25 MiB of inputs) both ways cost the same (docs/benchmarks.md).
    */
-  def forSmallInputs(spark: SparkSession, inputBytes: Long): Option[String] = {
+  def forSmallInputs(spark: SparkSession, inputBytes: => Long): Option[String] = {
     val max = IvmConf.InterpretedMaxBytes.get(spark)
-    if (max <= 0 || inputBytes > max) None else {
+    lazy val bytes = inputBytes // sized only when the switch is on
+    if (max <= 0 || bytes > max) None else {
       spark.conf.set("spark.sql.codegen.wholeStage", "false")
       // Spark's switch between generated and interpreted projections, orderings and predicates.
       spark.conf.set("spark.sql.codegen.factoryMode", "NO_CODEGEN")
-      Some(s"queries interpreted, without code generation: ${CostModel.bytes(inputBytes)} of " +
+      Some(s"queries interpreted, without code generation: ${CostModel.bytes(bytes)} of " +
         s"inputs, at most ${CostModel.bytes(max)} (${IvmConf.InterpretedMaxBytes.key})")
     }
   }
@@ -192,8 +193,9 @@ object RefreshPipeline extends Logging {
     val decision = fixed.getOrElse(RefreshPolicies.choose(spark, meta, sizes.values.sum,
       pinned.values.map(_.sizeInBytes).sum))
     FaultInjection.point(user, "after-pin")
-    val interpreted = RefreshSession.forSmallInputs(spark,
-      pinned.values.map(_.sizeInBytes).sum + BackingTable.sizeInBytes(spark, meta))
+    // Read from the backing table's Delta log at most once, and only by those that need it.
+    lazy val backingBytes = BackingTable.sizeInBytes(spark, meta)
+    val interpreted = RefreshSession.forSmallInputs(spark, pinned.values.map(_.sizeInBytes).sum + backingBytes)
 
     if (!decision.incremental) {
       timer.mark("pin")
@@ -219,7 +221,7 @@ object RefreshPipeline extends Logging {
     val probe = PlanningConf.probe(spark)
     val steps = new RefreshSteps(spark,
       // The backing table's size is read only when probing is on at all.
-      probe.copy(enabled = probe.enabled && probe.worth(BackingTable.sizeInBytes(spark, meta))),
+      probe.copy(enabled = probe.enabled && probe.worth(backingBytes)),
       IvmConf.LocalMaxRows.get(spark))
     // Small changes (held on the driver) make small queries: run them for latency.
     if (changes.values.forall(_.isInstanceOf[LocalChange])) RefreshSession.forSmallWork(spark)
