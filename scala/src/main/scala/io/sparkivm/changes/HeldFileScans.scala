@@ -32,8 +32,7 @@ import org.apache.spark.sql.execution.datasources.{HadoopFsRelation, LogicalRela
 case class HeldFileScans(spark: SparkSession) extends Rule[LogicalPlan] {
   import HeldFileScans.triedNow
 
-  override def apply(plan: LogicalPlan): LogicalPlan =
-  {
+  override def apply(plan: LogicalPlan): LogicalPlan = {
     val maxBytes = IvmConf.KnownFilesQueryMaxBytes.get(spark)
     if (!IvmConf.KnownFiles.get(spark) || maxBytes <= 0 || OptimisticTransaction.getActive().isDefined) plan else {
       plan.transformWithSubqueries {
