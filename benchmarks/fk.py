@@ -128,7 +128,9 @@ def load(spark: SparkSession, parquet_dir: str, rely: bool = False) -> Dict[str,
 def refresh_functions(spark: SparkSession, fraction: float, seed: int,
                       orders: Optional[int] = None) -> Dict[str, int]:
     """RF1/RF2 with customers: new orders (half of them by new customers) with their lineitems,
-    deleted orders with their lineitems, and customers without orders removed. ``orders`` fixes
+    deleted orders with their lineitems, and customers without orders removed. Every reference
+    stays valid (the keys are declared RELY): the new customers are numbered 1..nc past the
+    largest key, and the new orders use exactly those. ``orders`` fixes
     the number of orders in and out (and customers at a tenth of it) whatever the scale."""
     max_o = spark.sql("SELECT max(o_orderkey) FROM orders").first()[0]
     max_c = spark.sql("SELECT max(c_custkey) FROM customer").first()[0]
@@ -143,7 +145,7 @@ def refresh_functions(spark: SparkSession, fraction: float, seed: int,
     spark.sql("CACHE TABLE rf_new")
     spark.sql(f"""INSERT INTO customer SELECT {max_c} + row_number() OVER (ORDER BY c_custkey), c_name,
         c_address, c_nationkey, c_phone, c_acctbal, c_mktsegment, c_comment
-        FROM customer WHERE c_custkey % 997 = {seed % 997} LIMIT {nc}""")
+        FROM (SELECT * FROM customer ORDER BY hash(c_custkey, {seed}) LIMIT {nc})""")
     spark.sql("""INSERT INTO lineitem SELECT /*+ BROADCAST(rf_new) */ rf_new.new_key, l.l_partkey,
         l.l_suppkey, l.l_linenumber, l.l_quantity, l.l_extendedprice, l.l_discount, l.l_tax,
         l.l_returnflag, l.l_linestatus, l.l_shipdate, l.l_commitdate, l.l_receiptdate,
