@@ -61,7 +61,7 @@ object DeltaSources extends Logging {
    */
   def sizeInBytes(snapshot: Snapshot): Long =
     DeltaInternals.sizeInBytesIfKnown(snapshot)
-      .orElse(KnownFiles.held(snapshot).map(_.files.valuesIterator.map(_.add.size).sum))
+      .orElse(KnownFiles.held(snapshot).map(_.sizeInBytes))
       .getOrElse(snapshot.sizeInBytes)
 
   /** The current version of a Delta table, from its log (no Spark job). */

@@ -23,9 +23,10 @@ import org.apache.spark.sql.execution.datasources.{HadoopFsRelation, LogicalRela
  * driver's time in such a read was Delta's state rebuild.
  *
  * Only scans of at most `spark.ivm.knownFiles.queryMaxBytes` (larger ones keep Delta's data
- * skipping, which reads more kinds of statistics than [[FileSkipping]]), of the latest or a time-travelled version as Delta would choose it
- * (`TahoeLogFileIndex.getSnapshot`, so a re-executed DataFrame still reads the table's latest
- * version), and only outside a Delta transaction: a transaction records the files it reads for
+ * skipping, which reads more kinds of statistics than [[FileSkipping]]), of the latest or a
+ * time-travelled version as Delta would choose it (`TahoeLogFileIndex.getSnapshot`, so a
+ * re-executed DataFrame still reads the table's latest version), and only outside a Delta
+ * transaction: a transaction records the files it reads for
  * its conflict checks, so its scans stay Delta's. Runs in the operator-optimization batch, before
  * Delta's own scan preparation (a pre-CBO rule), which leaves other indexes alone.
  */
@@ -42,7 +43,7 @@ case class HeldFileScans(spark: SparkSession) extends Rule[LogicalPlan] {
           case index: TahoeLogFileIndex if index.partitionFilters.isEmpty && !triedNow(l) =>
             val snapshot = index.getSnapshot
             KnownFiles.withoutJob(index.deltaLog, snapshot)
-              .filter(_.files.valuesIterator.map(_.add.size).sum <= maxBytes).map { held =>
+              .filter(_.sizeInBytes <= maxBytes).map { held =>
               val files = new SkippingFileIndex(spark, index.deltaLog, snapshot, held.files.values.toSeq)
               l.copy(relation = r.copy(location = files)(r.sparkSession))
             }.getOrElse(l)

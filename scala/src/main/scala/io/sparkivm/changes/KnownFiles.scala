@@ -30,7 +30,10 @@ import org.apache.spark.sql.ivm.SparkInternals
  */
 object KnownFiles extends Logging {
   /** The files of one table version, by Delta's identity of a file (path and deletion vector). */
-  final class Version(val tableId: String, val version: Long, val files: Map[(String, String), KnownFile])
+  final class Version(val tableId: String, val version: Long, val files: Map[(String, String), KnownFile]) {
+    /** The bytes of the version's files (summed once: every query planned over it asks). */
+    lazy val sizeInBytes: Long = files.valuesIterator.map(_.add.size).sum
+  }
 
   /** A table's identity here: its log's location and Delta's table id (a copied directory keeps the id). */
   private def idOf(log: DeltaLog, tableId: String): String = s"${log.logPath}#$tableId"
