@@ -172,9 +172,10 @@ object IvmConf {
       "changed byte costs an incremental refresh than a base-table byte costs a recomputation " +
       "(beyond its fixed part).", min = 0.0)
 
-  val AutoMinTableBytes: IvmConfEntry[Long] = long("spark.ivm.refreshPolicy.autoMinTableBytes", 64L << 20,
-    "The AUTO policy recomputes only views whose base tables total at least this many bytes; on " +
-      "smaller ones both modes cost about their fixed part, and refreshes stay incremental.")
+  val AutoMinChangeBytes: IvmConfEntry[Long] = long("spark.ivm.refreshPolicy.autoMinChangeBytes", 1L << 20,
+    "The AUTO policy recomputes a view only when its changes total at least this many bytes (as " +
+      "the change data feed stores them): a smaller change costs an incremental refresh about its " +
+      "fixed part, whatever the size of the tables.", min = 0L)
 
   val AutoMinGainMs: IvmConfEntry[Long] = long("spark.ivm.refreshPolicy.autoMinGainMs", 500L,
     "The AUTO policy recomputes a view only if that is estimated to save at least this many ms " +

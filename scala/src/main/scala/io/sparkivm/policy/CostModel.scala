@@ -25,9 +25,10 @@ case class PolicyDecision(mode: String, reason: String, candidates: Seq[Estimate
  *    times what a base-table byte costs a recomputation beyond its fixed part (a changed byte
  *    goes through the view's joins, the apply and the commit, a scanned one is often skipped).
  *
- * A recomputation is chosen if it is estimated to save at least `minGainMs`, and only for views
- * whose base tables total at least `minTableBytes`: on smaller ones both cost about their fixed
- * part, and the incremental refresh, whose cost does not grow with the data, stays. Where no
+ * A recomputation is chosen if it is estimated to save at least `minGainMs`, and only for a
+ * change of at least `minChangeBytes`: a smaller one costs an incremental refresh about its fixed
+ * part, whatever the tables' size, while the per-byte prior above, drawn from a recomputation
+ * that on small tables is mostly fixed cost too, would overstate it. Where no
  * recomputation has been measured since CREATE and the incremental refresh is estimated at
  * least half as dear, AUTO runs one, to measure it (Snowflake's and Databricks' AUTO modes
  * learn from their refreshes likewise). Estimates are in ms, the units a user measures.
@@ -43,7 +44,7 @@ object CostModel {
   private val Recent = 20
 
   def decide(history: Seq[HistoryEntry], changeBytes: Long, tableBytes: Long, factor: Double,
-      minGainMs: Long, minTableBytes: Long): PolicyDecision = {
+      minGainMs: Long, minChangeBytes: Long): PolicyDecision = {
     val ok = history.filter(e => !e.failed && e.durationMs > 0)
     val recomputations = ok.filter(e => e.mode == "full" && e.tableBytes > 0).takeRight(Recent)
     val creates = ok.filter(e => e.mode == "create" && e.tableBytes > 0).takeRight(1)
@@ -72,12 +73,12 @@ object CostModel {
     val full = Estimate("full", math.round(fullMs), s"${bytes(tableBytes)} of base tables; " +
       (if (recomputations.nonEmpty) s"${recomputations.size} recomputations measured"
        else if (creates.nonEmpty) "as long as the view's CREATE took" else "no recomputation measured yet"))
-    val large = tableBytes >= minTableBytes
-    val explore = large && recomputations.isEmpty && changeBytes > 0 && inc.ms * 2 >= full.ms
-    val chosen = if (large && (full.ms + minGainMs < inc.ms || explore)) full else inc
+    val sizable = changeBytes >= math.max(1L, minChangeBytes)
+    val explore = sizable && recomputations.isEmpty && inc.ms * 2 >= full.ms
+    val chosen = if (sizable && (full.ms + minGainMs < inc.ms || explore)) full else inc
     val other = if (chosen eq full) inc else full
-    val why = if (!large && full.ms + minGainMs < inc.ms) {
-      s"; the base tables are under ${bytes(minTableBytes)}, where AUTO stays incremental"
+    val why = if (!sizable && full.ms + minGainMs < inc.ms) {
+      s"; the change is under ${bytes(minChangeBytes)}, where AUTO stays incremental"
     } else if (explore && full.ms + minGainMs >= inc.ms) {
       "; no recomputation measured since CREATE: this one measures it"
     } else ""

@@ -31,7 +31,7 @@ object RefreshPolicies {
     meta.policy match {
       case RefreshPolicy.Auto =>
         CostModel.decide(meta.history, changeBytes, tableBytes, IvmConf.AutoIncrementalCostFactor.get(spark),
-          IvmConf.AutoMinGainMs.get(spark), IvmConf.AutoMinTableBytes.get(spark))
+          IvmConf.AutoMinGainMs.get(spark), IvmConf.AutoMinChangeBytes.get(spark))
       case RefreshPolicy.Full => PolicyDecision("full", "REFRESH POLICY FULL recomputes the view on every refresh")
       case p => PolicyDecision("incremental", s"REFRESH POLICY $p")
     }
