@@ -80,9 +80,9 @@ bench-triangles: install
 		--batch 100 --batch 1000 --rounds 1 --sweep 0.25,0.75 --sweep-max-edges 100000
 
 # REFRESH POLICY AUTO against INCREMENTAL and FULL as the change grows from 0.01% to 50% of
-# the orders (TPC-H Q10, SF 1); lag of a rate-limited TRIGGER ON UPDATE under a commit a second.
+# the orders (TPC-H Q10, SF 0.1); lag of a rate-limited TRIGGER ON UPDATE under a commit a second.
 bench-auto: install
-	$(PY) benchmarks/auto.py --sf 1
+	$(PY) benchmarks/auto.py --sf 0.1 --out auto_sf01
 
 # Reads right after a refresh: Delta's scan planning against the file lists the refresh left held.
 bench-reads: install
