@@ -16,7 +16,7 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from ivm_testing import assert_matches_query, condition, multiset, refused
 from ivm_testing import session_confs as confs
 from spark_ivm import MaterializedView, configure_spark_with_ivm
-from spark_ivm.session import session_defaults
+from spark_ivm.session import CODEGEN_CACHE_ENTRIES, session_defaults
 
 AGG = "SELECT g, count(*) AS n, sum(v) AS s, max(v) AS hi FROM f GROUP BY g"
 JOIN = "SELECT d.name, count(*) AS n, sum(f.v) AS s FROM f JOIN d ON f.g = d.g GROUP BY d.name"
@@ -61,14 +61,14 @@ def test_refresh_runs_few_jobs_and_reports_them_per_phase(spark: SparkSession, t
             assert_matches_query(spark, name, q)
 
 
-CODEGEN = {"spark.sql.codegen.wholeStage": "true", "spark.sql.codegen.factoryMode": "FALLBACK"}
+CODEGEN = {"spark.sql.codegen.wholeStage": "true"}
 
 
 def test_small_refreshes_run_interpreted_and_larger_ones_generate_code(spark: SparkSession,
                                                                       tables: str) -> None:
-    """Up to spark.ivm.refresh.interpretedMaxBytes of inputs a refresh evaluates its queries
-    without code generation (compiling costs more than it saves there); above it, and with 0,
-    Spark generates code as usual. The refresh's settings never reach the user's session."""
+    """Up to spark.ivm.refresh.interpretedMaxBytes of inputs a refresh runs its queries without
+    whole-stage code generation (compiling costs more than it saves there); above it, and with
+    0, Spark generates it as usual. The refresh's settings never reach the user's session."""
     views = {"agg": AGG, "joined": JOIN}
     for name, q in views.items():
         spark.sql(f"CREATE MATERIALIZED VIEW {name} AS {q}")
@@ -81,14 +81,13 @@ def test_small_refreshes_run_interpreted_and_larger_ones_generate_code(spark: Sp
                     full = round_ == 3 and name == "agg"
                     report = MaterializedView.for_name(spark, name).refresh(full=full)
                     assert report.mode == ("full" if full else "incremental")
-                    interpreted = [n for n in report.plan_notes if n.startswith("queries interpreted")]
-                    assert bool(interpreted) == (limit > 1), report
+                    no_stages = [n for n in report.plan_notes if n.startswith("queries without whole-stage")]
+                    assert bool(no_stages) == (limit > 1), report
                     assert_matches_query(spark, name, q)
             assert spark.conf.get("spark.sql.codegen.wholeStage") == "true"
-            assert spark.conf.get("spark.sql.codegen.factoryMode") == "FALLBACK"
         change(spark, 4)
         report = MaterializedView.for_name(spark, "agg").refresh(full=True)
-        assert any(n.startswith("queries interpreted") for n in report.plan_notes), report
+        assert any(n.startswith("queries without whole-stage") for n in report.plan_notes), report
         assert_matches_query(spark, "agg", AGG)
 
 
@@ -239,6 +238,30 @@ def test_foreign_key_with_rely_skips_the_integrity_scan(spark: SparkSession, db:
     assert_matches_query(spark, "rel", q)
 
 
+def test_later_refreshes_of_a_view_reuse_the_classes_spark_compiled(spark: SparkSession, tables: str) -> None:
+    """A view's refreshes run the same expressions each time: with the session defaults'
+    cache of compiled classes (2,000, not Spark's 100) the later ones compile (almost) nothing,
+    although the writes between them compile classes of their own."""
+    assert spark.conf.get("spark.sql.codegen.cache.maxEntries") == str(CODEGEN_CACHE_ENTRIES)
+    metrics = spark.sparkContext._jvm.org.apache.spark.metrics.source.CodegenMetrics  # type: ignore[union-attr]
+    # expressions no other test uses, so that the first refresh compiles whatever ran before
+    views = {"agg3": "SELECT g, count(*) AS n, sum(v * 3) AS s3, min(id + 7) AS lo FROM f GROUP BY g",
+             "joined3": "SELECT d.name, f.g * 11 AS g11, count(*) AS n FROM f JOIN d ON f.g = d.g "
+                        "GROUP BY d.name, f.g * 11"}
+    for name, q in views.items():
+        spark.sql(f"CREATE MATERIALIZED VIEW {name} AS {q}")
+    compiled = []
+    for round_ in range(1, 4):
+        change(spark, round_)
+        before = metrics.METRIC_COMPILATION_TIME().getCount()
+        for name in views:
+            assert MaterializedView.for_name(spark, name).refresh().mode == "incremental"
+        compiled.append(metrics.METRIC_COMPILATION_TIME().getCount() - before)
+    assert compiled[0] > 0 and compiled[2] <= compiled[0] // 4, compiled
+    for name, q in views.items():
+        assert_matches_query(spark, name, q)
+
+
 def test_session_set_up_keeps_the_users_settings() -> None:
     builder = (SparkSession.builder.master("local[3]").config("spark.sql.extensions", "com.example.Ext")
                .config("spark.sql.shuffle.partitions", "11"))
@@ -248,6 +271,7 @@ def test_session_set_up_keeps_the_users_settings() -> None:
     assert options["spark.sql.shuffle.partitions"] == "11"
     assert options["spark.databricks.delta.snapshotPartitions"] == "3"
     assert "spark.databricks.delta.snapshotPartitions" not in session_defaults("yarn")
+    assert session_defaults("yarn")["spark.sql.codegen.cache.maxEntries"] == str(CODEGEN_CACHE_ENTRIES)
 
 
 def test_fault_injection_needs_test_mode(tmp_path: Path) -> None:

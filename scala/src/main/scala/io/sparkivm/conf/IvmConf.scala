@@ -137,10 +137,10 @@ object IvmConf {
 
   val InterpretedMaxBytes: IvmConfEntry[Long] = long("spark.ivm.refresh.interpretedMaxBytes", 32L << 20,
     "A refresh whose inputs (the base tables it reads and the view's backing table, sized from " +
-      "their Delta logs) total at most this many bytes runs its queries without code generation " +
-      "(Spark's interpreted evaluation): every refresh query is a new plan, and compiling its " +
-      "generated code costs the driver more than the code saves on small inputs. 0: always " +
-      "generate code.")
+      "their Delta logs) total at most this many bytes runs its queries without whole-stage code " +
+      "generation (operators run one by one): a stage's code depends on the whole plan, which " +
+      "changes with the change, and compiling it costs the driver more than it saves on small " +
+      "inputs. 0: always generate it.")
 
   val LayoutRowsPerFile: IvmConfEntry[Long] = long("spark.ivm.layout.rowsPerFile", 250000L,
     "Backing tables are written in files of at most this many rows, ordered by the view's first " +

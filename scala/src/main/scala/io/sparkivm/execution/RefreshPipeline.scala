@@ -50,20 +50,20 @@ object RefreshSession {
   def forSmallWork(spark: SparkSession): Unit = spark.conf.set("spark.sql.adaptive.enabled", "false")
 
   /**
-   * Small inputs: evaluate expressions and operators interpreted. Each query a refresh plans is
-   * new to Spark's code cache (its plan depends on the change), so with code generation every
-   * one pays Janino's compilation on the driver (profiled: a fifth of a refresh's driver time
-   * over a few thousand rows; interpreted, the operator tests' 155 refreshes took 20% less time).
-   * Measured at TPC-H SF 0.1 (about 25 MiB of inputs) both ways cost the same (docs/benchmarks.md).
+   * Small inputs: operators run one by one, without whole-stage code generation, whose code
+   * depends on the shape of the whole stage and so is compiled anew for many of a refresh's
+   * plans (profiled: a fifth of a small refresh's driver time; without it, the operator tests'
+   * 155 refreshes took 20% less time; at TPC-H SF 0.1, about 25 MiB of inputs, both ways cost
+   * the same, docs/benchmarks.md). The operators' expressions are still compiled: Spark
+   * interprets them only under its own tests (`spark.sql.codegen.factoryMode` is honoured only
+   * there); their classes come from Spark's code cache, which `session_defaults` enlarges.
    */
   def forSmallInputs(spark: SparkSession, inputBytes: => Long): Option[String] = {
     val max = IvmConf.InterpretedMaxBytes.get(spark)
     lazy val bytes = inputBytes // sized only when the switch is on
     if (max <= 0 || bytes > max) None else {
       spark.conf.set("spark.sql.codegen.wholeStage", "false")
-      // Spark's switch between generated and interpreted projections, orderings and predicates.
-      spark.conf.set("spark.sql.codegen.factoryMode", "NO_CODEGEN")
-      Some(s"queries interpreted, without code generation: ${CostModel.bytes(bytes)} of " +
+      Some(s"queries without whole-stage code generation: ${CostModel.bytes(bytes)} of " +
         s"inputs, at most ${CostModel.bytes(max)} (${IvmConf.InterpretedMaxBytes.key})")
     }
   }
