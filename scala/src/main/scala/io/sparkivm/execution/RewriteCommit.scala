@@ -60,7 +60,8 @@ object RewriteCommit extends DeltaCommand {
         BackingLayout.skippingKey(layout, maintenance))
       case None => new DistributedChangedRows(spark, SparkInternals.dataFrame(spark, plan), maintenance)
     }
-    val candidates = changed.skipping.map(f => candidateFiles(spark, log, txn, f)).getOrElse(txn.filterFiles())
+    // A view without keys (a global aggregate) has one row: every file is a candidate.
+    val candidates = candidateFiles(spark, log, txn, changed.skipping.toSeq)
     // Candidates worth searching: which of them hold a changed key, and where.
     val search = candidates.nonEmpty && maintenance.keyNames.nonEmpty &&
       candidates.map(_.size).sum > IvmConf.RewriteWithoutSearchBytes.get(spark)
@@ -110,9 +111,9 @@ object RewriteCommit extends DeltaCommand {
    */
   def overwrite(spark: SparkSession, meta: ViewMetadata, rows: DataFrame, properties: Map[String, String],
       record: RefreshRecord): Boolean = {
-    val (_, txn) = start(spark, meta)
+    val (log, txn) = start(spark, meta)
     if (txn.txnVersion(meta.id) >= record.number) return false
-    val old = txn.filterFiles()
+    val old = candidateFiles(spark, log, txn, Nil)
     recordIn(txn, record, properties, Some(SparkInternals.nullable(rows.schema)))
     val adds = txn.writeFiles(rows, BackingLayout.deltaOptions(spark))
     val now = System.currentTimeMillis()
@@ -123,16 +124,18 @@ object RewriteCommit extends DeltaCommand {
   }
 
   /**
-   * The files that may hold a key matching `filter`, skipped on the driver when the table's file
-   * list is known there ([[KnownFiles]]); recorded as the transaction's reads either way, so that
-   * Delta's conflict checks are those of `txn.filterFiles`.
+   * The files that may hold a key matching `filters` (all files, with none), skipped on the
+   * driver from the table's file list when it is known there ([[KnownFiles]]: after spark-ivm's
+   * own commits it is, where Delta would rebuild the version's state by two Spark jobs);
+   * recorded as the transaction's reads either way, so that Delta's conflict checks are those
+   * of `txn.filterFiles`.
    */
   private def candidateFiles(spark: SparkSession, log: DeltaLog, txn: OptimisticTransaction,
-      filter: Expression): Seq[AddFile] =
-    if (!IvmConf.KnownFiles.get(spark)) txn.filterFiles(Seq(filter), keepNumRecords = false)
+      filters: Seq[Expression]): Seq[AddFile] =
+    if (!IvmConf.KnownFiles.get(spark)) txn.filterFiles(filters, keepNumRecords = false)
     else {
-      val files = KnownFiles.matching(log, txn.snapshot, Seq(filter))
-      txn.trackReadPredicates(Seq(filter))
+      val files = KnownFiles.matching(log, txn.snapshot, filters)
+      txn.trackReadPredicates(filters)
       txn.trackFilesRead(files)
       files
     }
