@@ -13,7 +13,7 @@ STAMP     := $(VENV)/.installed
 PACKAGES  := $(VENV)/.packages
 
 .PHONY: install jar demo docs test lint test-scala test-python test-cluster bench bench-fk bench-triangles \
-	bench-auto bench-lag bench-lookups bench-reads clean
+	bench-auto bench-lag bench-lookups bench-reads bench-compile-cache clean
 
 install: $(STAMP) $(JAR) $(PACKAGES)
 
@@ -83,6 +83,10 @@ bench-triangles: install
 # the orders (TPC-H Q10, SF 0.1); lag of a rate-limited TRIGGER ON UPDATE under a commit a second.
 bench-auto: install
 	$(PY) benchmarks/auto.py --sf 0.1 --out auto_sf01
+
+# The quickstart's views with Spark's cache of compiled classes at 100 (Spark's default) and 2,000.
+bench-compile-cache: install
+	$(PY) benchmarks/compile_cache.py --rounds 6 --runs 2
 
 # Reads right after a refresh: Delta's scan planning against the file lists the refresh left held.
 bench-reads: install
