@@ -55,9 +55,7 @@ def one_run(entries: int, rounds: int) -> List[Dict[str, Any]]:
     compiled = spark.sparkContext._jvm.org.apache.spark.metrics.source.CodegenMetrics  # type: ignore[union-attr]
     out = []
     for round_ in range(rounds):
-        q.refresh_functions(spark, fraction=0.01, seed=round_ + 1)
-        spark.sql("UPDATE lineitem SET l_discount = l_discount + 0.01 WHERE l_orderkey % 97 = 3")
-        spark.sql("UPDATE customer SET c_name = concat(c_name, '*') WHERE c_custkey % 50 = 7")
+        q.change_round(spark, round_ + 1)
         for name in VIEWS:
             before = compiled.METRIC_COMPILATION_TIME().getCount()
             t0 = time.perf_counter()

@@ -12,6 +12,7 @@ import shutil
 import sys
 import time
 from collections import Counter
+from typing import Dict
 
 from pyspark.sql import SparkSession
 
@@ -121,6 +122,16 @@ def triggered(spark: SparkSession) -> None:
               f"in {last.duration_ms} ms; matches recomputation: {exact}")
 
 
+def change_round(spark: SparkSession, round_: int) -> Dict[str, int]:
+    """One round of changes to the base tables: 1% of the orders in and out (with their
+    lineitems), some discounts raised, some customers renamed. Returns the refresh functions'
+    counts."""
+    rf = refresh_functions(spark, fraction=0.01, seed=round_)
+    spark.sql("UPDATE lineitem SET l_discount = l_discount + 0.01 WHERE l_orderkey % 97 = 3")
+    spark.sql("UPDATE customer SET c_name = concat(c_name, '*') WHERE c_custkey % 50 = 7")
+    return rf
+
+
 def main() -> None:
     shutil.rmtree(WAREHOUSE, ignore_errors=True)
     builder = (SparkSession.builder.master("local[*]").appName("spark-ivm quickstart")
@@ -150,9 +161,7 @@ def main() -> None:
     views = {"revenue_by_customer": REVENUE, "busy_priorities": PRIORITIES}
     for round_ in (1, 2):
         print(f"\n== Round {round_}: change the base tables ==")
-        rf = refresh_functions(spark, fraction=0.01, seed=round_)
-        spark.sql("UPDATE lineitem SET l_discount = l_discount + 0.01 WHERE l_orderkey % 97 = 3")
-        spark.sql("UPDATE customer SET c_name = concat(c_name, '*') WHERE c_custkey % 50 = 7")
+        rf = change_round(spark, round_)
         print(f"   inserted {rf['orders_inserted']} orders and deleted {rf['orders_deleted']} "
               "(with their lineitems), raised some discounts, renamed some customers")
         print("== REFRESH MATERIALIZED VIEW ==")

@@ -64,8 +64,8 @@ def test_refresh_runs_few_jobs_and_reports_them_per_phase(spark: SparkSession, t
 CODEGEN = {"spark.sql.codegen.wholeStage": "true"}
 
 
-def test_small_refreshes_run_interpreted_and_larger_ones_generate_code(spark: SparkSession,
-                                                                      tables: str) -> None:
+def test_small_refreshes_run_without_whole_stage_code_and_larger_ones_with_it(spark: SparkSession,
+                                                                              tables: str) -> None:
     """Up to spark.ivm.refresh.interpretedMaxBytes of inputs a refresh runs its queries without
     whole-stage code generation (compiling costs more than it saves there); above it, and with
     0, Spark generates it as usual. The refresh's settings never reach the user's session."""
