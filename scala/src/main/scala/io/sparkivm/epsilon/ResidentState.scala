@@ -2,6 +2,8 @@ package io.sparkivm.epsilon
 
 import scala.collection.mutable
 
+import io.sparkivm.planner.KeyProbe
+
 import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.catalyst.{InternalRow, TableIdentifier}
 import org.apache.spark.sql.ivm.{LocalRows, PartitionedRows}
@@ -9,9 +11,9 @@ import org.apache.spark.sql.ivm.{LocalRows, PartitionedRows}
 /**
  * IVM^eps state kept resident between refreshes: the relation occurrences and the auxiliary
  * views. Kara et al. (2020, section 4) keep them as in-memory maps probed by key; here they are
- * rows in the executors' memory, partitioned by the key a refresh probes them with
- * ([[PartitionedRows]]), so a refresh reads neither a Delta table nor the partitions its keys
- * cannot be in.
+ * rows in the executors' memory, partitioned and indexed by the key a refresh probes them with
+ * ([[PartitionedRows]]), so a refresh reads neither a Delta table nor any row but those of the
+ * keys it probes (and computes the degrees of its keys from those rows alone).
  *
  * Delta tables stay the durable copy. An entry is named (an auxiliary view's state table, or a
  * view's occurrence in one layout) and stamped with the Delta table ids and versions its rows
@@ -33,12 +35,32 @@ object ResidentState {
   def partitions(spark: SparkSession, wanted: Long): Int =
     math.max(2L * spark.sparkContext.defaultParallelism, math.min(MaxPartitions.toLong, wanted)).toInt
 
+  /**
+   * `df`'s rows kept resident, laid out and (where the key type allows) indexed by `keyColumn`,
+   * so that a probe by a few keys reads only their rows.
+   */
+  def rows(df: DataFrame, keyColumn: String, partitions: Int): PartitionedRows =
+    PartitionedRows(df, keyColumn, partitions, KeyProbe.equalsAsJvm(df.schema(keyColumn).dataType))
+
   final case class Entry(version: String, base: PartitionedRows, appended: Vector[InternalRow]) {
     /** The rows whose probe key is one of `keys` (or more rows: the caller filters). */
     def frame(spark: SparkSession, keys: Option[Seq[Any]]): DataFrame = {
       val kept = base.frame(spark, keys)
       if (appended.isEmpty) kept else kept.union(LocalRows.frame(spark, base.schema, appended))
     }
+
+    /**
+     * Per key of `keys`, the sum of the BIGINT column `weight` over its rows (keys without
+     * rows left out), without reading other rows; None when the rows are not indexed.
+     */
+    def sums(spark: SparkSession, keys: Seq[Any], weight: String): Option[Map[Any, Long]] =
+      if (!base.indexed) None else {
+        val w = base.schema.fieldIndex(weight)
+        val wanted = keys.toSet
+        val added = appended.filter(r => wanted(base.keyOf(r))).groupMapReduce(base.keyOf)(_.getLong(w))(_ + _)
+        val kept = base.sums(spark, keys, w)
+        Some((kept.keySet ++ added.keySet).iterator.map(k => k -> (kept.getOrElse(k, 0L) + added.getOrElse(k, 0L))).toMap)
+      }
 
     /** The entry of the next version, with rows added (in the base's column order). */
     def plus(next: String, rows: Seq[InternalRow]): Option[Entry] =

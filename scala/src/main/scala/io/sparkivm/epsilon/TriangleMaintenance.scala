@@ -167,13 +167,17 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
    * read); with no kept rows, the occurrence is read at Post once and kept. None when resident
    * state is off or the occurrence does not read pinned Delta tables.
    */
-  private def residentPost(i: Int, layout: String, keys: Seq[Any]): Option[DataFrame] = for {
+  private def residentPost(i: Int, layout: String, keys: Seq[Any]): Option[DataFrame] =
+    residentEntry(i, layout).map(_.frame(spark, Some(keys)).toDF(cols(i) :+ W: _*))
+
+  /** The resident rows of occurrence i at Post laid out by `layout` (see [[residentPost]]). */
+  private def residentEntry(i: Int, layout: String): Option[ResidentState.Entry] = for {
     owner <- resident
     (preVersions, postVersions) <- rules.stamps(q.sides(i).plan)
   } yield {
     val name = owner.name(group(i), layout)
     val (preStamp, postStamp) = (owner.stamp(preVersions), owner.stamp(postVersions))
-    val entry = ResidentState.synchronized {
+    ResidentState.synchronized {
       ResidentState.get(spark, name, postStamp).getOrElse {
         val advanced = ResidentState.get(spark, name, preStamp).flatMap { kept =>
           deltas(i) match {
@@ -186,13 +190,12 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
           val bytes = rules.sizeInBytes(q.sides(i).plan)
           val parts = ResidentState.partitions(spark,
             if (bytes == Long.MaxValue) 0L else bytes / ResidentState.BytesPerPartition)
-          ResidentState.Entry(postStamp, PartitionedRows(post(i), s"$layout$i", parts), Vector.empty)
+          ResidentState.Entry(postStamp, ResidentState.rows(post(i), s"$layout$i", parts), Vector.empty)
         }
         ResidentState.put(name, entry)
         entry
       }
     }
-    entry.frame(spark, Some(keys)).toDF(cols(i) :+ W: _*)
   }
 
   /**
@@ -428,15 +431,22 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
       keysOf(d, s"a$i").getOrElse(
         d.frame.select(s"a$i").where(col(s"a$i").isNotNull).distinct().collect().map(_.get(0)).toSeq)
     })
-    // The degrees after the refresh of every touched key, of all occurrences in one job.
+    // The degrees after the refresh of every touched key: from the resident rows' index where
+    // they are kept (a sum per key, no shuffle), else of all occurrences in one job.
     val queried = sides.filter(touched(_).isDefined)
-    val degrees = queried.zip(smallAll(queried.map { i =>
+    // Occurrences of one table (a self-join) share their rows: one lookup for all their keys.
+    val indexed = queried.groupBy(group).values.toSeq.flatMap { same =>
+      val keys = same.flatMap(touched(_).get).distinct
+      residentEntry(same.head, "a").flatMap(_.sums(spark, keys, W)).toSeq.flatMap(d => same.map(_ -> d))
+    }.toMap
+    val summed = queried.filterNot(indexed.contains)
+    val degrees = indexed ++ summed.zip(smallAll(summed.map { i =>
       side(i, atPost = true, s"a$i" -> touched(i)).groupBy(s"a$i").agg(sum(W))
-    })).toMap
+    }).map(_.all.map(r => r.get(0) -> r.getLong(1)).toMap)).toMap
     sides.map { i =>
       touched(i) match {
         case Some(keys) =>
-          val degree = degrees(i).all.map(r => r.get(0) -> r.getLong(1)).toMap
+          val degree = degrees(i)
           val wasHeavy = heavy(i).keys.map(_.intersect(keys.toSet)).getOrElse(
             if (heavy(i).empty) Set.empty[Any]
             else probe(heavy(i).table, s"a$i" -> Some(keys)).collect().map(_.get(0)).toSet)

@@ -7,12 +7,12 @@ import io.sparkivm.IvmErrors
 import io.sparkivm.catalog.{EpsilonState, ViewCatalog, ViewMetadata}
 import io.sparkivm.changes.DeltaSources
 import io.sparkivm.conf.IvmConf
-import org.apache.spark.sql.{DataFrame, Row, SparkSession}
+import org.apache.spark.sql.{DataFrame, Row, SaveMode, SparkSession}
 import org.apache.spark.sql.catalyst.TableIdentifier
-import org.apache.spark.sql.delta.{DeltaHistoryManager, DeltaLog}
+import org.apache.spark.sql.delta.{DeltaHistoryManager, DeltaLog, DeltaOperations}
 import org.apache.spark.sql.delta.util.FileNames
 import org.apache.spark.sql.functions.col
-import org.apache.spark.sql.ivm.PartitionedRows
+import org.apache.spark.sql.ivm.{PartitionedRows, SessionInternals}
 
 /**
  * The Delta tables holding a triangle view's IVM^eps state (heavy keys and auxiliary views,
@@ -89,7 +89,7 @@ class TriangleStateTables(spark: SparkSession, meta: ViewMetadata, attempt: Stri
       val entry = ResidentState.get(spark, table, stamp(3 + i, version)).getOrElse {
         val parts = ResidentState.partitions(spark, rows / ResidentState.RowsPerPartition + 1)
         val built = ResidentState.Entry(stamp(3 + i, version),
-          PartitionedRows(read(3 + i, version), keyColumn, parts), Vector.empty)
+          ResidentState.rows(read(3 + i, version), keyColumn, parts), Vector.empty)
         ResidentState.put(table, built)
         built
       }
@@ -106,11 +106,17 @@ class TriangleStateTables(spark: SparkSession, meta: ViewMetadata, attempt: Stri
     version(i)
   }
 
-  /** Appends rows to table i; returns the new version. */
+  /**
+   * Appends rows to table i in one Delta transaction of its own; returns the new version. Not
+   * `saveAsTable`: a write command analyzes, resolves the table in the catalog and reads the
+   * new version back, which cost more than the write of a refresh's few rows.
+   */
   def append(i: Int, rows: DataFrame, sortKey: String): Long = {
-    rows.sortWithinPartitions(sortKey).write.format("delta").mode("append").option("userMetadata", tag)
-      .saveAsTable(names(i).quotedString)
-    version(i)
+    val txn = log(i).startTransaction(Some(SessionInternals.catalog(spark).getTableMetadata(names(i))), None)
+    // The table's columns, in its order and types (a transaction writes rows as they are).
+    val columns = txn.metadata.schema.fields.map(f => col(f.name).cast(f.dataType).as(f.name))
+    val adds = txn.writeFiles(rows.select(columns.toIndexedSeq: _*).sortWithinPartitions(sortKey))
+    txn.commit(adds, DeltaOperations.Write(SaveMode.Append, userMetadata = Some(tag)))
   }
 
   /**

@@ -3,7 +3,6 @@ package io.sparkivm.epsilon
 import io.sparkivm.TestSpark
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.{InternalRow, TableIdentifier}
-import org.apache.spark.sql.ivm.PartitionedRows
 import org.apache.spark.unsafe.types.UTF8String
 import org.scalatest.BeforeAndAfterAll
 import org.scalatest.funsuite.AnyFunSuite
@@ -20,7 +19,7 @@ class ResidentStateSuite extends AnyFunSuite with BeforeAndAfterAll {
 
   test("entries answer for their stamp only and move on by adding changes") {
     import spark.implicits._
-    val base = PartitionedRows(Seq((1, "a", 1L), (2, "b", 1L), (3, "c", 1L)).toDF("a0", "b0", "w"), "a0", 4)
+    val base = ResidentState.rows(Seq((1, "a", 1L), (2, "b", 1L), (3, "c", 1L)).toDF("a0", "b0", "w"), "a0", 4)
     val owner = ResidentState.Owner(TableIdentifier("v", Some("db")), "instance-1")
     val name = owner.name(0, "a")
     ResidentState.put(name, ResidentState.Entry(owner.stamp("t@1"), base, Vector.empty))
@@ -39,9 +38,21 @@ class ResidentStateSuite extends AnyFunSuite with BeforeAndAfterAll {
     assert(moved.plus(owner.stamp("t@3"), Seq.fill(ResidentState.MaxAppendedRows)(row(5, "e", 1L))).isEmpty)
   }
 
+  test("degrees of an entry add the rows it holds on the driver to the kept rows' sums") {
+    import spark.implicits._
+    val kept = ResidentState.rows(Seq((1, "a", 1L), (1, "b", 1L), (2, "c", 1L), (3, "d", 1L)).toDF("a0", "b0", "w"), "a0", 4)
+    val entry = ResidentState.Entry("v", kept, Vector(row(1, "a", -1L), row(4, "e", 1L), row(5, "f", 1L)))
+    // Key 1 loses a row, 4 exists only on the driver, 6 nowhere, 5 is not asked for.
+    assert(entry.sums(spark, Seq(1, 2, 4, 6), "w").get == Map[Any, Long](1 -> 1L, 2 -> 1L, 4 -> 1L))
+    // Rows laid out but not indexed (a key type the JVM compares otherwise than Spark) have none.
+    val doubles = ResidentState.rows(Seq((1.0, 1L)).toDF("a0", "w"), "a0", 2)
+    assert(!doubles.indexed && ResidentState.Entry("v", doubles, Vector.empty).sums(spark, Seq(1.0), "w").isEmpty)
+    Seq(kept, doubles).foreach(_.release())
+  }
+
   test("dropping a view drops its entries and keeps those of a view whose name it prefixes") {
     import spark.implicits._
-    val rows = PartitionedRows(Seq((1, "a", 1L)).toDF("a0", "b0", "w"), "a0", 2)
+    val rows = ResidentState.rows(Seq((1, "a", 1L)).toDF("a0", "b0", "w"), "a0", 2)
     val tri = ResidentState.Owner(TableIdentifier("tri", Some("db")), "i")
     val tri2 = ResidentState.Owner(TableIdentifier("tri2", Some("db")), "j")
     Seq(tri, tri2).foreach(o => ResidentState.put(o.name(0, "b"), ResidentState.Entry(o.stamp("t@1"), rows, Vector.empty)))

@@ -1,15 +1,21 @@
 package org.apache.spark.sql.ivm
 
+import java.util.{HashMap => JHashMap}
+
+import scala.collection.mutable
+import scala.collection.mutable.ArrayBuffer
+
 import org.apache.spark.SparkContext
 import org.apache.spark.rdd.{PartitionPruningRDD, RDD}
 import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.catalyst.{CatalystTypeConverters, InternalRow}
-import org.apache.spark.sql.catalyst.expressions.BoundReference
+import org.apache.spark.sql.catalyst.expressions.{BoundReference, Cast, EvalMode, GenericInternalRow, Literal}
 import org.apache.spark.sql.catalyst.plans.physical.HashPartitioning
 import org.apache.spark.sql.catalyst.types.DataTypeUtils
 import org.apache.spark.sql.classic
 import org.apache.spark.sql.execution.LogicalRDD
 import org.apache.spark.sql.functions.col
+import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.types.StructType
 import org.apache.spark.storage.StorageLevel
 
@@ -17,21 +23,56 @@ import org.apache.spark.storage.StorageLevel
  * Rows kept in the executors' memory (spilling to their disks) across queries and sessions of
  * one SparkContext, hash-partitioned by one column exactly as Spark's `HashPartitioning` lays
  * rows out, so that a lookup by a few values of that column reads only the partitions that can
- * hold them. Holds the RDD, not a DataFrame: each read builds its plan in the reading session
- * (the RDD's lineage keeps the plan, and so the session, that first computed the rows).
+ * hold them. With `indexed`, each partition also keeps its rows in a hash map by key, so that
+ * such a lookup touches only the rows of its keys, not the whole partition: the hash maps of
+ * Kara et al. (2020, section 2.4), whose lookups cost what they return. Index only keys whose
+ * values Spark compares as the JVM's `equals` does (no floating point or collated strings).
+ *
+ * Holds the RDD, not a DataFrame: each read builds its plan in the reading session (the RDD's
+ * lineage keeps the plan, and so the session, that first computed the rows).
  */
 final class PartitionedRows private (val schema: StructType, keyIndex: Int, partitions: Int,
-    rdd: RDD[InternalRow]) {
+    val indexed: Boolean, rdd: RDD[JHashMap[Any, Array[InternalRow]]]) {
+  private val keyType = schema(keyIndex).dataType
   private val partitionId = {
-    val key = BoundReference(keyIndex, schema(keyIndex).dataType, nullable = true)
+    val key = BoundReference(keyIndex, keyType, nullable = true)
     HashPartitioning(Seq(key), partitions).partitionIdExpression
   }
-  private val toCatalyst = CatalystTypeConverters.createToCatalystConverter(schema(keyIndex).dataType)
 
-  /** The partition a key value (an external value, as `Row.get` returns it) is held in. */
+  /**
+   * Key values (external values, as `Row.get` returns them) as Catalyst values of the key
+   * column's type: a value of another type (an INT probe of a BIGINT column) hashes and
+   * compares as the column's values do. A value none of them can equal is dropped; a null
+   * stays. One converter per class of value, so that thousands of keys cost no analysis each.
+   */
+  private def toKeys(keys: Iterable[Any]): Array[Any] = toKeyPairs(keys).map(_._2).distinct
+
+  /** Each key value (not null) with its Catalyst value of the key type, where it has one. */
+  private def toKeyPairs(keys: Iterable[Any]): Array[(Any, Any)] = {
+    val converters = mutable.HashMap[Class[_], Any => Any]()
+    def converter(sample: Any): Any => Any = {
+      val from = Literal.create(sample).dataType
+      val toCatalyst = CatalystTypeConverters.createToCatalystConverter(from)
+      if (from == keyType) toCatalyst else {
+        val cast = Cast(BoundReference(0, from, nullable = true), keyType,
+          Some(SQLConf.get.sessionLocalTimeZone), EvalMode.TRY)
+        v => cast.eval(InternalRow(toCatalyst(v)))
+      }
+    }
+    keys.iterator.flatMap { k =>
+      if (k == null) Some((null, null))
+      else Option(converters.getOrElseUpdate(k.getClass, converter(k))(k)).map(k -> _)
+    }.toArray
+  }
+
+  /** The key of a row held here (an appended row, say) as an external value, or null. */
+  def keyOf(row: InternalRow): Any =
+    if (row.isNullAt(keyIndex)) null else CatalystTypeConverters.convertToScala(row.get(keyIndex, keyType), keyType)
+
+  /** The partition a key (a Catalyst value of the key type) is held in. */
   private def partitionOf(key: Any): Int = {
-    val row = new org.apache.spark.sql.catalyst.expressions.GenericInternalRow(schema.length)
-    row.update(keyIndex, toCatalyst(key))
+    val row = new GenericInternalRow(schema.length)
+    row.update(keyIndex, key)
     partitionId.eval(row).asInstanceOf[Int]
   }
 
@@ -40,17 +81,44 @@ final class PartitionedRows private (val schema: StructType, keyIndex: Int, part
 
   /**
    * The rows whose key column holds one of `keys` (all rows when None) as a DataFrame of
-   * `spark`. Rows of the read partitions with other keys are left for the caller's filter.
+   * `spark`. Indexed rows are exactly those; otherwise the read partitions' rows with other
+   * keys are left for the caller's filter. A null key reads the rows whose key is null.
    */
   def frame(spark: SparkSession, keys: Option[Iterable[Any]]): DataFrame = {
-    val read = keys match {
+    val read: RDD[InternalRow] = keys match {
       case Some(ks) =>
-        val ids = ks.iterator.map(partitionOf).toSet
-        PartitionPruningRDD.create(rdd, ids.contains)
-      case None => rdd
+        val wanted = toKeys(ks)
+        val pruned = PartitionPruningRDD.create(rdd, wanted.map(partitionOf).toSet.contains)
+        if (indexed) pruned.mapPartitions(_.flatMap(index => wanted.iterator.flatMap { k =>
+          val rows = index.get(k)
+          if (rows == null) Iterator.empty else rows.iterator
+        }))
+        else pruned.mapPartitions(_.flatMap(PartitionedRows.allRows))
+      case None => rdd.mapPartitions(_.flatMap(PartitionedRows.allRows))
     }
     SparkInternals.dataFrame(spark, LogicalRDD(DataTypeUtils.toAttributes(schema), read)(
       spark.asInstanceOf[classic.SparkSession]))
+  }
+
+  /**
+   * For each key value of `keys` (not null) that has rows, the sum of the BIGINT column at
+   * `weight` over its rows: one Spark job over the partitions the keys hash to, whose tasks
+   * read only the keys' rows and return one number per key (the degrees IVM^eps tests its
+   * heavy/light thresholds on, Kara et al. 2020, section 4.1). Indexed rows only.
+   */
+  def sums(spark: SparkSession, keys: Iterable[Any], weight: Int): Map[Any, Long] = {
+    require(indexed, "sums need rows indexed by key")
+    val pairs = toKeyPairs(keys).filter(_._2 != null)
+    val wanted = pairs.map(_._2).distinct
+    if (wanted.isEmpty) return Map.empty
+    val pruned = PartitionPruningRDD.create(rdd, wanted.map(partitionOf).toSet.contains)
+    val found = pruned.mapPartitions(_.flatMap { index =>
+      wanted.iterator.flatMap { k =>
+        val rows = index.get(k)
+        if (rows == null) None else Some(k -> rows.iterator.map(_.getLong(weight)).sum)
+      }
+    }).collect().toMap
+    pairs.iterator.flatMap { case (k, key) => found.get(key).map(k -> _) }.toMap
   }
 
   /** Frees the executors' memory; later reads recompute from the source. */
@@ -59,13 +127,41 @@ final class PartitionedRows private (val schema: StructType, keyIndex: Int, part
 
 object PartitionedRows {
   /**
-   * `df`'s rows laid out by `keyColumn` in `partitions` partitions, kept once computed. Lazy:
-   * the first read computes them (one shuffle of `df`), later reads only the kept partitions.
+   * `df`'s rows laid out by `keyColumn` in `partitions` partitions, kept once computed, with a
+   * hash index by key in each partition when `indexed`. Lazy: the first read computes them (one
+   * shuffle of `df`), later reads only the kept partitions.
    */
-  def apply(df: DataFrame, keyColumn: String, partitions: Int): PartitionedRows = {
+  def apply(df: DataFrame, keyColumn: String, partitions: Int, indexed: Boolean): PartitionedRows = {
     val laid = df.repartition(partitions, col(keyColumn))
-    val rdd = laid.queryExecution.toRdd.map(_.copy()).persist(StorageLevel.MEMORY_AND_DISK)
-    new PartitionedRows(laid.schema, laid.schema.fieldIndex(keyColumn), partitions, rdd)
+    val keyIndex = laid.schema.fieldIndex(keyColumn)
+    val keyType = laid.schema(keyIndex).dataType
+    // Unindexed rows are one group (key null): the layout, not the index, prunes their reads.
+    val rdd = laid.queryExecution.toRdd.mapPartitions { it =>
+      val groups = new JHashMap[Any, ArrayBuffer[InternalRow]]()
+      it.foreach { r =>
+        val row = r.copy()
+        val key = if (!indexed || row.isNullAt(keyIndex)) null else row.get(keyIndex, keyType)
+        var group = groups.get(key)
+        if (group == null) {
+          group = new ArrayBuffer[InternalRow]()
+          groups.put(key, group)
+        }
+        group += row
+      }
+      val index = new JHashMap[Any, Array[InternalRow]](math.max(16, groups.size * 4 / 3 + 1))
+      groups.forEach((k, g) => index.put(k, g.toArray))
+      Iterator.single(index)
+    }.persist(StorageLevel.MEMORY_AND_DISK)
+    new PartitionedRows(laid.schema, keyIndex, partitions, indexed, rdd)
+  }
+
+  /** Every row of one partition's index (in the executors: no reference to the driver's object). */
+  private def allRows(index: JHashMap[Any, Array[InternalRow]]): Iterator[InternalRow] = {
+    val groups = index.values().iterator()
+    new Iterator[Array[InternalRow]] {
+      def hasNext: Boolean = groups.hasNext
+      def next(): Array[InternalRow] = groups.next()
+    }.flatMap(_.iterator)
   }
 
   /** External rows (as `collect` returns them) as Catalyst rows of `schema`. */

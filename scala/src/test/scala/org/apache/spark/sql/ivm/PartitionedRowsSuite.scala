@@ -22,33 +22,60 @@ class PartitionedRowsSuite extends AnyFunSuite with BeforeAndAfterAll {
   private def readRdd(df: org.apache.spark.sql.DataFrame): RDD[_] =
     SparkInternals.analyzed(df).collectFirst { case l: LogicalRDD => l.rdd }.get
 
-  test("a lookup by keys sees exactly the rows of those keys, from the partitions they hash to") {
-    import spark.implicits._
-    val rng = new Random(7)
-    val data = Seq.fill(5000)((rng.nextInt(300), rng.nextInt(1000).toString, rng.nextLong()))
-    val df = data.toDF("k", "v", "w")
-    val kept = PartitionedRows(df, "k", 16)
-    (1 to 20).foreach { round =>
-      val keys = Seq.fill(1 + rng.nextInt(5))(rng.nextInt(320)) // some keys have no rows
-      val got = kept.frame(spark, Some(keys)).where(col("k").isin(keys: _*)).collect().map(_.toSeq).sortBy(_.toString)
-      val want = data.filter(r => keys.contains(r._1)).map(r => Seq(r._1, r._2, r._3)).sortBy(_.toString)
-      assert(got.toSeq == want, s"round $round, keys $keys")
-      val read = readRdd(kept.frame(spark, Some(keys))).getNumPartitions
-      assert(read <= keys.distinct.size && read < 16)
+  for (indexed <- Seq(true, false)) {
+    test(s"a lookup by keys sees the rows of those keys, from the partitions they hash to (indexed: $indexed)") {
+      import spark.implicits._
+      val rng = new Random(7)
+      val data = Seq.fill(5000)((rng.nextInt(300), rng.nextInt(1000).toString, rng.nextLong()))
+      val df = data.toDF("k", "v", "w")
+      val kept = PartitionedRows(df, "k", 16, indexed)
+      (1 to 20).foreach { round =>
+        val keys = Seq.fill(1 + rng.nextInt(5))(rng.nextInt(320)) // some keys have no rows
+        val want = data.filter(r => keys.contains(r._1)).map(r => Seq(r._1, r._2, r._3)).sortBy(_.toString)
+        val read = kept.frame(spark, Some(keys))
+        val got = read.where(col("k").isin(keys: _*)).collect().map(_.toSeq).sortBy(_.toString)
+        assert(got.toSeq == want, s"round $round, keys $keys")
+        // Indexed, a lookup returns only the rows of its keys; unindexed, whole partitions.
+        val all = read.count()
+        if (indexed) assert(all == want.size) else assert(all >= want.size)
+        val parts = readRdd(read).getNumPartitions
+        assert(parts <= keys.distinct.size && parts < 16)
+      }
+      assert(kept.frame(spark, None).count() == data.size)
+      assert(readRdd(kept.frame(spark, Some(Nil))).getNumPartitions == 0)
+      kept.release()
     }
-    assert(kept.frame(spark, None).count() == data.size)
-    assert(readRdd(kept.frame(spark, Some(Nil))).getNumPartitions == 0)
+  }
+
+  test("sums per key, from the rows of the keys only") {
+    import spark.implicits._
+    val rng = new Random(11)
+    val data = Seq.fill(3000)((rng.nextInt(200), rng.nextInt(7) - 3L))
+    val kept = PartitionedRows(data.toDF("k", "w"), "k", 8, indexed = true)
+    val keys = Seq(3, 17, 150, 999, 3) // 999 has no rows; 3 twice
+    val want = data.filter(r => keys.contains(r._1)).groupMapReduce(_._1)(_._2)(_ + _)
+    assert(kept.sums(spark, keys, 1) == want.map { case (k, w) => (k: Any) -> w })
+    assert(kept.sums(spark, Nil, 1).isEmpty)
+    kept.release()
+  }
+
+  test("keys of another type than the key column find the rows of the equal values") {
+    import spark.implicits._
+    val kept = PartitionedRows(Seq((1L, "a"), (2L, "b"), (3000000000L, "c")).toDF("k", "v"), "k", 4, indexed = true)
+    // INT and string probes of a BIGINT column; a value no BIGINT equals finds nothing.
+    assert(kept.frame(spark, Some(Seq(2, "3000000000", "x"))).collect().map(_.getString(1)).sorted.toSeq ==
+      Seq("b", "c"))
     kept.release()
   }
 
   test("string keys and null keys hash as Spark lays them out; other sessions read the same rows") {
     val rows = Seq(Row("a", 1L), Row("b", 2L), Row(null, 3L), Row("a", 4L))
     val schema = org.apache.spark.sql.types.StructType.fromDDL("k STRING, w BIGINT")
-    val kept = PartitionedRows(spark.createDataFrame(java.util.Arrays.asList(rows: _*), schema), "k", 4)
+    val kept = PartitionedRows(spark.createDataFrame(java.util.Arrays.asList(rows: _*), schema), "k", 4,
+      indexed = true)
     val other = spark.newSession()
-    assert(kept.frame(other, Some(Seq("a"))).where(col("k") === "a").collect().map(_.getLong(1)).sorted.toSeq ==
-      Seq(1L, 4L))
-    assert(kept.frame(spark, Some(Seq(null))).where(col("k").isNull).collect().map(_.getLong(1)).toSeq == Seq(3L))
+    assert(kept.frame(other, Some(Seq("a"))).collect().map(_.getLong(1)).sorted.toSeq == Seq(1L, 4L))
+    assert(kept.frame(spark, Some(Seq(null))).collect().map(_.getLong(1)).toSeq == Seq(3L))
     assert(kept.alive(spark.sparkContext))
     val rowsOut = PartitionedRows.toInternal(schema, Seq(Row("c", 5L)))
     assert(rowsOut.head.getUTF8String(0).toString == "c" && rowsOut.head.getLong(1) == 5L)
