@@ -65,6 +65,17 @@ final class PartitionedRows private (val schema: StructType, keyIndex: Int, part
     }.toArray
   }
 
+  /**
+   * The partitions that can hold `keys`. Indexed, a lookup costs a task more to start than to
+   * run, so the partitions are read by at most one task per core (grouped where their blocks
+   * are: Spark's coalescing keeps cached partitions' locations).
+   */
+  private def prune(keys: Array[Any]): RDD[JHashMap[Any, Array[InternalRow]]] = {
+    val pruned = PartitionPruningRDD.create(rdd, keys.map(partitionOf).toSet.contains)
+    val tasks = rdd.context.defaultParallelism
+    if (indexed && pruned.getNumPartitions > tasks) pruned.coalesce(tasks) else pruned
+  }
+
   /** The key of a row held here (an appended row, say) as an external value, or null. */
   def keyOf(row: InternalRow): Any =
     if (row.isNullAt(keyIndex)) null else CatalystTypeConverters.convertToScala(row.get(keyIndex, keyType), keyType)
@@ -88,7 +99,7 @@ final class PartitionedRows private (val schema: StructType, keyIndex: Int, part
     val read: RDD[InternalRow] = keys match {
       case Some(ks) =>
         val wanted = toKeys(ks)
-        val pruned = PartitionPruningRDD.create(rdd, wanted.map(partitionOf).toSet.contains)
+        val pruned = prune(wanted)
         if (indexed) pruned.mapPartitions(_.flatMap(index => wanted.iterator.flatMap { k =>
           val rows = index.get(k)
           if (rows == null) Iterator.empty else rows.iterator
@@ -111,8 +122,7 @@ final class PartitionedRows private (val schema: StructType, keyIndex: Int, part
     val pairs = toKeyPairs(keys).filter(_._2 != null)
     val wanted = pairs.map(_._2).distinct
     if (wanted.isEmpty) return Map.empty
-    val pruned = PartitionPruningRDD.create(rdd, wanted.map(partitionOf).toSet.contains)
-    val found = pruned.mapPartitions(_.flatMap { index =>
+    val found = prune(wanted).mapPartitions(_.flatMap { index =>
       wanted.iterator.flatMap { k =>
         val rows = index.get(k)
         if (rows == null) None else Some(k -> rows.iterator.map(_.getLong(weight)).sum)
