@@ -25,8 +25,9 @@ import org.apache.spark.storage.StorageLevel
  * rows out, so that a lookup by a few values of that column reads only the partitions that can
  * hold them. With `indexed`, each partition also keeps its rows in a hash map by key, so that
  * such a lookup touches only the rows of its keys, not the whole partition: the hash maps of
- * Kara et al. (2020, section 2.4), whose lookups cost what they return. Index only keys whose
- * values Spark compares as the JVM's `equals` does (no floating point or collated strings).
+ * Kara et al.'s computational model (2020, section 2.3), whose lookups cost what they return.
+ * Index only keys whose values Spark compares as the JVM's `equals` does (no floating point,
+ * no collated strings).
  *
  * Holds the RDD, not a DataFrame: each read builds its plan in the reading session (the RDD's
  * lineage keeps the plan, and so the session, that first computed the rows).
@@ -115,7 +116,8 @@ final class PartitionedRows private (val schema: StructType, keyIndex: Int, part
    * For each key value of `keys` (not null) that has rows, the sum of the BIGINT column at
    * `weight` over its rows: one Spark job over the partitions the keys hash to, whose tasks
    * read only the keys' rows and return one number per key (the degrees IVM^eps tests its
-   * heavy/light thresholds on, Kara et al. 2020, section 4.1). Indexed rows only.
+   * heavy/light thresholds on in minor rebalancing, Kara et al. 2020, section 7). Indexed rows
+   * only.
    */
   def sums(spark: SparkSession, keys: Iterable[Any], weight: Int): Map[Any, Long] = {
     require(indexed, "sums need rows indexed by key")
