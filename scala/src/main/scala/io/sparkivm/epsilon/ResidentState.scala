@@ -57,9 +57,11 @@ object ResidentState {
       if (!base.indexed) None else {
         val w = base.schema.fieldIndex(weight)
         val wanted = keys.toSet
-        val added = appended.filter(r => wanted(base.keyOf(r))).groupMapReduce(base.keyOf)(_.getLong(w))(_ + _)
+        val added = appended.iterator.map(r => base.keyOf(r) -> r.getLong(w)).filter(p => wanted(p._1))
+          .toSeq.groupMapReduce(_._1)(_._2)(_ + _)
         val kept = base.sums(spark, keys, w)
-        Some((kept.keySet ++ added.keySet).iterator.map(k => k -> (kept.getOrElse(k, 0L) + added.getOrElse(k, 0L))).toMap)
+        Some((kept.keySet ++ added.keySet).iterator
+          .map(k => k -> (kept.getOrElse(k, 0L) + added.getOrElse(k, 0L))).toMap)
       }
 
     /** The entry of the next version, with rows added (in the base's column order). */

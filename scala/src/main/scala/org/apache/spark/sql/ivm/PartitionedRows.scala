@@ -79,7 +79,8 @@ final class PartitionedRows private (val schema: StructType, keyIndex: Int, part
 
   /** The key of a row held here (an appended row, say) as an external value, or null. */
   def keyOf(row: InternalRow): Any =
-    if (row.isNullAt(keyIndex)) null else CatalystTypeConverters.convertToScala(row.get(keyIndex, keyType), keyType)
+    if (row.isNullAt(keyIndex)) null
+    else CatalystTypeConverters.convertToScala(row.get(keyIndex, keyType), keyType)
 
   /** The partition a key (a Catalyst value of the key type) is held in. */
   private def partitionOf(key: Any): Int = {
@@ -101,11 +102,9 @@ final class PartitionedRows private (val schema: StructType, keyIndex: Int, part
       case Some(ks) =>
         val wanted = toKeys(ks)
         val pruned = prune(wanted)
-        if (indexed) pruned.mapPartitions(_.flatMap(index => wanted.iterator.flatMap { k =>
-          val rows = index.get(k)
-          if (rows == null) Iterator.empty else rows.iterator
-        }))
-        else pruned.mapPartitions(_.flatMap(PartitionedRows.allRows))
+        val rows: JHashMap[Any, Array[InternalRow]] => Iterator[InternalRow] =
+          if (indexed) PartitionedRows.groupsOf(_, wanted).flatMap(_._2.iterator) else PartitionedRows.allRows
+        pruned.mapPartitions(_.flatMap(rows))
       case None => rdd.mapPartitions(_.flatMap(PartitionedRows.allRows))
     }
     SparkInternals.dataFrame(spark, LogicalRDD(DataTypeUtils.toAttributes(schema), read)(
@@ -124,12 +123,9 @@ final class PartitionedRows private (val schema: StructType, keyIndex: Int, part
     val pairs = toKeyPairs(keys).filter(_._2 != null)
     val wanted = pairs.map(_._2).distinct
     if (wanted.isEmpty) return Map.empty
-    val found = prune(wanted).mapPartitions(_.flatMap { index =>
-      wanted.iterator.flatMap { k =>
-        val rows = index.get(k)
-        if (rows == null) None else Some(k -> rows.iterator.map(_.getLong(weight)).sum)
-      }
-    }).collect().toMap
+    val found = prune(wanted).mapPartitions(_.flatMap(PartitionedRows.groupsOf(_, wanted).map {
+      case (k, rows) => k -> rows.iterator.map(_.getLong(weight)).sum
+    })).collect().toMap
     pairs.iterator.flatMap { case (k, key) => found.get(key).map(k -> _) }.toMap
   }
 
@@ -166,6 +162,11 @@ object PartitionedRows {
     }.persist(StorageLevel.MEMORY_AND_DISK)
     new PartitionedRows(laid.schema, keyIndex, partitions, indexed, rdd)
   }
+
+  /** The rows of each of `keys` that has some, in one partition's index (in the executors). */
+  private def groupsOf(index: JHashMap[Any, Array[InternalRow]],
+      keys: Array[Any]): Iterator[(Any, Array[InternalRow])] =
+    keys.iterator.flatMap(k => Option(index.get(k)).map(k -> _))
 
   /** Every row of one partition's index (in the executors: no reference to the driver's object). */
   private def allRows(index: JHashMap[Any, Array[InternalRow]]): Iterator[InternalRow] = {
