@@ -75,12 +75,14 @@ object KeyProbe {
     Filter(filter(column, keys, maxRanges), plan)
 
   /** Sorted keys in at most `n` runs, split at the widest gaps (numbers) or evenly (others). */
-  private[planner] def cut(keys: Seq[Any], n: Int): Seq[Seq[Any]] = {
+  private[planner] def cut(allKeys: Seq[Any], n: Int): Seq[Seq[Any]] = {
+    // Indexed: the keys may come as a List, whose apply(i) would make this quadratic.
+    val keys = allKeys.toIndexedSeq
     if (keys.size <= n) return keys.map(Seq(_))
     val splits: Seq[Int] = keys.head match {
       case _: Number =>
-        val values = keys.map(k => k.asInstanceOf[Number].doubleValue())
-        values.indices.tail.sortBy(i => -(values(i) - values(i - 1))).take(n - 1).sorted
+        val values = keys.map(k => k.asInstanceOf[Number].doubleValue()).toArray
+        (1 until values.length).sortBy(i => -(values(i) - values(i - 1))).take(n - 1).sorted
       case _ =>
         (1 until n).map(i => i * keys.size / n).distinct
     }

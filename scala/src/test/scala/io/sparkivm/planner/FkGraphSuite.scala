@@ -65,4 +65,15 @@ class FkGraphSuite extends AnyFunSuite {
     }
     assert(KeyProbe.sqlFilter("t.k", IntegerType, Seq(1, 5, 9, 50), 2) == "(t.k BETWEEN 1 AND 9 OR t.k = 50)")
   }
+
+  test("key probes: the runs of many keys (a List, as a set's keys come) are contiguous and cut at the widest gaps") {
+    // 200,000 keys in a List: the cut indexes them (a List's apply would make it quadratic).
+    val rnd = new scala.util.Random(7)
+    val keys = List.fill(200000)(rnd.nextInt(50000000)).distinct.sorted
+    val runs = KeyProbe.cut(keys, 64)
+    assert(runs.size == 64 && runs.flatten == keys)
+    val gaps = keys.zip(keys.tail).map { case (a, b) => b - a }.sorted(Ordering[Int].reverse)
+    val cutGaps = runs.zip(runs.tail).map { case (a, b) => b.head.asInstanceOf[Int] - a.last.asInstanceOf[Int] }
+    assert(cutGaps.sorted(Ordering[Int].reverse) == gaps.take(63))
+  }
 }
