@@ -55,6 +55,9 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
     /** Branches computed elsewhere for given subtrees (IVM^eps for a triangle block). */
     precomputed: LogicalPlan => Option[Seq[Branch]] = _ => None) {
 
+  /** Subplans restricted to a set of keys, the restriction pushed down to the scans. */
+  val restriction: KeyRestriction = new KeyRestriction(fkSettings.steps)
+
   /** Delta plans of join blocks with foreign keys and key probing (None when both are off). */
   val fk: FkDeltaPlanner = new FkDeltaPlanner(this, reader, fkSettings)
 
@@ -185,12 +188,7 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
     lazy val probes = keyed.map(perChild => probeKeys(node, perChild, affected)).getOrElse(node.children.map(_ => None))
     def side(read: LogicalPlan => LogicalPlan, sign: Int, label: String): Branch = {
       val restricted = node.children.zipWithIndex.map { case (child, i) =>
-        keyed.map { perChild =>
-          val cond = perChild(i).zip(affected.output)
-            .map { case (k, a) => EqualNullSafe(k, a): Expression }.reduce(And)
-          Join(probes(i).map(f => Filter(f, read(child))).getOrElse(read(child)), affected, LeftSemi, Some(cond),
-            JoinHint.NONE): LogicalPlan
-        }.getOrElse(read(child))
+        keyed.map(perChild => restriction(read(child), perChild(i), affected, probes(i))).getOrElse(read(child))
       }
       Branch(Project(node.output :+ Alias(Literal(sign), m.name)(exprId = m.exprId), node.withNewChildren(restricted)),
         Seq(s"$label(${node.nodeName} over $inputs) on changed " + (if (keyed.isDefined) what else "input: all of it")))

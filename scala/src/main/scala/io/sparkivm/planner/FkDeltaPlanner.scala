@@ -52,9 +52,8 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
   /** The branches of `plan` if it is a join block this planner handles. */
   def delta(plan: LogicalPlan): Option[Seq[Branch]] =
     if (!settings.pruning && !settings.probe.enabled && !settings.deltaFirst) None
-    // A block over operators recomputed by key (outer, semi and anti joins, windows) gets the
-    // generic rules: the FK-pruned plans have not been shown right and cheap over them yet.
-    else if (plan.exists { case j: Join => j.joinType != Inner; case _: Window => true; case _ => false }) None
+    // Outer, semi and anti joins and windows are units of the block (JoinBlock stops at them):
+    // FK edges join table units only, and such units are restricted to the keys they join with.
     else built.getOrElseUpdate(plan, JoinBlock.of(plan).flatMap(b => updatesLast(plan, b).orElse(planBlock(b))))
 
   /**
@@ -108,7 +107,8 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
 
   private def planBlock(block: JoinBlock): Option[Seq[Branch]] = {
     val declared = if (settings.pruning) FkGraph.of(block, settings.keys) else FkGraph(block.units.size, Nil)
-    if (declared.edges.isEmpty && !settings.deltaFirst && !block.units.indices.exists(probes(block, _))) return None
+    if (declared.edges.isEmpty && !settings.deltaFirst &&
+      !block.units.indices.exists(u => probes(block, u) || restricts(block, u))) return None
     val name = block.units.indices.map(unitName(block, _))
     def edgeName(e: FkEdge) = s"${name(e.from)} -> ${name(e.to)} (${e.fk})"
     if (declared.edges.nonEmpty) lines += "FK graph: " + declared.edges.map(edgeName).mkString(", ")
@@ -199,10 +199,23 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
         coveredPreDel(block, u, equi, acc, term)
       }
       val raw = covered.getOrElse(preDel)
-      val probed = if (covered.isDefined || equi.isEmpty || !probes(block, u)) raw else {
+      val probed = if (covered.isDefined || equi.isEmpty) raw else if (restricts(block, u)) {
+        // Computed once: its join keys restrict the unit, down to the unit's scans.
+        acc = settings.steps.materialize(acc)
+        val keys = settings.steps.materialize(Distinct(Project(equi.zipWithIndex.map { case ((a, _), i) =>
+          Alias(a, s"__ivm_j$i")() }, acc)))
+        lines += s"$term restricted to the keys joined so far (${equi.map(_._2.name).mkString(", ")}), " +
+          "down to its scans"
+        rules.restriction(raw, equi.map(_._2), keys)
+      } else if (!probes(block, u)) raw else {
         // The keys are read from what is joined so far, which the join reads again: compute it once.
         acc = settings.steps.materialize(acc)
         probe(acc, equi, raw, term)
+      }
+      if (settings.steps.collects && covered.isEmpty && equi.nonEmpty && large(block, u)) {
+        // Computed before it meets a large table: held, it is broadcast, and the table is read
+        // once without a shuffle (adaptive execution is off for small refreshes).
+        acc = settings.steps.materialize(acc)
       }
       acc = Join(acc, probed, Inner, now.reduceOption(And), JoinHint.NONE)
       terms :+= term
@@ -273,6 +286,17 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
       case _ => large
     }
   }
+
+  /**
+   * True if unit u is not a table but a subplan with something a key restriction cuts below
+   * its scans (an aggregate, a window, an outer, semi or anti join): see [[KeyRestriction]].
+   */
+  private def restricts(block: JoinBlock, u: Int): Boolean = block.leafOf(u).isEmpty &&
+    block.units(u).exists(p => p.isInstanceOf[Aggregate] || p.isInstanceOf[Window] || p.isInstanceOf[Join])
+
+  /** True if unit u reads a table of at least `spark.ivm.keyProbing.minTableBytes`. */
+  private def large(block: JoinBlock, u: Int): Boolean =
+    block.leafOf(u).exists { case (leaf, _) => reader.sizeInBytes(leaf) >= settings.probe.minTableBytes }
 
   /** True if unit u reads a table large enough for probing to pay. */
   private def probes(block: JoinBlock, u: Int): Boolean =

@@ -1,8 +1,9 @@
 package io.sparkivm.planner
 
-import org.apache.spark.sql.catalyst.expressions.{And, AttributeReference, EqualTo, GreaterThanOrEqual,
+import org.apache.spark.sql.catalyst.expressions.{And, AttributeReference, EqualTo, GreaterThanOrEqual, InSet,
   LessThanOrEqual, Literal, Or}
-import org.apache.spark.sql.types.IntegerType
+import org.apache.spark.sql.types.{DoubleType, IntegerType, StringType}
+import org.apache.spark.unsafe.types.UTF8String
 import org.scalatest.funsuite.AnyFunSuite
 
 /** Algorithm 1 of Svingos et al. 2023 (section 3.5) and the key-probe filters, on small graphs. */
@@ -58,9 +59,16 @@ class FkGraphSuite extends AnyFunSuite {
     assert(KeyProbe.cut(Seq("a", "b", "c", "d"), 2) == Seq(Seq("a", "b"), Seq("c", "d")))
     val k = AttributeReference("k", IntegerType)()
     assert(KeyProbe.filter(k, Nil, 4) == Literal.FalseLiteral)
-    KeyProbe.filter(k, Seq(1, 5, 9, 50), 2) match {
-      case Or(And(GreaterThanOrEqual(_, Literal(1, _)), LessThanOrEqual(_, Literal(9, _))),
-          EqualTo(_, Literal(50, _))) =>
+    // Keys the JVM compares as Spark does: a hash set (one lookup per row), however many.
+    assert(KeyProbe.filter(k, Seq(1, 5, 9, 50), 2) == InSet(k, Set(1, 5, 9, 50)))
+    assert(KeyProbe.filter(k, Seq(7), 2) == EqualTo(k, Literal(7)))
+    val s = AttributeReference("s", StringType)()
+    assert(KeyProbe.filter(s, Seq("a", "b"), 2) == InSet(s, Set(UTF8String.fromString("a"), UTF8String.fromString("b"))))
+    // Others (floating point: -0.0 and NaN are normalized by the join): ranges.
+    val d = AttributeReference("d", DoubleType)()
+    KeyProbe.filter(d, Seq(1.0, 5.0, 9.0, 50.0), 2) match {
+      case Or(And(GreaterThanOrEqual(_, Literal(1.0, _)), LessThanOrEqual(_, Literal(9.0, _))),
+          EqualTo(_, Literal(50.0, _))) =>
       case other => fail(s"unexpected $other")
     }
     assert(KeyProbe.sqlFilter("t.k", IntegerType, Seq(1, 5, 9, 50), 2) == "(t.k BETWEEN 1 AND 9 OR t.k = 50)")
