@@ -110,7 +110,8 @@ object IvmConf {
       "joins instead.", min = 1)
 
   val MaxProbeRanges: IvmConfEntry[Int] = int("spark.ivm.keyProbing.maxRanges", 64,
-    "Most ranges in one probe filter (Delta tests each range against every file's min and max).",
+    "Most ranges in one probe filter over keys of floating-point type (Delta tests each range " +
+      "against every file's min and max); keys of other types are probed as a hash set.",
     min = 1)
 
   val MinProbeTableBytes: IvmConfEntry[Long] = long("spark.ivm.keyProbing.minTableBytes", 16L << 20,

@@ -2,7 +2,7 @@ package io.sparkivm.planner
 
 import org.apache.spark.sql.catalyst.expressions._
 import org.apache.spark.sql.catalyst.planning.ExtractEquiJoinKeys
-import org.apache.spark.sql.catalyst.plans.{Inner, LeftSemi}
+import org.apache.spark.sql.catalyst.plans.{ExistenceJoin, Inner, LeftAnti, LeftOuter, LeftSemi}
 import org.apache.spark.sql.catalyst.plans.logical._
 
 /** How each table occurrence is read in one refresh (see [[io.sparkivm.execution.Refresher]]). */
@@ -184,7 +184,8 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
     val inputs = node.children.flatMap(leafNames).distinct.mkString(", ")
     // The changed keys are computed once and read by every side and child: kept as a plan, they
     // would repeat the delta below 2 x children times per level, exponentially in the nesting.
-    lazy val affected = fkSettings.steps.materialize(changedKeys(keyed.get, changed))
+    lazy val affected = fkSettings.steps.materialize(changedKeys(node, keyed.get, changed))
+    keyed.foreach(perChild => changedKeysOf(node) = (perChild, () => affected))
     lazy val probes = keyed.map(perChild => probeKeys(node, perChild, affected)).getOrElse(node.children.map(_ => None))
     def side(read: LogicalPlan => LogicalPlan, sign: Int, label: String): Branch = {
       val restricted = node.children.zipWithIndex.map { case (child, i) =>
@@ -218,12 +219,57 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
     }
   }
 
-  /** The distinct keys of the changed rows of every child (`keys(i)` over child i). */
-  private def changedKeys(keys: Seq[Seq[Expression]], changed: Seq[Seq[Branch]]): LogicalPlan = {
+  /**
+   * The distinct keys of the changed rows of every child (`keys(i)` over child i). A child
+   * that is itself recomputed by the same keys (an aggregate over an outer join on its group
+   * key, an anti join over a semi join on the same key: TPC-H Q13, Q21) gives its own changed
+   * keys instead, a superset of the keys its delta has, computed already: its delta, whose Pre
+   * and Post sides read its inputs again, is then not computed for its keys at all.
+   */
+  private def changedKeys(node: LogicalPlan, keys: Seq[Seq[Expression]], changed: Seq[Seq[Branch]]): LogicalPlan = {
     val names = keys.head.indices.map(i => s"__ivm_k$i")
-    Distinct(unionAll(keys.zip(changed).filter(_._2.nonEmpty).map { case (ks, branches) =>
-      Project(ks.zip(names).map { case (k, n) => Alias(k, n)() }, unionAll(branches.map(_.plan)))
+    Distinct(unionAll(keys.zip(changed).zip(node.children).filter(_._1._2.nonEmpty).map { case ((ks, branches), child) =>
+      sameKeysBelow(child, ks) match {
+        case Some(below) => Project(below.output.zip(names).map { case (k, n) => Alias(k, n)() }, below)
+        case None => Project(ks.zip(names).map { case (k, n) => Alias(k, n)() }, unionAll(branches.map(_.plan)))
+      }
     }))
+  }
+
+  /** The changed keys of each operator recomputed by key so far: its keys per child, and them. */
+  private val changedKeysOf = scala.collection.mutable.Map[LogicalPlan, (Seq[Seq[Expression]], () => LogicalPlan)]()
+
+  /**
+   * The changed keys of the keyed operator under `plan` (through filters and projections), if
+   * they are `keys`: the keys of the operator's output rows (a join's first side, whose rows
+   * it keeps or pads; an aggregate's groups; a window's partitions; a DISTINCT's rows).
+   */
+  private def sameKeysBelow(plan: LogicalPlan, keys: Seq[Expression]): Option[LogicalPlan] = {
+    def same(a: Seq[Expression], b: Seq[Expression]) =
+      a.size == b.size && a.zip(b).forall { case (x, y) => x.semanticEquals(y) }
+    plan match {
+      case Filter(_, c) => sameKeysBelow(c, keys)
+      case SubqueryAlias(_, c) => sameKeysBelow(c, keys)
+      case Project(list, c) =>
+        val aliases = AttributeMap(list.collect { case a: Alias => (a.toAttribute, a.child) })
+        val ks = keys.map(_.transform { case a: Attribute if aliases.contains(a) => aliases(a) })
+        if (ks.forall(_.references.subsetOf(c.outputSet))) sameKeysBelow(c, ks) else None
+      case n => changedKeysOf.get(n).flatMap { case (perChild, affected) =>
+        val outputKeys = n match {
+          case j: Join if j.joinType == LeftOuter || j.joinType == LeftSemi || j.joinType == LeftAnti ||
+            j.joinType.isInstanceOf[ExistenceJoin] => Some(keys)
+          case a: Aggregate =>
+            val grouped = AttributeMap(a.aggregateExpressions.collect {
+              case al @ Alias(e, _) if a.groupingExpressions.exists(_.semanticEquals(e)) => (al.toAttribute, e)
+            })
+            val ks = keys.map(_.transform { case x: Attribute if grouped.contains(x) => grouped(x) })
+            Some(ks).filter(_.forall(_.references.subsetOf(a.child.outputSet)))
+          case _: Window | _: Distinct => Some(keys)
+          case _ => None
+        }
+        outputKeys.filter(same(_, perChild.head)).map(_ => affected())
+      }
+    }
   }
 
   def unionAll(plans: Seq[LogicalPlan]): LogicalPlan = plans match {
