@@ -228,11 +228,11 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
    */
   private def changedKeys(node: LogicalPlan, keys: Seq[Seq[Expression]], changed: Seq[Seq[Branch]]): LogicalPlan = {
     val names = keys.head.indices.map(i => s"__ivm_k$i")
-    Distinct(unionAll(keys.zip(changed).zip(node.children).filter(_._1._2.nonEmpty).map { case ((ks, branches), child) =>
-      sameKeysBelow(child, ks) match {
-        case Some(below) => Project(below.output.zip(names).map { case (k, n) => Alias(k, n)() }, below)
-        case None => Project(ks.zip(names).map { case (k, n) => Alias(k, n)() }, unionAll(branches.map(_.plan)))
-      }
+    def named(ks: Seq[Expression], rows: LogicalPlan) = Project(ks.zip(names).map { case (k, n) => Alias(k, n)() }, rows)
+    val perChild = keys.lazyZip(changed).lazyZip(node.children).toSeq.filter(_._2.nonEmpty)
+    Distinct(unionAll(perChild.map { case (ks, branches, child) =>
+      sameKeysBelow(child, ks).map(below => named(below.output, below))
+        .getOrElse(named(ks, unionAll(branches.map(_.plan))))
     }))
   }
 
