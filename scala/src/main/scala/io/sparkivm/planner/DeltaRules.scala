@@ -251,18 +251,14 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
       case Filter(_, c) => sameKeysBelow(c, keys)
       case SubqueryAlias(_, c) => sameKeysBelow(c, keys)
       case Project(list, c) =>
-        val aliases = AttributeMap(list.collect { case a: Alias => (a.toAttribute, a.child) })
-        val ks = keys.map(_.transform { case a: Attribute if aliases.contains(a) => aliases(a) })
+        val ks = keys.map(KeyRestriction.substitute(_, KeyRestriction.aliases(list)))
         if (ks.forall(_.references.subsetOf(c.outputSet))) sameKeysBelow(c, ks) else None
       case n => changedKeysOf.get(n).flatMap { case (perChild, affected) =>
         val outputKeys = n match {
           case j: Join if j.joinType == LeftOuter || j.joinType == LeftSemi || j.joinType == LeftAnti ||
             j.joinType.isInstanceOf[ExistenceJoin] => Some(keys)
           case a: Aggregate =>
-            val grouped = AttributeMap(a.aggregateExpressions.collect {
-              case al @ Alias(e, _) if a.groupingExpressions.exists(_.semanticEquals(e)) => (al.toAttribute, e)
-            })
-            val ks = keys.map(_.transform { case x: Attribute if grouped.contains(x) => grouped(x) })
+            val ks = keys.map(KeyRestriction.substitute(_, KeyRestriction.groups(a)))
             Some(ks).filter(_.forall(_.references.subsetOf(a.child.outputSet)))
           case _: Window | _: Distinct => Some(keys)
           case _ => None

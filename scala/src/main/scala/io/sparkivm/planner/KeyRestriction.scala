@@ -40,8 +40,7 @@ class KeyRestriction(steps: PlanSteps) extends PredicateHelper {
     def within(p: LogicalPlan) = all.forall(_.references.subsetOf(p.outputSet))
     // The keys over `child` through `passed` (output attribute -> expression over child), if they pass.
     def through(passed: AttributeMap[Expression], child: LogicalPlan)(rebuild: LogicalPlan => LogicalPlan) = {
-      def sub(e: Expression) = e.transform { case a: Attribute if passed.contains(a) => passed(a) }
-      val (ks, pr) = (keys.map(sub), probe.map(sub))
+      val (ks, pr) = (keys.map(KeyRestriction.substitute(_, passed)), probe.map(KeyRestriction.substitute(_, passed)))
       if ((ks ++ pr).forall(_.references.subsetOf(child.outputSet))) rebuild(apply(child, ks, affected, pr))
       else here
     }
@@ -49,25 +48,21 @@ class KeyRestriction(steps: PlanSteps) extends PredicateHelper {
     plan match {
       case Filter(cond, child) if cond.deterministic => Filter(cond, apply(child, keys, affected, probe))
       case Project(list, child) if list.forall(_.deterministic) =>
-        through(AttributeMap(list.collect { case a: Alias => (a.toAttribute, a.child) }), child)(Project(list, _))
+        through(KeyRestriction.aliases(list), child)(Project(list, _))
       case g: Generate if g.generator.deterministic && within(g.child) =>
         g.copy(child = apply(g.child, keys, affected, probe))
       case a: Aggregate if a.groupingExpressions.nonEmpty && a.aggregateExpressions.forall(_.deterministic) =>
-        val grouped = a.aggregateExpressions.collect {
-          case al @ Alias(e, _) if a.groupingExpressions.exists(_.semanticEquals(e)) => (al.toAttribute, e)
-          case at: Attribute if a.groupingExpressions.exists(_.semanticEquals(at)) => (at, at: Expression)
-        }
-        if (all.forall(_.references.forall(r => grouped.exists(_._1.exprId == r.exprId)))) {
-          through(AttributeMap(grouped), a.child)(c => a.copy(child = c))
-        } else here
+        val grouped = KeyRestriction.groups(a)
+        if (all.forall(_.references.forall(grouped.contains))) through(grouped, a.child)(c => a.copy(child = c))
+        else here
       case w: Window if within(w.child) &&
           all.forall(_.references.forall(r => w.partitionSpec.exists(_.semanticEquals(r)))) =>
         w.copy(child = apply(w.child, keys, affected, probe))
       case u: Union if !u.byName && !u.allowMissingCol =>
         u.withNewChildren(u.children.map { c =>
           val byPosition = AttributeMap(u.output.zip(c.output.map(a => a: Expression)))
-          def sub(e: Expression) = e.transform { case a: Attribute if byPosition.contains(a) => byPosition(a) }
-          apply(c, keys.map(sub), affected, probe.map(sub))
+          apply(c, keys.map(KeyRestriction.substitute(_, byPosition)), affected,
+            probe.map(KeyRestriction.substitute(_, byPosition)))
         })
       case j: Join if j.condition.forall(_.deterministic) && within(j.left) &&
           (Seq(Inner, LeftOuter, LeftSemi, LeftAnti).contains(j.joinType) || j.joinType.isInstanceOf[ExistenceJoin]) =>
@@ -117,4 +112,20 @@ class KeyRestriction(steps: PlanSteps) extends PredicateHelper {
       (held, apply(side, eqs.map(_._2), joinKeys))
     }
   }
+}
+
+object KeyRestriction {
+  /** A projection's aliased outputs and the expressions they stand for. */
+  def aliases(list: Seq[NamedExpression]): AttributeMap[Expression] =
+    AttributeMap(list.collect { case a: Alias => (a.toAttribute, a.child) })
+
+  /** An aggregate's outputs that pass a grouping expression through, and that expression. */
+  def groups(a: Aggregate): AttributeMap[Expression] = AttributeMap(a.aggregateExpressions.collect {
+    case al @ Alias(e, _) if a.groupingExpressions.exists(_.semanticEquals(e)) => (al.toAttribute, e)
+    case at: Attribute if a.groupingExpressions.exists(_.semanticEquals(at)) => (at, at: Expression)
+  })
+
+  /** `e` with the attributes of `map` replaced by what they stand for. */
+  def substitute(e: Expression, map: AttributeMap[Expression]): Expression =
+    e.transform { case a: Attribute if map.contains(a) => map(a) }
 }
