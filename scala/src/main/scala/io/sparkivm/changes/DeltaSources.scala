@@ -83,11 +83,7 @@ object DeltaSources extends Logging {
     // Delta checks that the feed covers the versions when the read is analyzed (here) and
     // when it runs (PinnedReader.changeCounts); both report IVM_CHANGES_UNAVAILABLE.
     try {
-      val feed = spark.read.format("delta")
-        .option("readChangeFeed", "true")
-        .option("startingVersion", fromVersion + 1)
-        .option("endingVersion", toVersion)
-        .table(table.quotedString)
+      val feed = DeltaInternals.changeFeed(spark, table, fromVersion + 1, toVersion)
       val dataCols = feed.columns.toSeq.filterNot(_.startsWith("_commit_")).filterNot(_ == ChangeType)
       val sign = when(col(ChangeType).isin("insert", "update_postimage"), lit(1L)).otherwise(lit(-1L))
       val net = "__ivm_net"

@@ -1,6 +1,9 @@
 package org.apache.spark.sql.delta.ivm
 
+import org.apache.spark.sql.{DataFrame, SparkSession}
+import org.apache.spark.sql.catalyst.TableIdentifier
 import org.apache.spark.sql.delta.{DeltaLog, Snapshot}
+import org.apache.spark.sql.delta.commands.cdc.CDCReader
 import org.apache.spark.sql.delta.storage.dv.DeletionVectorStore
 
 /**
@@ -17,4 +20,22 @@ object DeltaInternals {
    * and `sizeInBytes` rebuild the version's state, two Spark jobs, even when a checksum is there.)
    */
   def sizeInBytesIfKnown(snapshot: Snapshot): Option[Long] = snapshot.checksumOpt.map(_.tableSizeBytes)
+
+  /**
+   * The change data feed of versions [start, end] as Delta's batch reader builds it (the change
+   * files of commits that wrote them, else the files added and removed, with deletion vectors
+   * compared), in the schema of version `end`. `readChangeFeed` wraps the same DataFrame in a
+   * relation whose scan plans it as a query of its own and converts its rows to Java objects and
+   * back: planned here, it is one plan with the query that reads it (profiled: a third of the
+   * time a small refresh spent reading its changes).
+   */
+  def changeFeed(spark: SparkSession, table: TableIdentifier, start: Long, end: Long): DataFrame = {
+    val log = DeltaLog.forTable(spark, table)
+    val latest = log.unsafeVolatileSnapshot
+    val atEnd = if (latest.version == end) latest else log.getSnapshotAt(end)
+    val catalogTable = spark.sessionState.catalog.getTableMetadata(table)
+    CDCReader.changesToBatchDF(log, start, end, spark, catalogTableOpt = Some(catalogTable),
+      readSchemaSnapshot = Some(atEnd),
+      startVersionSnapshot = if (start == end) Some(atEnd) else None)
+  }
 }
