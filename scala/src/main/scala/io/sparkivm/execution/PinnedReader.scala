@@ -5,9 +5,9 @@ import io.sparkivm.planner.{Branch, DeltaRules, LeafReader, LocalDeltaRows, Plan
   ViewMaintenance}
 import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, AttributeReference, LessThan, Literal}
-import org.apache.spark.sql.catalyst.plans.logical.{Filter, LogicalPlan, Project, Union}
+import org.apache.spark.sql.catalyst.plans.logical.{Filter, LocalRelation, LogicalPlan, Project, Union}
 import org.apache.spark.sql.ivm.SparkInternals
-import org.apache.spark.sql.types.IntegerType
+import org.apache.spark.sql.types.{IntegerType, StructType}
 
 /**
  * Reads each table occurrence at the versions pinned at the start of a refresh: Pre at the
@@ -50,8 +50,18 @@ class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
     case None => leaf.plan // not a Delta table (views with ivm.refresh = full only): read as is
   }
 
-  def delta(leaf: SourceLeaf): Option[LogicalPlan] =
-    changes.get(leaf.name).filter(_.nonEmpty).map(c => bind(leaf, c.frame(spark), Some(m)))
+  def delta(leaf: SourceLeaf): Option[LogicalPlan] = changes.get(leaf.name).filter(_.nonEmpty).map {
+    // Rows held here in the occurrence's own column order: a relation with its attributes. Under
+    // a renaming projection instead, Spark's optimizer would evaluate that projection over every
+    // row each time it plans a query that reads the change (ConvertToLocalRelation).
+    case LocalChange(schema, data) if sameColumns(leaf, schema) => LocalRelation(leaf.output :+ m, data)
+    case c => bind(leaf, c.frame(spark), Some(m))
+  }
+
+  private def sameColumns(leaf: SourceLeaf, schema: StructType): Boolean =
+    schema.length == leaf.output.length + 1 && leaf.output.zip(schema.fields).forall { case (a, f) =>
+      a.name.equalsIgnoreCase(f.name) && a.dataType == f.dataType
+    }
 
   override def localDelta(leaf: SourceLeaf): Option[LocalDeltaRows] =
     changes.get(leaf.name).filter(_.nonEmpty).collect { case LocalChange(schema, data) =>
