@@ -102,6 +102,23 @@ def test_create_or_replace_mends_a_broken_view(spark: SparkSession, view: Materi
     still_works(spark, view)
 
 
+def test_create_after_a_create_killed_before_its_commit(spark: SparkSession, db: str) -> None:
+    """A CREATE killed while writing its backing table leaves files, but no table, where the
+    backing table would be: the next CREATE of the view works, and leaves those files alone."""
+    spark.sql("CREATE TABLE base (k INT, v INT) USING delta")
+    spark.sql("INSERT INTO base VALUES (1, 10), (1, 20), (2, 5)")
+    location = spark.sql(f"DESCRIBE DATABASE {db}").collect()
+    root = [r[1] for r in location if r[0] == "Location"][0].replace("file:", "")
+    stray = os.path.join(root, "__ivm_backing_mv", "part-00000-killed.snappy.parquet")
+    os.makedirs(os.path.dirname(stray))
+    with open(stray, "wb") as f:
+        f.write(b"not yet committed")
+    mv = MaterializedView.create(spark, "mv", Q)
+    assert mv.describe()["backing_table"].split(".")[-1].strip("`").startswith("__ivm_backing_mv_")
+    assert os.path.exists(stray)
+    still_works(spark, mv)
+
+
 def _log_dir(spark: SparkSession, table: str) -> str:
     location = spark.sql(f"DESCRIBE DETAIL {table}").collect()[0]["location"]
     return os.path.join(location.replace("file:", ""), "_delta_log")

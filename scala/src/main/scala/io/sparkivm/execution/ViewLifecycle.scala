@@ -11,6 +11,7 @@ import io.sparkivm.epsilon.{EpsilonStrategy, TriangleStateTables, TriangleViews}
 import io.sparkivm.parser.{AlterMaterializedViewProperties, AlterSchedule, CreateMaterializedView}
 import io.sparkivm.policy.RefreshPolicies
 import io.sparkivm.planner.ViewMaintenance
+import org.apache.hadoop.fs.Path
 import org.apache.spark.sql.{AnalysisException, SparkSession}
 import org.apache.spark.sql.catalyst.analysis.NoSuchTableException
 import org.apache.spark.sql.delta.DeltaConcurrentModificationException
@@ -84,10 +85,12 @@ object ViewLifecycle extends Logging {
       autoEnable = false), id.quotedString).fullRows(analyzed.maintenance)
     // Validated: from here on, things are written. A backing table name no existing view uses
     // and no concurrent CREATE is writing: the standard one if it is free (or a dead CREATE's
-    // orphan), else the standard one with a random suffix.
+    // orphan) and nothing lies at its location (files of a CREATE killed before its commit, or
+    // being written by a concurrent one), else the standard one with a random suffix.
     val standard = ViewCatalog.backingTable(id)
     val backing = if (!replacing.exists(_.table == standard.table) &&
-      (!ViewCatalog.exists(spark, standard) || dropOrphanBacking(spark, id, standard, failIfForeign = true))) {
+      (!ViewCatalog.exists(spark, standard) || dropOrphanBacking(spark, id, standard, failIfForeign = true)) &&
+      !locationTaken(spark, standard)) {
       standard
     } else standard.copy(table = standard.table + "_" + UUID.randomUUID().toString.take(8))
     val pinned = ViewAnalysis.pin(spark, id.quotedString, analyzed, incremental,
@@ -160,11 +163,13 @@ object ViewLifecycle extends Logging {
     }
   }
 
-  /** The error of a CREATE TABLE that lost a race with another for the same table. */
+  /** The error of a CREATE TABLE that lost a race with another for the same table (which made
+   * it first, or had written files at its location but not yet committed them). */
   private def isCreateConflict(e: Throwable): Boolean = e match {
     case null => false
     case _: DeltaConcurrentModificationException => true
-    case a: AnalysisException if a.getCondition == "TABLE_OR_VIEW_ALREADY_EXISTS" => true
+    case a: AnalysisException if Set("TABLE_OR_VIEW_ALREADY_EXISTS",
+      "DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION").contains(a.getCondition) => true
     case other => isCreateConflict(other.getCause)
   }
 
@@ -202,6 +207,12 @@ object ViewLifecycle extends Logging {
     } else if (failIfForeign) {
       throw IvmErrors.alreadyExists(backing.quotedString)
     } else false
+  }
+
+  /** True if something lies at the location a managed table of this name would have. */
+  private def locationTaken(spark: SparkSession, table: TableIdentifier): Boolean = {
+    val path = new Path(SessionInternals.catalog(spark).defaultTablePath(table))
+    path.getFileSystem(spark.sessionState.newHadoopConf()).exists(path)
   }
 
   /**
