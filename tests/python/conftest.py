@@ -6,6 +6,7 @@ import itertools
 import os
 import sys
 import tempfile
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Dict, Iterator, List
@@ -22,9 +23,18 @@ _counter = itertools.count()
 # Tests marked `subprocesses(work=...)` check what `work(directory)` returns, work that runs in
 # processes of its own (the kill tests: each step a JVM that dies mid-refresh) and uses no
 # SparkSession of this process. The work starts with the session, one at a time on a thread
-# beside the other tests, and the tests that check it run last.
+# beside the other tests, and the tests that check it run last. Its processes run at a lower CPU
+# priority (Linux keeps a nice value per thread, and a child process inherits its thread's), so
+# they take the cores the other tests leave idle instead of slowing them down.
 _started: Dict[str, "Future[Any]"] = {}
-_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ivm-subprocesses")
+
+
+def _lower_priority() -> None:
+    if hasattr(os, "setpriority") and hasattr(threading, "get_native_id"):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+
+
+_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ivm-subprocesses", initializer=_lower_priority)
 
 
 def pytest_configure(config: pytest.Config) -> None:
