@@ -80,7 +80,7 @@ object DeltaSources extends Logging {
    */
   def netChanges(spark: SparkSession, table: TableIdentifier, fromVersion: Long,
       toVersion: Long, viewName: String): DataFrame = {
-    // Delta checks that the feed covers the versions when the read is analyzed (here) and
+    // Delta checks that the feed covers the versions when the read is built (here) and
     // when it runs (PinnedReader.changeCounts); both report IVM_CHANGES_UNAVAILABLE.
     try {
       val feed = DeltaInternals.changeFeed(spark, table, fromVersion + 1, toVersion)
