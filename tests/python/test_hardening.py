@@ -4,7 +4,9 @@ refused queries leave no trace. Each case is compared with recomputation after t
 from __future__ import annotations
 
 import os
+import re
 import time
+from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
@@ -167,3 +169,18 @@ def test_base_table_vacuumed_past_the_changes_asks_for_full_refresh(spark: Spark
     assert sorted(spark.table("mv").collect()) == before
     assert view.refresh(full=True).mode == "full"
     still_works(spark, view)
+
+
+def test_code_cites_only_documents_in_the_repository() -> None:
+    """Comments, errors and EXPLAIN text (all written in these sources) cite papers by author,
+    year and section, and name no document that is not in this repository."""
+    root = Path(__file__).resolve().parents[2]
+    sources = [*(root / "scala" / "src" / "main").rglob("*.scala"),
+               *(root / "python" / "spark_ivm").rglob("*.py")]
+    assert len(sources) > 50
+    for path in sources:
+        text = path.read_text()
+        assert "../shared" not in text and "papers/" not in text, path
+        for ref in re.findall(r"[\w./-]+\.md\b", text):
+            assert (root / ref).exists() or (root / "docs" / Path(ref).name).exists(), (path, ref)
+
