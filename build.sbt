@@ -28,6 +28,7 @@ lazy val root = (project in file("."))
     name := "spark-ivm",
     Compile / scalaSource := baseDirectory.value / "scala" / "src" / "main",
     Test / scalaSource := baseDirectory.value / "scala" / "src" / "test",
+    Test / resourceDirectory := baseDirectory.value / "scala" / "src" / "test" / "resources",
     Compile / resourceDirectory := baseDirectory.value / "scala" / "resources",
     libraryDependencies ++= Seq(
       "org.apache.spark" %% "spark-sql" % sparkVersion % Provided,
