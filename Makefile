@@ -50,7 +50,7 @@ docs: install
 # The three suites share nothing (each its own JVMs and warehouse), so they run side by side;
 # each one's output is printed whole when it ends. The Python suite is the longest; the other
 # two run at a lower CPU priority (BG) and take the cores it leaves idle, so that they do not
-# lengthen it (measured on a fresh clone: 24.8 minutes side by side at equal priority, 19.8 so).
+# lengthen it (fresh clones: 24.8 minutes side by side at equal priority, 19.8-20.8 so).
 test: install lint
 	$(MAKE) -j3 --output-sync=target test-python test-scala test-cluster BG='nice -n 15'
 
