@@ -10,8 +10,6 @@ import org.apache.spark.sql.catalyst.expressions.{BoundReference, GenericInterna
 import org.apache.spark.sql.catalyst.TableIdentifier
 import org.apache.spark.sql.delta.DeltaLog
 import org.apache.spark.sql.delta.actions.{AddCDCFile, AddFile, RemoveFile}
-import org.apache.spark.sql.delta.ivm.DeltaInternals
-import org.apache.spark.sql.functions.{col, lit, when}
 import org.apache.spark.sql.ivm.{LocalRows, Parallel}
 import org.apache.spark.sql.types.{IntegerType, StructField, StructType}
 import org.apache.spark.storage.StorageLevel
@@ -66,9 +64,6 @@ object TableChange {
  * the interval cancel (Svingos et al. 2023, section 1.4: deltas are net changes).
  */
 object ChangeFeed {
-  private val ChangeType = "_change_type"
-  private val Sign = "__ivm_sign"
-
   def read(spark: SparkSession, view: String, requests: Seq[ChangeRequest],
       localMaxBytes: Long, sizes: Map[String, Long] = Map.empty): Map[String, TableChange] = {
     val (small, large) = requests.partition { r =>
@@ -112,12 +107,8 @@ object ChangeFeed {
 
   /** The change feed with the table's columns and a sign per row (+1 insert, -1 delete). */
   private def signedFeed(spark: SparkSession, view: String, r: ChangeRequest): DataFrame = try {
-    val feed = DeltaInternals.changeFeed(spark, r.table, r.from + 1, r.to)
-    val data = feed.columns.toSeq.filterNot(c => c.startsWith("_commit_") || c == ChangeType)
-    val signed = feed.select(data.map(DeltaSources.quoted) :+
-      when(col(ChangeType).isin("insert", "update_postimage"), lit(1)).otherwise(lit(-1)).as(Sign): _*)
-    // Delta checked the versions' change feed as it built the read (disabled in the interval,
-    // an incompatible schema change: errors); planned now, beside the other tables' reads.
+    val signed = DeltaSources.signedChanges(spark, r.table, r.from, r.to)
+    // Planned now, beside the other tables' reads.
     signed.queryExecution.executedPlan
     signed
   } catch {

@@ -73,6 +73,21 @@ object DeltaSources extends Logging {
     (if (IvmConf.KnownFiles.get(spark)) KnownFiles.read(spark, table, version) else None)
       .getOrElse(spark.read.format("delta").option("versionAsOf", version).table(table.quotedString))
 
+  /** The name of the sign column of [[signedChanges]]. */
+  val Sign = "__ivm_sign"
+
+  /**
+   * The change data feed of versions (fromVersion, toVersion]: the table's columns and [[Sign]],
+   * +1 for `insert` and `update_postimage`, -1 for `delete` and `update_preimage`. Delta checks
+   * that the feed covers the versions as the read is built (here) and when it runs.
+   */
+  def signedChanges(spark: SparkSession, table: TableIdentifier, fromVersion: Long, toVersion: Long): DataFrame = {
+    val feed = DeltaInternals.changeFeed(spark, table, fromVersion + 1, toVersion)
+    val data = feed.columns.toSeq.filterNot(c => c.startsWith("_commit_") || c == ChangeType)
+    feed.select(data.map(quoted) :+
+      when(col(ChangeType).isin("insert", "update_postimage"), lit(1)).otherwise(lit(-1)).as(Sign): _*)
+  }
+
   /**
    * The net change of a table between two versions (exclusive, inclusive], one row per unit of
    * multiplicity: a row inserted twice appears twice with `__ivm_m = 1`, so that every later
@@ -80,15 +95,14 @@ object DeltaSources extends Logging {
    */
   def netChanges(spark: SparkSession, table: TableIdentifier, fromVersion: Long,
       toVersion: Long, viewName: String): DataFrame = {
-    // Delta checks that the feed covers the versions when the read is built (here) and
-    // when it runs (PinnedReader.changeCounts); both report IVM_CHANGES_UNAVAILABLE.
+    // Feed errors, when the read is built (here) and when it runs (PinnedReader.changeCounts),
+    // are both reported as IVM_CHANGES_UNAVAILABLE.
     try {
-      val feed = DeltaInternals.changeFeed(spark, table, fromVersion + 1, toVersion)
-      val dataCols = feed.columns.toSeq.filterNot(_.startsWith("_commit_")).filterNot(_ == ChangeType)
-      val sign = when(col(ChangeType).isin("insert", "update_postimage"), lit(1L)).otherwise(lit(-1L))
+      val signed = signedChanges(spark, table, fromVersion, toVersion)
+      val dataCols = signed.columns.toSeq.filterNot(_ == Sign)
       val net = "__ivm_net"
-      feed.groupBy(dataCols.map(quoted): _*)
-        .agg(sum(sign).as(net))
+      signed.groupBy(dataCols.map(quoted): _*)
+        .agg(sum(col(Sign)).as(net))
         .where(col(net) =!= 0)
         .select(dataCols.map(quoted) :+
           explode(array_repeat(signum(col(net)).cast("int"), abs(col(net)).cast("int"))).as(Multiplicity): _*)

@@ -30,10 +30,10 @@ object DeltaInternals {
    * time a small refresh spent reading its changes).
    */
   def changeFeed(spark: SparkSession, table: TableIdentifier, start: Long, end: Long): DataFrame = {
-    val log = DeltaLog.forTable(spark, table)
+    val catalogTable = spark.sessionState.catalog.getTableMetadata(table)
+    val log = DeltaLog.forTable(spark, catalogTable)
     val latest = log.unsafeVolatileSnapshot
     val atEnd = if (latest.version == end) latest else log.getSnapshotAt(end)
-    val catalogTable = spark.sessionState.catalog.getTableMetadata(table)
     CDCReader.changesToBatchDF(log, start, end, spark, catalogTableOpt = Some(catalogTable),
       readSchemaSnapshot = Some(atEnd),
       startVersionSnapshot = if (start == end) Some(atEnd) else None)
