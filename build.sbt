@@ -56,7 +56,13 @@ lazy val root = (project in file("."))
       "--add-opens=java.base/java.util=ALL-UNNAMED",
       "--add-opens=java.base/java.lang.invoke=ALL-UNNAMED",
       "--add-opens=java.base/sun.util.calendar=ALL-UNNAMED",
-      "-Dspark.ivm.testing=true"
+      "-Dspark.ivm.testing=true",
+      // C2 only for methods several times hotter than by default: the suites run much of Spark briefly,
+      // beside the Python suite (tests/ivm_testing.py measures the same setting there).
+      "-XX:Tier4InvocationThreshold=40000", "-XX:Tier4MinInvocationThreshold=6000",
+      "-XX:Tier4CompileThreshold=45000", "-XX:Tier4BackEdgeThreshold=120000"
     ),
-    Test / parallelExecution := false
+    Test / parallelExecution := false,
+    // Each test's duration in the log: the suite shares the machine's cores with the Python one.
+    Test / testOptions += Tests.Argument(TestFrameworks.ScalaTest, "-oD")
   )

@@ -24,6 +24,24 @@ from pyspark.sql import SparkSession
 from spark_ivm import MaterializedView, configure_spark_with_ivm
 
 
+# The tests' JVMs run a large code base briefly, where the JIT compiler's threads took a third of
+# a JVM's CPU (measured per thread over the operator tests) on a machine whose cores the test
+# suites share. A session's JVM compiles to C2 only methods several times hotter than by
+# default (about a tenth less CPU over the operator tests, in the same time); a JVM a test starts
+# for a few seconds of work compiles with C1 only (half the CPU of its start, and sooner done).
+SESSION_JIT_OPTIONS = ("-XX:Tier4InvocationThreshold=40000 -XX:Tier4MinInvocationThreshold=6000 "
+                       "-XX:Tier4CompileThreshold=45000 -XX:Tier4BackEdgeThreshold=120000")
+SHORT_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
+
+
+def short_jvm_env() -> Dict[str, str]:
+    """The environment for a process a test starts that runs a JVM briefly (``SPARK_SUBMIT_OPTS``
+    reaches every driver JVM that ``spark-submit`` starts, PySpark's included)."""
+    env = dict(os.environ)
+    env["SPARK_SUBMIT_OPTS"] = f"{env.get('SPARK_SUBMIT_OPTS', '')} {SHORT_JVM_OPTIONS}".strip()
+    return env
+
+
 def make_session(master: str = "local[2]", warehouse: Optional[str] = None,
                  hive: bool = False, app: str = "spark-ivm-tests",
                  extra: Optional[dict] = None) -> SparkSession:
@@ -52,7 +70,7 @@ def make_session(master: str = "local[2]", warehouse: Optional[str] = None,
         # Broadcast hash relations built on the driver take a whole memory page (64 MB by
         # default here) however few rows they hold; the tests build thousands of small ones.
         .config("spark.buffer.pageSize", "2m")
-        .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={warehouse}")
+        .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={warehouse} {SESSION_JIT_OPTIONS}")
     )
     # IVM_TEST_CONF="key=value;key=value" runs the tests with other settings (e.g. every apply
     # on the deletion-vector path: spark.ivm.apply.rewriteWithoutSearchBytes=0).

@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from ivm_testing import make_session  # noqa: E402
+from ivm_testing import SESSION_JIT_OPTIONS, make_session  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -33,6 +33,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     classpath = os.pathsep.join(wanted)
     session = make_session(master="local-cluster[2,1,1024]",
                            warehouse=str(tmp_path_factory.mktemp("cluster-warehouse")),
-                           extra={"spark.executor.extraClassPath": classpath})
+                           extra={"spark.executor.extraClassPath": classpath,
+                                  "spark.executor.extraJavaOptions": SESSION_JIT_OPTIONS})
     yield session
     session.stop()

@@ -13,7 +13,7 @@ from typing import List
 import pytest
 from pyspark.sql import SparkSession
 
-from ivm_testing import assert_matches_query
+from ivm_testing import assert_matches_query, short_jvm_env
 from spark_ivm import MaterializedView, RefreshReport
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "crash_worker.py")
@@ -21,7 +21,7 @@ WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "crash_worker.
 
 def run_worker(warehouse: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, WORKER, str(warehouse), *args],
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=600, env=short_jvm_env())
 
 
 def kill_chain(warehouse: Path) -> List[dict]:
@@ -139,8 +139,9 @@ def kill_create(tmp_path: Path) -> dict:
         "print('ROWS', spark.table('k').count())\n"
     )
     killed = subprocess.run([sys.executable, str(script), "kill"], capture_output=True, text=True,
-                            timeout=600)
-    again = subprocess.run([sys.executable, str(script), "ok"], capture_output=True, text=True, timeout=600)
+                            timeout=600, env=short_jvm_env())
+    again = subprocess.run([sys.executable, str(script), "ok"], capture_output=True, text=True, timeout=600,
+                           env=short_jvm_env())
     return {"first": first, "killed": killed, "again": again}
 
 

@@ -12,7 +12,7 @@ import pytest
 from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 
-from ivm_testing import assert_matches_query
+from ivm_testing import assert_matches_query, short_jvm_env
 from spark_ivm import (
     IVM_EXTENSION, IvmError, MaterializedView, RefreshReport, configure_spark_with_ivm,
     delta_package, is_materialized_view, list_materialized_views, spark_sql_args,
@@ -103,7 +103,7 @@ SELECT concat('ROW ', region, ' ', total) FROM by_region ORDER BY region;
          "--driver-java-options", f"-Dderby.system.home={tmp_path}"],
         input=script.replace("SELECT mode, source_rows_changed FROM (REFRESH MATERIALIZED VIEW by_region);",
                              "REFRESH MATERIALIZED VIEW by_region;"),
-        capture_output=True, text=True, timeout=600, cwd=tmp_path)
+        capture_output=True, text=True, timeout=600, cwd=tmp_path, env=short_jvm_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [line for line in proc.stdout.splitlines() if line.startswith("ROW ")]
     assert lines == ["ROW eu 5.0", "ROW us 8.0"], proc.stdout[-2000:]

@@ -13,7 +13,7 @@ from typing import List, Tuple
 import pytest
 from pyspark.sql import DataFrame, Row, SparkSession
 
-from ivm_testing import assert_matches_query, condition, multiset, refused
+from ivm_testing import assert_matches_query, condition, multiset, refused, short_jvm_env
 from ivm_testing import session_confs as confs
 from spark_ivm import MaterializedView, configure_spark_with_ivm
 from spark_ivm.session import CODEGEN_CACHE_ENTRIES, session_defaults
@@ -291,7 +291,8 @@ def test_fault_injection_needs_test_mode(tmp_path: Path) -> None:
         "spark.sql('REFRESH MATERIALIZED VIEW v')\n"
         "print('ROWS', spark.table('v').count(), spark.catalog.tableExists('s'))\n"
     )
-    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600,
+                          env=short_jvm_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "ROWS 1 True" in proc.stdout
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from ivm_testing import assert_matches_query, condition, refused
+from ivm_testing import assert_matches_query, condition, refused, short_jvm_env
 from spark_ivm import MaterializedView, RefreshService, errors
 from spark_ivm.errors import InvalidScheduleError, NotIncrementalizableError, ScheduleConflictError
 
@@ -365,13 +365,16 @@ def refresh_command(directory: Path) -> dict:
         "    print('ROWS', sorted(tuple(r) for r in spark.table('evc').collect()))\n"
         "    print('LAG', spark.sql('DESCRIBE MATERIALIZED VIEW evc AS JSON').first()[0])\n")
     run = [sys.executable, str(setup)]
-    created = subprocess.run(run + ["create"], capture_output=True, text=True, timeout=600, cwd=directory)
+    created = subprocess.run(run + ["create"], capture_output=True, text=True, timeout=600, cwd=directory,
+                             env=short_jvm_env())
     command = [sys.executable, "-m", "spark_ivm.service", "--once", "--hive", "--master", "local[1]",
                "--warehouse", str(directory),
                "--conf", f"javax.jdo.option.ConnectionURL=jdbc:derby:;databaseName={directory}/metastore_db",
                "--conf", f"spark.driver.extraJavaOptions=-Dderby.system.home={directory}"]
-    service = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=directory)
-    checked = subprocess.run(run + ["check"], capture_output=True, text=True, timeout=600, cwd=directory)
+    service = subprocess.run(command, capture_output=True, text=True, timeout=600, cwd=directory,
+                             env=short_jvm_env())
+    checked = subprocess.run(run + ["check"], capture_output=True, text=True, timeout=600, cwd=directory,
+                             env=short_jvm_env())
     return {"created": created, "service": service, "checked": checked}
 
 
