@@ -94,6 +94,12 @@ object IvmConf {
       "held or follows a held one by a few commits and its files total at most this many bytes " +
       "(larger scans keep Delta's data skipping, which reads more kinds of statistics). 0 turns it off.")
 
+  val DriverBroadcastMaxBytes: IvmConfEntry[Long] = long("spark.ivm.broadcast.driverReadMaxBytes",
+    default = 1L << 20,
+    "Without adaptive execution (as in a refresh's small queries), the broadcast side of a join " +
+      "that scans files totalling at most this many bytes (and rows held on the driver) is read " +
+      "and built on the driver instead of by a Spark job of its own. 0 turns it off.")
+
   // ---- planning ----
 
   val FkPruning: IvmConfEntry[Boolean] = bool("spark.ivm.fkPruning.enabled", default = true,
@@ -110,8 +116,10 @@ object IvmConf {
       "joins instead.", min = 1)
 
   val MaxProbeRanges: IvmConfEntry[Int] = int("spark.ivm.keyProbing.maxRanges", 64,
-    "Most ranges in one probe filter over keys of floating-point type (Delta tests each range " +
-      "against every file's min and max); keys of other types are probed as a hash set.",
+    "Most ranges in one probe filter over keys whose values a hash set cannot match as the join " +
+      "does (floating-point values, strings under a collation: Delta tests each range against every " +
+      "file's min and max); integer, date, timestamp, decimal and plain string keys are probed " +
+      "as a hash set.",
     min = 1)
 
   val MinProbeTableBytes: IvmConfEntry[Long] = long("spark.ivm.keyProbing.minTableBytes", 16L << 20,

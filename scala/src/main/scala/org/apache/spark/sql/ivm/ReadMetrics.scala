@@ -52,6 +52,12 @@ object ReadMetrics {
       }
   }
 
+  /** Counts rows this thread read on the driver, as a task would have ([[LocalBroadcastExec]]). */
+  def readOnDriver(sc: SparkContext, rows: Long): Unit =
+    Option(sc.getLocalProperty(Key)).foreach { id =>
+      Option(listeners.get(sc)).flatMap(l => Option(l.counters.get(id))).foreach(_.rows.addAndGet(rows))
+    }
+
   /** Starts counting the work of jobs this thread submits; returns the tag and the previous one. */
   def start(spark: SparkSession): (String, String) = {
     val sc = spark.sparkContext
