@@ -53,11 +53,10 @@ case class LocalBroadcastExec(mode: BroadcastMode, child: SparkPlan) extends Una
  * Replaces broadcast exchanges of small inputs by [[LocalBroadcastExec]]: local scans, and plans
  * of projections, filters, unions and broadcast joins over them and over file scans of at most
  * `spark.ivm.broadcast.driverReadMaxBytes` in all (sized from the files the scan's index already
- * holds: a Delta version's list as a refresh reads it, Delta's prepared scan of a query, never by
- * listing). Only without adaptive
- * execution, whose query stages must be exchanges (a refresh plans its small queries
- * statically). Runs after the exchanges are planned, as a pre-columnar rule, so that Spark adds
- * the columnar-to-row transition under the new node.
+ * holds: a Delta version's list as a refresh reads it, Delta's prepared scan of a query; never by
+ * listing). Only without adaptive execution, whose query stages must be exchanges (a refresh
+ * plans its small queries statically). Runs after the exchanges are planned, as a pre-columnar
+ * rule, so that Spark adds the columnar-to-row transition under the new node.
  */
 object LocalBroadcast extends Rule[SparkPlan] {
   def apply(plan: SparkPlan): SparkPlan =
@@ -75,7 +74,7 @@ object LocalBroadcast extends Rule[SparkPlan] {
   /** The bytes of the files `plan` scans, if it is made of operators that run on the driver
    * as they would in a task and its scans' sizes are known without listing files. */
   private def fileBytes(plan: SparkPlan): Option[Long] = plan match {
-    case _: LocalTableScanExec | _: LocalBroadcastExec => Some(0L)
+    case _: LocalTableScanExec => Some(0L)
     case scan: FileSourceScanExec => scan.relation.location match {
       case index: TahoeBatchFileIndex => Some(index.sizeInBytes)
       case index: PreparedDeltaFileIndex => Some(index.preparedScan.files.map(_.size).sum)
