@@ -7,6 +7,7 @@ import scala.collection.mutable
 import io.sparkivm.IvmErrors
 import io.sparkivm.catalog.RefreshPolicy
 import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.ivm.ConfRegistration
 
 /**
@@ -20,6 +21,9 @@ final case class IvmConfEntry[T](key: String, default: T, typeName: String, doc:
 
   /** The value for this session: set by SET or the session builder, else the default. */
   def get(spark: SparkSession): T = spark.conf.getOption(key).map(read).getOrElse(default)
+
+  /** The same, where only the session's SQLConf is at hand (planner rules). */
+  def get(conf: SQLConf): T = Option(conf.getConfString(key, null)).map(read).getOrElse(default)
 
   /** A value given as text; IVM_INVALID_CONF if it is not one of the allowed values. */
   def read(value: String): T = parse(value) match {

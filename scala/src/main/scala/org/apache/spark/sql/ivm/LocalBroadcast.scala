@@ -62,8 +62,7 @@ object LocalBroadcast extends Rule[SparkPlan] {
   def apply(plan: SparkPlan): SparkPlan =
     if (conf.adaptiveExecutionEnabled) plan
     else {
-      val maxBytes = IvmConf.DriverBroadcastMaxBytes.read(
-        conf.getConfString(IvmConf.DriverBroadcastMaxBytes.key, IvmConf.DriverBroadcastMaxBytes.defaultString))
+      val maxBytes = IvmConf.DriverBroadcastMaxBytes.get(conf)
       plan.transformUp {
         case BroadcastExchangeExec(mode, scan: LocalTableScanExec) => LocalBroadcastExec(mode, scan)
         case BroadcastExchangeExec(mode, child) if maxBytes > 0 && fileBytes(child).exists(_ <= maxBytes) =>
