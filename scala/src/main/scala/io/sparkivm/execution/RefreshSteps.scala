@@ -40,6 +40,8 @@ class RefreshSteps(spark: SparkSession, override val probe: ProbeSettings, maxLo
 
   override def collects: Boolean = true
 
+  override def localRows(plan: LogicalPlan): Option[Seq[InternalRow]] = RefreshSteps.localRows(plan)
+
   override def localValues(plan: LogicalPlan, key: Attribute): Option[Set[Any]] =
     RefreshSteps.localRows(plan).map { rows =>
       val at = plan.output.indexWhere(_.exprId == key.exprId)

@@ -55,14 +55,25 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
     /** Branches computed elsewhere for given subtrees (IVM^eps for a triangle block). */
     precomputed: LogicalPlan => Option[Seq[Branch]] = _ => None) {
 
+  /** Restricted reads of large tables, each computed once per refresh and shared. */
+  private val scans = new SharedScans(reader, fkSettings.steps, fkSettings.probe.minTableBytes,
+    fkSettings.probe.maxKeys)
+
   /** Subplans restricted to a set of keys, the restriction pushed down to the scans. */
-  val restriction: KeyRestriction = new KeyRestriction(fkSettings.steps)
+  val restriction: KeyRestriction = new KeyRestriction(fkSettings.steps, scans.restrict)
 
   /** Delta plans of join blocks with foreign keys and key probing (None when both are off). */
   val fk: FkDeltaPlanner = new FkDeltaPlanner(this, reader, fkSettings)
 
-  def pre(plan: LogicalPlan): LogicalPlan = substitute(plan, reader.pre)
-  def post(plan: LogicalPlan): LogicalPlan = substitute(plan, reader.post)
+  def pre(plan: LogicalPlan): LogicalPlan = substitute(plan, scans.pre)
+  def post(plan: LogicalPlan): LogicalPlan = substitute(plan, scans.post)
+
+  /**
+   * Records which columns of each table the view reads (`plan`: its query below the view's
+   * own aggregate, with `withOutput` when the plan's output is stored as it is), so that reads
+   * restricted by key hold only those ([[SharedScans]]).
+   */
+  def noteColumnsRead(plan: LogicalPlan, withOutput: Boolean): Unit = scans.noteColumnsRead(plan, withOutput)
   def preDel(plan: LogicalPlan): LogicalPlan = substitute(plan, reader.preDel)
 
   /** `plan` with each table occurrence read by `read` (its output attributes kept). */
@@ -86,7 +97,7 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
   def weightedPre(plan: LogicalPlan): Option[(LogicalPlan, Attribute)] = plan match {
     case SourceLeaf(leaf) =>
       val w = AttributeReference("__ivm_w", m.dataType, nullable = false)()
-      val post = Project(leaf.output :+ Alias(Literal(1), w.name)(exprId = w.exprId), reader.post(leaf))
+      val post = Project(leaf.output :+ Alias(Literal(1), w.name)(exprId = w.exprId), scans.post(leaf))
       Some(reader.delta(leaf) match {
         case None => (post, w)
         case Some(d) =>
@@ -111,7 +122,72 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
 
   /** The delta of `plan` as a union of branches (empty when nothing under it changed). */
   def delta(plan: LogicalPlan): Seq[Branch] =
-    precomputed(plan).orElse(fk.delta(plan)).getOrElse(generic(plan))
+    precomputed(plan).orElse(overScalar(plan)).orElse(fk.delta(plan)).getOrElse(generic(plan))
+
+  /**
+   * D of a filter over an inner join with a one-row global aggregate (an uncorrelated scalar
+   * subquery, as [[QueryRewrites]] joins it: TPC-H Q22's `c_acctbal > (SELECT avg(...))`):
+   * D(L) x Post(A), plus Pre(L) x D(A), where D(A) is the old row leaving and the new one
+   * coming. A row of L whose condition holds for both values, or for neither, cancels in
+   * Pre(L) x D(A), so only the rows for which the two values decide differently are read (the
+   * condition with each value as a literal: a filter on L that Spark pushes to its scans),
+   * instead of all of Pre(L) twice. Both values are computed first (on the driver, one row each);
+   * None where they cannot be (EXPLAIN) or the plan has another shape.
+   */
+  private def overScalar(plan: LogicalPlan): Option[Seq[Branch]] = plan match {
+    case Filter(cond, j: Join) if cond.deterministic && scalarJoin(j) => scalarDelta(j, Some(cond))
+    case j: Join if scalarJoin(j) => scalarDelta(j, None)
+    // Above such a join (before the FK planner takes the filters and projections as its block).
+    case Filter(cond, child) if cond.deterministic =>
+      overScalar(child).map(_.map(b => b.copy(plan = Filter(cond, b.plan))))
+    case Project(list, child) if list.forall(_.deterministic) =>
+      overScalar(child).map(_.map(b => b.copy(plan = Project(list :+ m, b.plan))))
+    case SubqueryAlias(_, child) => overScalar(child)
+    case _ => None
+  }
+
+  private def scalarJoin(j: Join): Boolean = j.joinType == Inner && fkSettings.steps.collects &&
+    QueryRewrites.singleRow(j.right) && j.condition.forall(_.deterministic)
+
+  private def scalarDelta(j: Join, filter: Option[Expression]): Option[Seq[Branch]] = {
+    val right = j.right
+    def filtered(p: LogicalPlan) = filter.map(Filter(_, p)).getOrElse(p)
+    val fromLeft = delta(j.left).map { b =>
+      Branch(filtered(Project(j.output :+ m, j.copy(left = b.plan, right = post(right)))),
+        b.terms ++ leafNames(right).map(n => s"Post($n)"))
+    }
+    if (delta(right).isEmpty) return Some(fromLeft)
+    val steps = fkSettings.steps
+    val (oldRow, newRow) = (steps.materialize(pre(right)), steps.materialize(post(right)))
+    for {
+      Seq(o) <- steps.localRows(oldRow)
+      Seq(n) <- steps.localRows(newRow)
+    } yield {
+      val types = right.output.map(_.dataType)
+      val (ov, nv) = (o.toSeq(types), n.toSeq(types))
+      if (ov == nv) fromLeft else {
+        val theta = (filter.toSeq ++ j.condition).reduceOption(And).getOrElse(Literal.TrueLiteral)
+        def at(values: Seq[Any]) = Coalesce(Seq(theta.transform {
+          case a: Attribute if right.outputSet.contains(a) =>
+            val i = right.output.indexWhere(_.exprId == a.exprId)
+            Literal(values(i), types(i))
+        }, Literal.FalseLiteral))
+        val decides = Not(EqualTo(at(ov), at(nv)))
+        val inner = AttributeReference("__ivm_m_in", m.dataType, nullable = false)()
+        val change = Union(Seq(-1 -> oldRow, 1 -> newRow).map { case (sign, row) =>
+          Project(row.output :+ Alias(Literal(sign), inner.name)(exprId = inner.exprId), row)
+        })
+        val (left, sign) = weightedPre(j.left) match {
+          case Some((weighted, w)) => (weighted, Multiply(inner, w))
+          case None => (pre(j.left), inner)
+        }
+        fromLeft :+ Branch(filtered(Project(j.output :+ Alias(sign, m.name)(exprId = m.exprId),
+          j.copy(left = Filter(decides, left), right = change))),
+          leafNames(j.left).map(n => s"Pre($n) where the old and new value decide differently") :+
+            s"D(${right.nodeName} over ${leafNames(right).distinct.mkString(", ")})")
+      }
+    }
+  }
 
   private def generic(plan: LogicalPlan): Seq[Branch] = plan match {
     case SourceLeaf(leaf) =>

@@ -28,10 +28,17 @@ import org.apache.spark.sql.catalyst.plans.logical._
  * It stops where the restriction would change the result (a full outer join, an aggregate over
  * other columns, nondeterministic expressions), and semi-joins there.
  */
-class KeyRestriction(steps: PlanSteps) extends PredicateHelper {
+class KeyRestriction(steps: PlanSteps,
+    /** A restricted table read computed elsewhere (held and shared: [[SharedScans]]), if any. */
+    shared: (LogicalPlan, Seq[Expression], LogicalPlan, Option[Expression]) => Option[LogicalPlan] =
+      (_, _, _, _) => None) extends PredicateHelper {
 
   def apply(plan: LogicalPlan, keys: Seq[Expression], affected: LogicalPlan,
-      probe: Option[Expression] = None): LogicalPlan = {
+      probe: Option[Expression] = None): LogicalPlan =
+    shared(plan, keys, affected, probe).getOrElse(pushDown(plan, keys, affected, probe))
+
+  private def pushDown(plan: LogicalPlan, keys: Seq[Expression], affected: LogicalPlan,
+      probe: Option[Expression]): LogicalPlan = {
     def here: LogicalPlan = {
       val cond = keys.zip(affected.output).map { case (k, a) => EqualNullSafe(k, a): Expression }.reduce(And)
       Join(probe.map(Filter(_, plan)).getOrElse(plan), affected, LeftSemi, Some(cond), JoinHint.NONE)

@@ -52,7 +52,8 @@ object QueryRewrites {
       .foldLeft(plan)((p, rule) => rule(p))
 
   /** A plan that returns exactly one row: a global aggregate under projections. */
-  private def singleRow(p: LogicalPlan): Boolean = p match {
+  /** True if `p` is a global aggregate (one row), under projections and aliases. */
+  def singleRow(p: LogicalPlan): Boolean = p match {
     case a: Aggregate => a.groupingExpressions.isEmpty
     case Project(_, c) => singleRow(c)
     case SubqueryAlias(_, c) => singleRow(c)

@@ -79,7 +79,13 @@ class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String]) {
   }
 
   /** The delta branches that a refresh with these changes runs. */
-  def branches(rules: DeltaRules): Seq[Branch] = rules.delta(child)
+  def branches(rules: DeltaRules): Seq[Branch] = {
+    shape match {
+      case a: AggregateShape => rules.noteColumnsRead(a.aggregate, withOutput = false)
+      case r: RowsShape => rules.noteColumnsRead(r.rows, withOutput = true)
+    }
+    rules.delta(child)
+  }
 
   /**
    * The rows to MERGE into the backing table (complete new rows of the groups that changed,
@@ -243,6 +249,8 @@ trait PlanSteps {
    * held on the driver (see `materialize`), without running anything; None otherwise.
    */
   def localValues(plan: LogicalPlan, key: Attribute): Option[Set[Any]] = None
+  /** The rows of `plan` (in its output's order) if it is held on the driver (see `materialize`). */
+  def localRows(plan: LogicalPlan): Option[Seq[org.apache.spark.sql.catalyst.InternalRow]] = None
   /** Whether and how to probe large inputs with the keys of small ones. */
   def probe: ProbeSettings = ProbeSettings.Off
 }
