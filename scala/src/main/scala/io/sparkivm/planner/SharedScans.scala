@@ -55,27 +55,29 @@ class SharedScans(reader: LeafReader, steps: PlanSteps, minBytes: Long, maxKeys:
   private def track(plan: LogicalPlan, read: Read): LogicalPlan = { reads.put(plan, read); plan }
 
   /**
-   * Records the columns that `plan` reads of each table occurrence under it: those its operators
-   * reference, those of children whose whole rows matter (UNION by position, DISTINCT, set
-   * operations) and, with `withOutput`, its output's.
+   * Records the columns that `plan` reads of each table occurrence under it, as Spark's column
+   * pruning finds them: from the top down, a node needs the columns its own expressions reference
+   * and those of its output that its parent needs (a projection or aggregate only for the outputs
+   * needed; a semi or anti join nothing of its right side but its condition's; a union, DISTINCT
+   * or set operation all of its children's). With `withOutput`, all of `plan`'s output is needed.
    */
   def noteColumnsRead(plan: LogicalPlan, withOutput: Boolean): Unit = {
-    val used = mutable.Set[ExprId]()
-    if (withOutput) used ++= plan.output.map(_.exprId)
-    plan.foreach { node =>
-      used ++= node.references.map(_.exprId)
+    def visit(node: LogicalPlan, needed: Set[ExprId]): Unit = {
+      def refs(es: Seq[Expression]) = es.flatMap(_.references.map(_.exprId)).toSet
       node match {
+        case SourceLeaf(leaf) =>
+          val names = leaf.output.filter(a => needed(a.exprId)).map(a => lower(a.name))
+          columnsRead(leaf.name) = columnsRead.getOrElse(leaf.name, Set.empty) ++ names
+        case Project(list, child) => visit(child, refs(list.filter(a => needed(a.exprId))))
+        case Aggregate(groups, aggs, child, _) => visit(child, refs(groups ++ aggs.filter(a => needed(a.exprId))))
         case _: Union | _: Distinct | _: Intersect | _: Except | _: Deduplicate =>
-          used ++= node.children.flatMap(_.output.map(_.exprId))
+          node.children.foreach(c => visit(c, c.output.map(_.exprId).toSet))
         case _ =>
+          val own = node.references.map(_.exprId).toSet
+          node.children.foreach(c => visit(c, (own ++ needed).intersect(c.output.map(_.exprId).toSet)))
       }
     }
-    plan.foreach {
-      case SourceLeaf(leaf) =>
-        val names = leaf.output.filter(a => used.contains(a.exprId)).map(a => lower(a.name))
-        columnsRead(leaf.name) = columnsRead.getOrElse(leaf.name, Set.empty) ++ names
-      case _ =>
-    }
+    visit(plan, if (withOutput) plan.output.map(_.exprId).toSet else plan.references.map(_.exprId).toSet)
   }
 
   /**
@@ -157,17 +159,20 @@ class SharedScans(reader: LeafReader, steps: PlanSteps, minBytes: Long, maxKeys:
     else Some(counts.iterator.flatMap { case (v, n) => Iterator.fill(n.toInt)(InternalRow.fromSeq(v)) }.toSeq)
   }
 
-  /** Held rows of `wanted` keys under `plan`'s attributes; columns not held are NULL. */
+  /**
+   * Held rows of `wanted` keys as a relation with `plan`'s own attributes (columns not held are
+   * NULL): laid out in its column order here, once, rather than under a renaming projection that
+   * Spark's optimizer would evaluate over every row each time it plans a query reading them.
+   */
   private def relation(plan: LogicalPlan, h: Held, keyNames: Seq[String], wanted: Set[Seq[Any]]): LogicalPlan = {
-    val attrs = DataTypeUtils.toAttributes(StructType(h.columns))
+    val types = h.columns.map(_.dataType)
     val rows = if (h.keys == wanted) h.rows else {
       val keyAt = keyNames.map(k => h.columns.indexWhere(_.name == k))
-      h.rows.filter(r => wanted.contains(keyAt.map(i => r.get(i, h.columns(i).dataType))))
+      h.rows.filter(r => wanted.contains(keyAt.map(i => r.get(i, types(i)))))
     }
-    val byName = attrs.map(a => a.name -> a).toMap
-    Project(plan.output.map { a =>
-      Alias(byName.getOrElse(lower(a.name), Literal(null, a.dataType)), a.name)(exprId = a.exprId)
-    }, LocalRelation(attrs, rows))
+    val at = plan.output.map(a => h.columns.indexWhere(_.name == lower(a.name)))
+    LocalRelation(plan.output.zip(at).map { case (a, i) => if (i < 0) a.withNullability(true) else a },
+      rows.map(r => new GenericInternalRow(at.map(i => if (i < 0) null else r.get(i, types(i))).toArray[Any])))
   }
 
   private def lower(s: String): String = s.toLowerCase(Locale.ROOT)

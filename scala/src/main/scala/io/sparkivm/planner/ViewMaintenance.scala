@@ -81,7 +81,7 @@ class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String]) {
   /** The delta branches that a refresh with these changes runs. */
   def branches(rules: DeltaRules): Seq[Branch] = {
     shape match {
-      case a: AggregateShape => rules.noteColumnsRead(a.aggregate, withOutput = false)
+      case a: AggregateShape => rules.noteColumnsRead(a.aggregate, withOutput = true)
       case r: RowsShape => rules.noteColumnsRead(r.rows, withOutput = true)
     }
     rules.delta(child)
