@@ -162,19 +162,24 @@ SELF_EXISTS = """SELECT l1.sk, count(*) AS n, sum(l1.qty) AS q FROM li l1 WHERE 
     AND EXISTS (SELECT * FROM li l2 WHERE l2.ok = l1.ok AND l2.sk <> l1.sk)
     AND NOT EXISTS (SELECT * FROM li l3 WHERE l3.ok = l1.ok AND l3.sk <> l1.sk AND l3.late)
     GROUP BY l1.sk"""
+SELF_OUTER = """SELECT n, count(*) AS keys FROM (SELECT l1.ok, count(l2.sk) AS n FROM li l1
+    LEFT JOIN li l2 ON l1.ok = l2.ok AND l2.sk > l1.sk AND l2.note <> 'x' GROUP BY l1.ok) GROUP BY n"""
+SHARED_MIN_BYTES = "spark.ivm.sharedReads.minTableBytes"
 
 
 def test_restricted_reads_of_a_large_table_are_shared(spark: SparkSession, db: str) -> None:
     """TPC-H Q21's shape: semi and anti joins of a table with itself, recomputed by key. Each
     occurrence is read at Pre and at Post restricted to the changed keys; from
-    spark.ivm.keyProbing.minTableBytes up, the table is read once per refresh (Pre derived from
-    Post and the change held on the driver) instead of six times, with the same rows."""
+    spark.ivm.sharedReads.minTableBytes up, the table is read once per refresh (Pre derived from
+    Post and the change held on the driver) instead of six times, with the same rows. A left
+    join under two aggregates (TPC-H Q13's shape) is checked the same way."""
     spark.sql("CREATE TABLE li (ok INT, sk INT, late BOOLEAN, qty DECIMAL(10, 2), note STRING) USING delta")
     spark.sql("INSERT INTO li SELECT id DIV 4, id % 5, id % 3 = 0, id % 50, repeat('x', id % 4) "
               "FROM range(4000)")
     table_rows = 4000
     shared = MaterializedView.create(spark, "li_shared", SELF_EXISTS)
     apart = MaterializedView.create(spark, "li_apart", SELF_EXISTS)
+    outer = MaterializedView.create(spark, "li_outer", SELF_OUTER)
     changes = [
         ["DELETE FROM li WHERE ok IN (3, 500, 999)",
          "INSERT INTO li VALUES (3, 1, true, 1.00, 'n'), (3, 1, true, 1.00, 'n'), (7, 9, true, 2.00, NULL)"],
@@ -186,13 +191,15 @@ def test_restricted_reads_of_a_large_table_are_shared(spark: SparkSession, db: s
     for statements in changes:
         for statement in statements:
             spark.sql(statement)
-        with confs(spark, {"spark.ivm.keyProbing.minTableBytes": "0"}):
+        with confs(spark, {SHARED_MIN_BYTES: "0"}):
             on = shared.refresh()
-        with confs(spark, {"spark.ivm.keyProbing.minTableBytes": str(1 << 40)}):
+            outer.refresh()
+        with confs(spark, {SHARED_MIN_BYTES: str(1 << 40)}):
             off = apart.refresh()
         assert on.mode == off.mode == "incremental", (on, off)
         assert_matches_query(spark, "li_shared", SELF_EXISTS)
         assert_matches_query(spark, "li_apart", SELF_EXISTS)
+        assert_matches_query(spark, "li_outer", SELF_OUTER)
         assert on.rows_read < 1.5 * table_rows < 3 * table_rows < off.rows_read, (on.rows_read, off.rows_read)
 
 

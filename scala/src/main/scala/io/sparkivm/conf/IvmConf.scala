@@ -129,10 +129,13 @@ object IvmConf {
     min = 1)
 
   val MinProbeTableBytes: IvmConfEntry[Long] = long("spark.ivm.keyProbing.minTableBytes", 16L << 20,
-    "Tables smaller than this are joined as they are, never probed. A table at least this large " +
-      "that an operator recomputed by key reads (at Pre, at Post, or in several places) is read " +
-      "once per refresh for the changed keys, at most keyProbing.maxKeys of them, and the rows " +
-      "are held on the driver and shared.")
+    "Tables smaller than this are joined as they are, never probed.")
+
+  val SharedReadMinBytes: IvmConfEntry[Long] = long("spark.ivm.sharedReads.minTableBytes", 1L << 20,
+    "A table at least this large that an operator recomputed by key reads (at Pre, at Post, or " +
+      "in several places) is read once per refresh for the changed keys (at most " +
+      "keyProbing.maxKeys of them) and the rows are held on the driver and shared; a smaller one " +
+      "is read as part of each query that needs it.")
 
   val EpsilonEnabled: IvmConfEntry[Boolean] = bool("spark.ivm.epsilon.enabled", default = true,
     "Maintain triangle views with IVM^eps; false gives them the generic (first-order) rules.")

@@ -28,6 +28,7 @@ object PlanningConf {
         declared.collect { case f: ForeignKey =>
           ForeignKeyRef(f.name, f.columns, f.parent.unquotedString, f.parentColumns, f.rely) })
     }))
-    FkSettings(pruning(spark), probe(spark), keys, steps)
+    FkSettings(pruning(spark), probe(spark), keys, steps,
+      sharedReadMinBytes = IvmConf.SharedReadMinBytes.get(spark))
   }
 }

@@ -56,7 +56,7 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
     precomputed: LogicalPlan => Option[Seq[Branch]] = _ => None) {
 
   /** Restricted reads of large tables, each computed once per refresh and shared. */
-  private val scans = new SharedScans(reader, fkSettings.steps, fkSettings.probe.minTableBytes,
+  private val scans = new SharedScans(reader, fkSettings.steps, fkSettings.sharedReadMinBytes,
     fkSettings.probe.maxKeys)
 
   /** Subplans restricted to a set of keys, the restriction pushed down to the scans. */

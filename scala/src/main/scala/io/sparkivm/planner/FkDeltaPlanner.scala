@@ -14,7 +14,9 @@ case class FkSettings(pruning: Boolean, probe: ProbeSettings, keys: SourceLeaf =
     /** Runs small plans: the guard and integrity checks, probe keys, materialized steps. */
     steps: PlanSteps,
     /** Join blocks start every branch from its delta, then each unit that shares a conjunct. */
-    deltaFirst: Boolean = false)
+    deltaFirst: Boolean = false,
+    /** Restricted reads of tables at least this large are held and shared ([[SharedScans]]). */
+    sharedReadMinBytes: Long = Long.MaxValue)
 
 object FkSettings {
   val Off: FkSettings = FkSettings(pruning = false, ProbeSettings.Off, _ => TableKeys.Empty, PlanOnly)
