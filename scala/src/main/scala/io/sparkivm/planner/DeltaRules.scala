@@ -69,11 +69,11 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
   def post(plan: LogicalPlan): LogicalPlan = substitute(plan, scans.post)
 
   /**
-   * Records which columns of each table the view reads (`plan`: its query below the view's
-   * own aggregate, with `withOutput` when the plan's output is stored as it is), so that reads
-   * restricted by key hold only those ([[SharedScans]]).
+   * Records which columns of each table the view reads (`plan`: the view's aggregate, or the
+   * plan of its rows), so that reads restricted by key hold only those ([[SharedScans]]).
    */
-  def noteColumnsRead(plan: LogicalPlan, withOutput: Boolean): Unit = scans.noteColumnsRead(plan, withOutput)
+  def noteColumnsRead(plan: LogicalPlan): Unit = scans.noteColumnsRead(plan)
+
   def preDel(plan: LogicalPlan): LogicalPlan = substitute(plan, reader.preDel)
 
   /** `plan` with each table occurrence read by `read` (its output attributes kept). */

@@ -8,7 +8,6 @@ import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions._
 import org.apache.spark.sql.catalyst.plans.LeftSemi
 import org.apache.spark.sql.catalyst.plans.logical._
-import org.apache.spark.sql.catalyst.types.DataTypeUtils
 import org.apache.spark.sql.types._
 
 /**
@@ -59,9 +58,9 @@ class SharedScans(reader: LeafReader, steps: PlanSteps, minBytes: Long, maxKeys:
    * pruning finds them: from the top down, a node needs the columns its own expressions reference
    * and those of its output that its parent needs (a projection or aggregate only for the outputs
    * needed; a semi or anti join nothing of its right side but its condition's; a union, DISTINCT
-   * or set operation all of its children's). With `withOutput`, all of `plan`'s output is needed.
+   * or set operation all of its children's), starting from all of `plan`'s output.
    */
-  def noteColumnsRead(plan: LogicalPlan, withOutput: Boolean): Unit = {
+  def noteColumnsRead(plan: LogicalPlan): Unit = {
     def visit(node: LogicalPlan, needed: Set[ExprId]): Unit = {
       def refs(es: Seq[Expression]) = es.flatMap(_.references.map(_.exprId)).toSet
       node match {
@@ -77,7 +76,7 @@ class SharedScans(reader: LeafReader, steps: PlanSteps, minBytes: Long, maxKeys:
           node.children.foreach(c => visit(c, (own ++ needed).intersect(c.output.map(_.exprId).toSet)))
       }
     }
-    visit(plan, if (withOutput) plan.output.map(_.exprId).toSet else plan.references.map(_.exprId).toSet)
+    visit(plan, plan.output.map(_.exprId).toSet)
   }
 
   /**

@@ -80,10 +80,10 @@ class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String]) {
 
   /** The delta branches that a refresh with these changes runs. */
   def branches(rules: DeltaRules): Seq[Branch] = {
-    shape match {
-      case a: AggregateShape => rules.noteColumnsRead(a.aggregate, withOutput = true)
-      case r: RowsShape => rules.noteColumnsRead(r.rows, withOutput = true)
-    }
+    rules.noteColumnsRead(shape match {
+      case a: AggregateShape => a.aggregate
+      case r: RowsShape => r.rows
+    })
     rules.delta(child)
   }
 
