@@ -111,7 +111,8 @@ def test_a_scalar_subquery_reads_only_the_rows_its_change_decides(spark: SparkSe
         spark.sql(statement)
         report = mv.refresh()
         decided = [b for b in report.branches if "decide differently" in b]
-        assert report.mode == "incremental" and len(decided) == (1 if moves else 0), (statement, report.branches)
+        assert report.mode == "incremental" and len(decided) == (1 if moves else 0), (
+            statement, report.branches)
         assert_matches_query(spark, "above_avg", query)
 
 
