@@ -141,10 +141,12 @@ def assert_matches_query(spark: SparkSession, view: str, query: str) -> int:
 
 
 def follow_changes(spark: SparkSession, queries: Dict[str, str], changes: List[List[str]],
-                   clause: str = "") -> Dict[str, MaterializedView]:
+                   clause: str = "", reports: Optional[Dict[str, List[Any]]] = None
+                   ) -> Dict[str, MaterializedView]:
     """Creates one view per query (with `clause` before AS), then, after each step of changes,
     refreshes every view and checks that it ran incrementally exactly when a table it reads
-    changed (a no-op otherwise) and that it then equals its query; returns the views."""
+    changed (a no-op otherwise) and that it then equals its query; returns the views (and
+    appends each view's refresh reports to `reports[name]` if given)."""
     views = {}
     for name, query in sorted(queries.items()):
         spark.sql(f"CREATE MATERIALIZED VIEW {name} {clause} AS {query}")
@@ -156,6 +158,8 @@ def follow_changes(spark: SparkSession, queries: Dict[str, str], changes: List[L
         touched = {m for stmt in step for m in re.findall(r"(?:INTO|FROM|UPDATE)\s+(\w+)", stmt)}
         for name, mv in views.items():
             report = mv.refresh()
+            if reports is not None:
+                reports.setdefault(name, []).append(report)
             read = {s.table.rsplit(".", 1)[-1] for s in report.sources}
             assert report.mode == ("incremental" if touched & read else "noop"), (name, report)
             if report.mode != "noop":  # a no-op left the view and everything it reads as checked

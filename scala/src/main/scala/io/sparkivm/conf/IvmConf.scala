@@ -137,6 +137,16 @@ object IvmConf {
       "keyProbing.maxKeys of them) and the rows are held on the driver and shared; a smaller one " +
       "is read as part of each query that needs it.")
 
+  val KeyCounts: IvmConfEntry[Boolean] = bool("spark.ivm.keyCounts.enabled", default = true,
+    "Keep, in the executors' memory, the rows of a large table counted per key where a view " +
+      "needs only those counts of it: the right side of a semi, anti or existence join on one " +
+      "equi-join key (EXISTS, IN, NOT EXISTS), and the referencing side of a foreign key whose " +
+      "integrity a refresh checks. A refresh then looks up its changed keys' counts instead of " +
+      "scanning the table; the first refresh in a session counts the whole table once.")
+
+  val KeyCountsMinBytes: IvmConfEntry[Long] = long("spark.ivm.keyCounts.minTableBytes", 1L << 20,
+    "Tables smaller than this are read for their changed keys instead of being counted.")
+
   val EpsilonEnabled: IvmConfEntry[Boolean] = bool("spark.ivm.epsilon.enabled", default = true,
     "Maintain triangle views with IVM^eps; false gives them the generic (first-order) rules.")
 

@@ -1,8 +1,8 @@
 package io.sparkivm.execution
 
 import io.sparkivm.changes.{DeltaSources, LocalChange, PinnedSource, TableChange}
-import io.sparkivm.planner.{Branch, DeltaRules, LeafReader, LocalDeltaRows, PlanOnly, PlanSteps, SourceLeaf,
-  ViewMaintenance}
+import io.sparkivm.planner.{Branch, CountedTable, DeltaRules, KeyCounts, LeafReader, LocalDeltaRows, PlanOnly,
+  PlanSteps, SourceLeaf, ViewMaintenance}
 import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, AttributeReference, LessThan, Literal}
 import org.apache.spark.sql.catalyst.plans.logical.{Filter, LocalRelation, LogicalPlan, Project, Union}
@@ -70,6 +70,14 @@ class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
 
   override def versions(leaf: SourceLeaf): Option[(String, Long, Long)] =
     for (p <- pinned.get(leaf.name); c <- consumed.get(leaf.name)) yield (p.tableId, c, p.version)
+
+  override def keyCounts(table: CountedTable, keys: Seq[Any]): Option[KeyCounts] =
+    for {
+      source <- pinned.get(table.leaf.name)
+      from <- consumed.get(table.leaf.name)
+      counts <- ResidentKeyCounts.read(spark, table, keys, source, from, changes.get(table.leaf.name),
+        post(table.leaf))
+    } yield counts
 
   override def sizeInBytes(leaf: SourceLeaf): Long =
     pinned.get(leaf.name).map(_.sizeInBytes).getOrElse(Long.MaxValue)

@@ -1,5 +1,6 @@
 package io.sparkivm.planner
 
+import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions._
 import org.apache.spark.sql.catalyst.planning.ExtractEquiJoinKeys
 import org.apache.spark.sql.catalyst.plans.{ExistenceJoin, Inner, LeftAnti, LeftOuter, LeftSemi}
@@ -24,6 +25,11 @@ trait LeafReader {
   def localDelta(leaf: SourceLeaf): Option[LocalDeltaRows] = None
   /** The table's Delta id and the versions read as Pre and as Post, if it is a pinned Delta table. */
   def versions(leaf: SourceLeaf): Option[(String, Long, Long)] = None
+  /**
+   * The counts of `table` for `keys` (external values) at Pre and at Post, when they are kept
+   * for it (see [[CountedTable]]); None where the table must be read instead.
+   */
+  def keyCounts(table: CountedTable, keys: Seq[Any]): Option[KeyCounts] = None
 }
 
 /** A net change held on the driver: the table's columns by name, then the sign `m`. */
@@ -263,15 +269,45 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
     lazy val affected = fkSettings.steps.materialize(changedKeys(node, keyed.get, changed))
     keyed.foreach(perChild => changedKeysOf(node) = (perChild, () => affected))
     lazy val probes = keyed.map(perChild => probeKeys(node, perChild, affected)).getOrElse(node.children.map(_ => None))
+    // A semi, anti or existence join asks of its right side only whether a key has rows.
+    lazy val matches = keyed.flatMap(_ => matchedKeys(node, affected))
     def side(read: LogicalPlan => LogicalPlan, sign: Int, label: String): Branch = {
-      val restricted = node.children.zipWithIndex.map { case (child, i) =>
-        keyed.map(perChild => restriction(read(child), perChild(i), affected, probes(i))).getOrElse(read(child))
+      val restricted = node.children.zipWithIndex.map {
+        case (_, 1) if matches.isDefined => if (sign < 0) matches.get._1 else matches.get._2
+        case (child, i) =>
+          keyed.map(perChild => restriction(read(child), perChild(i), affected, probes(i))).getOrElse(read(child))
       }
       Branch(Project(node.output :+ Alias(Literal(sign), m.name)(exprId = m.exprId), node.withNewChildren(restricted)),
-        Seq(s"$label(${node.nodeName} over $inputs) on changed " + (if (keyed.isDefined) what else "input: all of it")))
+        Seq(s"$label(${node.nodeName} over $inputs) on changed " + (if (keyed.isDefined) what else "input: all of it") +
+          matches.map(x => s", its right side from the ${x._3}").getOrElse("")))
     }
     Seq(side(pre, -1, "-Pre"), side(post, 1, "+Post"))
   }
+
+  /**
+   * For a semi, anti or existence join on one equi-join key and nothing else, whose right side
+   * is one table under filters ([[CountedTable]]): the changed keys that have rows on the right
+   * at Pre and at Post, from the right side's counts per key, where the reader keeps them. The
+   * join then matches each changed left row as it would against the right side's rows, which
+   * are not read (for TPC-H Q22's NOT EXISTS, `orders` is not scanned for the changed customers).
+   */
+  private def matchedKeys(node: LogicalPlan, affected: => LogicalPlan): Option[(LogicalPlan, LogicalPlan, String)] =
+    node match {
+      case j @ ExtractEquiJoinKeys(jt, _, Seq(rk: Attribute), None, _, _, right, _)
+          if (jt == LeftSemi || jt == LeftAnti || jt.isInstanceOf[ExistenceJoin]) && fkSettings.steps.collects &&
+            j.right.output.exists(_.exprId == rk.exprId) =>
+        for {
+          table <- CountedTable.of(right, rk)
+          keys <- fkSettings.steps.distinctValues(affected, affected.output.head, fkSettings.probe.maxKeys)
+          counts <- reader.keyCounts(table, keys)
+        } yield {
+          val toCatalyst = org.apache.spark.sql.catalyst.CatalystTypeConverters.createToCatalystConverter(rk.dataType)
+          def present(at: Map[Any, Long]) = LocalRelation(Seq(rk.toAttribute),
+            at.iterator.collect { case (k, n) if n > 0 => InternalRow(toCatalyst(k)) }.toSeq)
+          (present(counts.pre), present(counts.post), table.describe)
+        }
+      case _ => None
+    }
 
   /**
    * Filters that let each large child skip the files that cannot hold a changed key (Delta's

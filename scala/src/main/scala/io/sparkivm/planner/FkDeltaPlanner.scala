@@ -6,7 +6,7 @@ import org.apache.spark.sql.catalyst.expressions._
 import org.apache.spark.sql.catalyst.expressions.aggregate.{Max, Min}
 import org.apache.spark.sql.catalyst.plans.{Inner, LeftSemi}
 import org.apache.spark.sql.catalyst.plans.logical._
-import org.apache.spark.sql.catalyst.InternalRow
+import org.apache.spark.sql.catalyst.{CatalystTypeConverters, InternalRow}
 import org.apache.spark.sql.types.{IntegerType, LongType}
 
 /** What FK-aware delta planning needs from the layers around the planner. */
@@ -352,7 +352,13 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
     reader.delta(yLeaf).flatMap { dy =>
       val fkCols = e.pairs.map { case (a, _) => xCols(a.exprId) }
       val pkCols = e.pairs.map { case (_, b) => yCols(b.exprId) }
-      checked.getOrElseUpdate((xLeaf.name + "->" + yLeaf.name, "integrity", fkCols), {
+      val why = s"rows of ${xLeaf.name} reference keys of ${yLeaf.name} that this refresh deletes " +
+        "or inserts (deleted parents with remaining children, or late-arriving parents)"
+      checked.getOrElseUpdate((xLeaf.name + "->" + yLeaf.name, "integrity", fkCols),
+        integrityByCounts(xLeaf, fkCols, yLeaf, pkCols).map { bad =>
+          lines += s"integrity of ${e.fk} from the counts of ${xLeaf.name} rows per ${fkCols.head}"
+          Some(why).filter(_ => bad)
+        }.getOrElse {
         // The changed keys under fresh names: x and y may be the same table (a self-reference).
         val pk = leafAttrs(yLeaf, pkCols)
         // Each changed key of y with its direction (max m: +1 inserted, -1 deleted; the guard
@@ -398,11 +404,28 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
             And(LessThan(dirAttr, Literal(0)), GreaterThan(post.toAttribute, Literal(0L))),
             And(GreaterThan(dirAttr, Literal(0)), GreaterThan(pre.toAttribute, Literal(0L)))),
           Join(changedKeys, perKey, Inner, Some(on), JoinHint.NONE))
-        if (settings.steps.isEmpty(bad)) None
-        else Some(s"rows of ${xLeaf.name} reference keys of ${yLeaf.name} that this refresh deletes " +
-          "or inserts (deleted parents with remaining children, or late-arriving parents)")
+        if (settings.steps.isEmpty(bad)) None else Some(why)
       })
     }
+  }
+
+  /**
+   * The integrity check from the counts of x's rows per foreign key kept by the reader (Wang &
+   * Yi 2020's reference counts `I(R, Rc)`), without reading x: true if a deleted key of y has
+   * rows of Post(x) referencing it, or an inserted one rows of Pre(x). None where the counts
+   * are not kept (a key of several columns, a change not held on the driver, a small x).
+   */
+  private def integrityByCounts(xLeaf: SourceLeaf, fkCols: Seq[String], yLeaf: SourceLeaf,
+      pkCols: Seq[String]): Option[Boolean] = for {
+    local <- reader.localDelta(yLeaf) if fkCols.size == 1 && settings.steps.collects
+    fk = leafAttrs(xLeaf, fkCols).head
+    pkType = local.schema(local.positions(pkCols).head).dataType if pkType == fk.dataType
+    // Each changed key of y with its direction (max m: +1 inserted, -1 deleted; the guard holds).
+    dirs = signsPerKey(local, pkCols).collect { case (Seq(k), (_, hi)) if k != null =>
+      CatalystTypeConverters.convertToScala(k, pkType) -> hi }
+    counts <- reader.keyCounts(CountedTable(xLeaf, Nil, fk), dirs.keys.toSeq)
+  } yield dirs.exists { case (k, dir) =>
+    if (dir < 0) counts.post.getOrElse(k, 0L) > 0 else counts.pre.getOrElse(k, 0L) > 0
   }
 
   private def unitName(block: JoinBlock, u: Int): String = {

@@ -1,0 +1,105 @@
+package io.sparkivm.execution
+
+import io.sparkivm.changes.{LocalChange, PinnedSource, TableChange}
+import io.sparkivm.conf.IvmConf
+import io.sparkivm.epsilon.ResidentState
+import io.sparkivm.planner.{CountedTable, KeyCounts, KeyProbe}
+import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.catalyst.{CatalystTypeConverters, InternalRow}
+import org.apache.spark.sql.catalyst.expressions.{Alias, And, AttributeReference, BindReferences, Literal, Predicate}
+import org.apache.spark.sql.catalyst.expressions.aggregate.Count
+import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, Filter, LogicalPlan}
+import org.apache.spark.sql.ivm.SparkInternals
+import org.apache.spark.sql.types.StructType
+
+/**
+ * The counts of a [[CountedTable]] kept in the executors' memory between refreshes, indexed by
+ * key ([[ResidentState]], [[org.apache.spark.sql.ivm.PartitionedRows]]), so that a refresh reads
+ * the counts of its changed keys and nothing else.
+ *
+ * An entry is named by the table's Delta id and what is counted, and stamped with the table
+ * version its counts are of. Counts are a function of one table version, so an entry is right
+ * whatever became of the refresh that made it, and needs no durable copy or exactly-once
+ * protocol of its own: a refresh finds the entry at its Pre version and adds the change (held on
+ * the driver) to reach Post, or finds it at Post (a retried refresh) and subtracts the change to
+ * reach Pre (Pre = Post - D), or, in a new session, counts the table at Post once.
+ */
+object ResidentKeyCounts {
+  private val CountColumn = "__ivm_cnt"
+  /** Entries kept at once (the least recently read is dropped past it). */
+  private val MaxEntries = 16
+  private val recent = new java.util.LinkedHashMap[String, java.lang.Boolean](16, 0.75f, true)
+
+  /**
+   * The counts of `keys` at `from` (Pre) and at `source.version` (Post), or None where they
+   * are not kept: the setting is off, the table is small, the key's values cannot be indexed,
+   * or the change is too large to be held on the driver.
+   */
+  def read(spark: SparkSession, t: CountedTable, keys: Seq[Any], source: PinnedSource, from: Long,
+      change: Option[TableChange], post: => LogicalPlan): Option[KeyCounts] = {
+    val kept = IvmConf.KeyCounts.get(spark) && KeyProbe.equalsAsJvm(t.key.dataType) &&
+      source.sizeInBytes >= IvmConf.KeyCountsMinBytes.get(spark)
+    val delta: Option[Map[Any, Long]] = change.filter(_.nonEmpty) match {
+      case None => Some(Map.empty)
+      case Some(LocalChange(schema, data)) => Some(changeCounts(t, schema, data))
+      case Some(_) => None
+    }
+    if (!kept) return None
+    delta.flatMap { d =>
+      val keyType = t.key.dataType
+      val wanted = keys.filter(_ != null)
+      val dOut = d.iterator.collect { case (k, n) if k != null && n != 0 =>
+        CatalystTypeConverters.convertToScala(k, keyType) -> n }.toMap
+      def plus(counts: Map[Any, Long], sign: Int): Map[Any, Long] = wanted.iterator.map { k =>
+        k -> (counts.getOrElse(k, 0L) + sign * dOut.getOrElse(k, 0L))
+      }.filter(_._2 != 0).toMap
+      val name = s"keycounts/${source.tableId}/${t.definition}"
+      val (preStamp, postStamp) = (from.toString, source.version.toString)
+      touch(name)
+      ResidentState.get(spark, name, postStamp) match {
+        case Some(e) => e.sums(spark, wanted, CountColumn).map(p => KeyCounts(plus(p, -1), p))
+        case None => ResidentState.get(spark, name, preStamp) match {
+          case Some(e) =>
+            val counted = e.sums(spark, wanted, CountColumn).map(p => KeyCounts(p, plus(p, 1)))
+            // The entry moves on to Post: the change's counts appended, as a refresh appends.
+            val rows = d.iterator.map { case (k, n) => InternalRow(k, n) }.toSeq
+            e.plus(postStamp, rows) match {
+              case Some(next) => ResidentState.put(name, next)
+              case None => ResidentState.remove(name)
+            }
+            counted
+          case None =>
+            val filtered = t.filters.reduceOption(And).map(Filter(_, post)).getOrElse(post)
+            val counts = Aggregate(Seq(t.key),
+              Seq(t.key, Alias(Count(Literal(1)).toAggregateExpression(), CountColumn)()), filtered)
+            val parts = ResidentState.partitions(spark, source.sizeInBytes / (16L << 20) + 1)
+            val entry = ResidentState.Entry(postStamp,
+              ResidentState.rows(SparkInternals.dataFrame(spark, counts), t.key.name, parts), Vector.empty)
+            ResidentState.put(name, entry)
+            entry.sums(spark, wanted, CountColumn).map(p => KeyCounts(plus(p, -1), p))
+        }
+      }
+    }
+  }
+
+  /** The change's rows that pass the filters, counted per key (Catalyst values), with their signs. */
+  private def changeCounts(t: CountedTable, schema: StructType, data: Seq[InternalRow]): Map[Any, Long] = {
+    val attrs = schema.fields.toSeq.map(f => t.leaf.output.find(_.name.equalsIgnoreCase(f.name))
+      .getOrElse(AttributeReference(f.name, f.dataType)()))
+    val pass = t.filters.reduceOption(And).map(c => Predicate.createInterpreted(BindReferences.bindReference(c, attrs)))
+    val keyAt = schema.fieldNames.indexWhere(_.equalsIgnoreCase(t.key.name))
+    val signAt = schema.length - 1
+    data.iterator.filter(r => pass.forall(_.eval(r))).toSeq.groupMapReduce(r =>
+      if (r.isNullAt(keyAt)) null else r.get(keyAt, t.key.dataType))(_.getInt(signAt).toLong)(_ + _)
+  }
+
+  /** Marks an entry as read now, dropping the least recently read past [[MaxEntries]]. */
+  private def touch(name: String): Unit = recent.synchronized {
+    recent.put(name, true)
+    if (recent.size > MaxEntries) {
+      val eldest = recent.keySet.iterator.next()
+      recent.remove(eldest)
+      ResidentState.remove(eldest)
+    }
+  }
+}
