@@ -104,6 +104,9 @@ MODES = {  # mode: confs set for its refresh
     "fk_codegen": {"spark.ivm.fkPruning.enabled": "true", "spark.ivm.keyProbing.enabled": "false",
                    "spark.ivm.refresh.interpretedMaxBytes": "0"},
 }
+# fk without the counts per key kept resident (spark.ivm.keyCounts): semi and anti joins and
+# integrity checks then read their tables for the changed keys.
+MODES["fk_nocounts"] = dict(MODES["fk"], **{"spark.ivm.keyCounts.enabled": "false"})
 DEFAULT_MODES = "generic,fk,fk_probe"
 
 

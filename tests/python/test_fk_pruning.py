@@ -272,20 +272,23 @@ def test_self_referencing_foreign_key(spark: SparkSession, db: str) -> None:
 def test_integrity_from_counts_per_foreign_key(spark: SparkSession, star: str) -> None:
     """With the fact table counted per foreign key (no size threshold), the integrity check
     reads the counts of the changed dimension keys (Wang & Yi 2020's reference counts) instead
-    of the fact table, and finds what the scan finds: scenario 12a (a deleted dimension row
-    with fact rows left), 12b (a late-arriving dimension row), and integrity that holds."""
+    of the fact table from the second check on (the first reads the fact table, so that an
+    application that refreshes once never counts), and finds what the scan finds: scenario 12a
+    (a deleted dimension row with fact rows left), 12b (a late-arriving dimension row), and
+    integrity that holds."""
     with confs(spark, {"spark.ivm.keyCounts.minTableBytes": "0"}):
         t = Twins(spark, SNOWFLAKE, generic=False)
         run(spark, ["DELETE FROM dim_a WHERE ak = 3"])
         r = t.refresh()
         assert "integrity fails on f -> a" in notes(r), notes(r)
-        assert "integrity of fact_a from the counts of" in notes(r), notes(r)
-        assert ".fact rows per ak" in notes(r), notes(r)
+        assert "from the counts of" not in notes(r), notes(r)
         run(spark, ["INSERT INTO fact VALUES (30, 9, 1, 'x', 3.0), (31, 9, 2, 'x', 4.0)"])
         t.refresh()
         run(spark, ["INSERT INTO dim_a VALUES (9, 2, 'late')"])
         r = t.refresh()
         assert "integrity fails on f -> a" in notes(r), notes(r)
+        assert "integrity of fact_a from the counts of" in notes(r), notes(r)
+        assert ".fact rows per ak" in notes(r), notes(r)
         # A new dimension key with its first fact rows, and one deleted with its last: both hold.
         run(spark, ["INSERT INTO dim_a VALUES (10, 1, 'new')",
                     "INSERT INTO fact VALUES (32, 10, 1, 'x', 1.0)",

@@ -107,9 +107,10 @@ COUNTED = {"exists": True, "not_exists": True, "in": True, "exists_or": True, "s
 def test_semi_and_anti_joins_read_match_counts(spark: SparkSession, db: str) -> None:
     """With every table counted (no size threshold), the joins of COUNTED follow the same hard
     changes (a key's first match arriving and its last leaving in one refresh, NULL keys, join
-    keys updated, a table emptied) from the counts per key, kept between refreshes and shared by
-    the views that count `t` alike (the first view's refresh moves them to the new version, the
-    next ones find them there), and equal their queries after every refresh."""
+    keys updated, a table emptied) from the counts per key (made the second time they are asked
+    for, then kept between refreshes and shared by the views that count `t` alike: the first
+    view's refresh moves them to the new version, the next ones find them there), and equal
+    their queries after every refresh."""
     for stmt in BASE:
         spark.sql(stmt)
     reports: Dict[str, List[RefreshReport]] = {}

@@ -142,7 +142,9 @@ object IvmConf {
       "needs only those counts of it: the right side of a semi, anti or existence join on one " +
       "equi-join key (EXISTS, IN, NOT EXISTS), and the referencing side of a foreign key whose " +
       "integrity a refresh checks. A refresh then looks up its changed keys' counts instead of " +
-      "scanning the table; the first refresh in a session counts the whole table once.")
+      "scanning the table. The counts are made (one aggregate of the table) the second time a " +
+      "refresh in the application needs them, so an application that refreshes once never counts; " +
+      "they take executor memory in proportion to the table's distinct keys.")
 
   val KeyCountsMinBytes: IvmConfEntry[Long] = long("spark.ivm.keyCounts.minTableBytes", 1L << 20,
     "Tables smaller than this are read for their changed keys instead of being counted.")

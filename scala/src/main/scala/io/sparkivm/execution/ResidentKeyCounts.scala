@@ -22,7 +22,8 @@ import org.apache.spark.sql.types.StructType
  * whatever became of the refresh that made it, and needs no durable copy or exactly-once
  * protocol of its own: a refresh finds the entry at its Pre version and adds the change (held on
  * the driver) to reach Post, or finds it at Post (a retried refresh) and subtracts the change to
- * reach Pre (Pre = Post - D), or, in a new session, counts the table at Post once.
+ * reach Pre (Pre = Post - D), or counts the table at Post once: the second time a refresh in
+ * the application asks for them, so that an application that refreshes once never counts.
  */
 object ResidentKeyCounts {
   private val CountColumn = "__ivm_cnt"
@@ -55,7 +56,7 @@ object ResidentKeyCounts {
       }.filter(_._2 != 0).toMap
       val name = s"keycounts/${source.tableId}/${t.definition}"
       val (preStamp, postStamp) = (from.toString, source.version.toString)
-      touch(name)
+      val askedBefore = touch(name)
       ResidentState.get(spark, name, postStamp) match {
         case Some(e) => e.sums(spark, wanted, CountColumn).map(p => KeyCounts(plus(p, -1), p))
         case None => ResidentState.get(spark, name, preStamp) match {
@@ -68,6 +69,9 @@ object ResidentKeyCounts {
               case None => ResidentState.remove(name)
             }
             counted
+          // Counted the second time a refresh in this application asks: an application that
+          // refreshes once (a scheduled job) reads the rows of its keys and never pays for counting.
+          case None if !askedBefore => None
           case None =>
             val filtered = t.filters.reduceOption(And).map(Filter(_, post)).getOrElse(post)
             val counts = Aggregate(Seq(t.key),
@@ -93,13 +97,17 @@ object ResidentKeyCounts {
       if (r.isNullAt(keyAt)) null else r.get(keyAt, t.key.dataType))(_.getInt(signAt).toLong)(_ + _)
   }
 
-  /** Marks an entry as read now, dropping the least recently read past [[MaxEntries]]. */
-  private def touch(name: String): Unit = recent.synchronized {
-    recent.put(name, true)
+  /**
+   * Marks an entry as asked for now, dropping the least recently asked past [[MaxEntries]];
+   * true if it was asked for before (and not dropped since).
+   */
+  private def touch(name: String): Boolean = recent.synchronized {
+    val before = recent.put(name, true) != null
     if (recent.size > MaxEntries) {
       val eldest = recent.keySet.iterator.next()
       recent.remove(eldest)
       ResidentState.remove(eldest)
     }
+    before
   }
 }
