@@ -71,8 +71,26 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
   /** Delta plans of join blocks with foreign keys and key probing (None when both are off). */
   val fk: FkDeltaPlanner = new FkDeltaPlanner(this, reader, fkSettings)
 
-  def pre(plan: LogicalPlan): LogicalPlan = substitute(plan, scans.pre)
-  def post(plan: LogicalPlan): LogicalPlan = substitute(plan, scans.post)
+  def pre(plan: LogicalPlan): LogicalPlan = substitute(heldAggregates(plan, atPre = true), scans.pre)
+  def post(plan: LogicalPlan): LogicalPlan = substitute(heldAggregates(plan, atPre = false), scans.post)
+
+  /** Global aggregates computed so far, at Pre and at Post: one row each, held on the driver. */
+  private val globals = scala.collection.mutable.Map[(LogicalPlan, Boolean), LogicalPlan]()
+
+  /**
+   * `plan` with each global aggregate over tables (an uncorrelated scalar subquery, as
+   * [[QueryRewrites]] joins it) computed once per refresh and version and held on the driver:
+   * its one row is read by every plan of the refresh that needs it (the value's change, the
+   * restricted reads at Pre and at Post, the apply), which would each aggregate its input again.
+   * TPC-H Q22's `avg(c_acctbal)` scanned `customer` in six queries of each refresh.
+   */
+  private def heldAggregates(plan: LogicalPlan, atPre: Boolean): LogicalPlan =
+    if (!fkSettings.steps.collects) plan else plan.transformDown {
+      case a: Aggregate if a.groupingExpressions.isEmpty && a.aggregateExpressions.forall(_.deterministic) &&
+          a.exists { case SourceLeaf(_) => true; case _ => false } =>
+        globals.getOrElseUpdate((a, atPre),
+          fkSettings.steps.materialize(substitute(a, if (atPre) scans.pre else scans.post)))
+    }
 
   /**
    * Records which columns of each table the view reads (`plan`: the view's aggregate, or the
