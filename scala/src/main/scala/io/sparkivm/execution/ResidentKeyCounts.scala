@@ -40,13 +40,12 @@ object ResidentKeyCounts {
       change: Option[TableChange], post: => LogicalPlan): Option[KeyCounts] = {
     val kept = IvmConf.KeyCounts.get(spark) && KeyProbe.equalsAsJvm(t.key.dataType) &&
       source.sizeInBytes >= IvmConf.KeyCountsMinBytes.get(spark)
-    val delta: Option[Map[Any, Long]] = change.filter(_.nonEmpty) match {
+    lazy val delta: Option[Map[Any, Long]] = change.filter(_.nonEmpty) match {
       case None => Some(Map.empty)
       case Some(LocalChange(schema, data)) => Some(changeCounts(t, schema, data))
       case Some(_) => None
     }
-    if (!kept) return None
-    delta.flatMap { d =>
+    if (!kept) None else delta.flatMap { d =>
       val keyType = t.key.dataType
       val wanted = keys.filter(_ != null)
       val dOut = d.iterator.collect { case (k, n) if k != null && n != 0 =>

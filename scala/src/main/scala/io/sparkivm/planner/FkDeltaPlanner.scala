@@ -422,7 +422,7 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
     pkType = local.schema(local.positions(pkCols).head).dataType if pkType == fk.dataType
     // Each changed key of y with its direction (max m: +1 inserted, -1 deleted; the guard holds).
     dirs = signsPerKey(local, pkCols).collect { case (Seq(k), (_, hi)) if k != null =>
-      CatalystTypeConverters.convertToScala(k, pkType) -> hi }
+      CatalystTypeConverters.convertToScala(k, pkType) -> hi } if dirs.size <= settings.probe.maxKeys
     counts <- reader.keyCounts(CountedTable(xLeaf, Nil, fk), dirs.keys.toSeq)
   } yield dirs.exists { case (k, dir) =>
     if (dir < 0) counts.post.getOrElse(k, 0L) > 0 else counts.pre.getOrElse(k, 0L) > 0
