@@ -76,8 +76,11 @@ class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
       source <- pinned.get(table.leaf.name)
       from <- consumed.get(table.leaf.name)
       counts <- ResidentKeyCounts.read(spark, table, keys, source, from, changes.get(table.leaf.name),
-        post(table.leaf))
+        post(table.leaf), refreshToken)
     } yield counts
+
+  /** Who asks for counts: one refresh (its plan may ask for the same counts more than once). */
+  private val refreshToken = java.util.UUID.randomUUID().toString
 
   override def sizeInBytes(leaf: SourceLeaf): Long =
     pinned.get(leaf.name).map(_.sizeInBytes).getOrElse(Long.MaxValue)

@@ -27,9 +27,10 @@ import org.apache.spark.sql.types.StructType
  */
 object ResidentKeyCounts {
   private val CountColumn = "__ivm_cnt"
-  /** Entries kept at once (the least recently read is dropped past it). */
+  /** Entries kept at once (the least recently asked for is dropped past it). */
   private val MaxEntries = 16
-  private val recent = new java.util.LinkedHashMap[String, java.lang.Boolean](16, 0.75f, true)
+  /** The entries asked for, each with the last refresh that asked, least recently asked first. */
+  private val recent = new java.util.LinkedHashMap[String, String](16, 0.75f, true)
 
   /**
    * The counts of `keys` at `from` (Pre) and at `source.version` (Post), or None where they
@@ -37,7 +38,7 @@ object ResidentKeyCounts {
    * or the change is too large to be held on the driver.
    */
   def read(spark: SparkSession, t: CountedTable, keys: Seq[Any], source: PinnedSource, from: Long,
-      change: Option[TableChange], post: => LogicalPlan): Option[KeyCounts] = {
+      change: Option[TableChange], post: => LogicalPlan, refresh: String): Option[KeyCounts] = {
     val kept = IvmConf.KeyCounts.get(spark) && KeyProbe.equalsAsJvm(t.key.dataType) &&
       source.sizeInBytes >= IvmConf.KeyCountsMinBytes.get(spark)
     lazy val delta: Option[Map[Any, Long]] = change.filter(_.nonEmpty) match {
@@ -55,7 +56,7 @@ object ResidentKeyCounts {
       }.filter(_._2 != 0).toMap
       val name = s"keycounts/${source.tableId}/${t.definition}"
       val (preStamp, postStamp) = (from.toString, source.version.toString)
-      val askedBefore = touch(name)
+      val askedBefore = touch(name, refresh)
       ResidentState.get(spark, name, postStamp) match {
         case Some(e) => e.sums(spark, wanted, CountColumn).map(p => KeyCounts(plus(p, -1), p))
         case None => ResidentState.get(spark, name, preStamp) match {
@@ -97,11 +98,11 @@ object ResidentKeyCounts {
   }
 
   /**
-   * Marks an entry as asked for now, dropping the least recently asked past [[MaxEntries]];
-   * true if it was asked for before (and not dropped since).
+   * Marks an entry as asked for now by a refresh, dropping the least recently asked past
+   * [[MaxEntries]]; true if an earlier refresh asked for it (and it was not dropped since).
    */
-  private def touch(name: String): Boolean = recent.synchronized {
-    val before = recent.put(name, true) != null
+  private def touch(name: String, refresh: String): Boolean = recent.synchronized {
+    val before = Option(recent.put(name, refresh)).exists(_ != refresh)
     if (recent.size > MaxEntries) {
       val eldest = recent.keySet.iterator.next()
       recent.remove(eldest)
