@@ -1,14 +1,17 @@
 package io.sparkivm.execution
 
+import scala.util.control.NonFatal
+
 import io.sparkivm.changes.{LocalChange, PinnedSource, TableChange}
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.epsilon.ResidentState
 import io.sparkivm.planner.{CountedTable, KeyCounts, KeyProbe}
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.{CatalystTypeConverters, InternalRow}
-import org.apache.spark.sql.catalyst.expressions.{Alias, And, AttributeReference, BindReferences, Literal, Predicate}
+import org.apache.spark.sql.catalyst.expressions.{Alias, And, AttributeReference, Literal}
 import org.apache.spark.sql.catalyst.expressions.aggregate.Count
-import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, Filter, LogicalPlan}
+import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, Filter, LocalRelation, LogicalPlan, Project}
+import org.apache.spark.sql.delta.DeltaLog
 import org.apache.spark.sql.ivm.SparkInternals
 import org.apache.spark.sql.types.StructType
 
@@ -43,7 +46,9 @@ object ResidentKeyCounts {
       source.sizeInBytes >= IvmConf.KeyCountsMinBytes.get(spark)
     lazy val delta: Option[Map[Any, Long]] = change.filter(_.nonEmpty) match {
       case None => Some(Map.empty)
-      case Some(LocalChange(schema, data)) => Some(changeCounts(t, schema, data))
+      // A filter the driver cannot evaluate: the table is read instead.
+      case Some(LocalChange(schema, data)) =>
+        try changeCounts(spark, t, schema, data) catch { case NonFatal(_) => None }
       case Some(_) => None
     }
     if (!kept) None else delta.flatMap { d =>
@@ -54,7 +59,8 @@ object ResidentKeyCounts {
       def plus(counts: Map[Any, Long], sign: Int): Map[Any, Long] = wanted.iterator.map { k =>
         k -> (counts.getOrElse(k, 0L) + sign * dOut.getOrElse(k, 0L))
       }.filter(_._2 != 0).toMap
-      val name = s"keycounts/${source.tableId}/${t.definition}"
+      // The log's path with the id: a copied table keeps its id.
+      val name = s"keycounts/${DeltaLog.forTable(spark, t.leaf.table).logPath}#${source.tableId}/${t.definition}"
       val (preStamp, postStamp) = (from.toString, source.version.toString)
       val askedBefore = touch(name, refresh)
       ResidentState.get(spark, name, postStamp) match {
@@ -86,15 +92,22 @@ object ResidentKeyCounts {
     }
   }
 
-  /** The change's rows that pass the filters, counted per key (Catalyst values), with their signs. */
-  private def changeCounts(t: CountedTable, schema: StructType, data: Seq[InternalRow]): Map[Any, Long] = {
-    val attrs = schema.fields.toSeq.map(f => t.leaf.output.find(_.name.equalsIgnoreCase(f.name))
-      .getOrElse(AttributeReference(f.name, f.dataType)()))
-    val pass = t.filters.reduceOption(And).map(c => Predicate.createInterpreted(BindReferences.bindReference(c, attrs)))
-    val keyAt = schema.fieldNames.indexWhere(_.equalsIgnoreCase(t.key.name))
-    val signAt = schema.length - 1
-    data.iterator.filter(r => pass.forall(_.eval(r))).toSeq.groupMapReduce(r =>
-      if (r.isNullAt(keyAt)) null else r.get(keyAt, t.key.dataType))(_.getInt(signAt).toLong)(_ + _)
+  /**
+   * The change's rows that pass the filters, counted per key (Catalyst values), with their
+   * signs; None where the filters cannot be evaluated on the driver. The filters run as Spark's
+   * optimizer leaves them (BETWEEN and the like replaced, common expressions factored out),
+   * over the rows as a local relation, without a job ([[LocalEval]]).
+   */
+  private def changeCounts(spark: SparkSession, t: CountedTable, schema: StructType,
+      data: Seq[InternalRow]): Option[Map[Any, Long]] = {
+    val attrs = schema.fields.toSeq.map(f => t.leaf.output.collectFirst {
+      case a: AttributeReference if a.name.equalsIgnoreCase(f.name) && a.dataType == f.dataType => a
+    }.getOrElse(AttributeReference(f.name, f.dataType)()))
+    val key = attrs(schema.fieldNames.indexWhere(_.equalsIgnoreCase(t.key.name)))
+    val rows = LocalRelation(attrs, data)
+    val passing = Project(Seq(key, attrs.last), t.filters.reduceOption(And).map(Filter(_, rows)).getOrElse(rows))
+    LocalEval.rows(SparkInternals.dataFrame(spark, passing).queryExecution.optimizedPlan, Int.MaxValue).map(
+      _.groupMapReduce(r => if (r.isNullAt(0)) null else r.get(0, t.key.dataType))(_.getInt(1).toLong)(_ + _))
   }
 
   /**

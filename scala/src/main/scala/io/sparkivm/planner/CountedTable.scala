@@ -18,10 +18,13 @@ final case class CountedTable(leaf: SourceLeaf, filters: Seq[Expression], key: A
    * out): two views that count the same table the same way share them.
    */
   def definition: String = {
+    // SQL text (literals quoted, types of casts named), and the session's time zone, which
+    // casts between strings and timestamps read.
     val named = filters.map(_.transform { case a: AttributeReference =>
       AttributeReference(a.name.toLowerCase(java.util.Locale.ROOT), a.dataType, a.nullable)(exprId = ExprId(0))
-    }.toString).sorted
-    s"${key.name.toLowerCase(java.util.Locale.ROOT)}|${named.mkString(" AND ")}"
+    }.sql).sorted
+    s"${key.name.toLowerCase(java.util.Locale.ROOT)}|${named.mkString(" AND ")}|" +
+      org.apache.spark.sql.internal.SQLConf.get.sessionLocalTimeZone
   }
 
   def describe: String =
@@ -55,7 +58,9 @@ object CountedTable {
     walk(plan, key, Nil)
   }
 
-  private def plain(e: Expression): Boolean = e.deterministic && !SubqueryExpression.hasSubquery(e)
+  /** Deterministic, and nothing whose meaning a name would not fix (a subquery, a user's function). */
+  private def plain(e: Expression): Boolean = e.deterministic && !SubqueryExpression.hasSubquery(e) &&
+    !e.exists(_.isInstanceOf[UserDefinedExpression])
 }
 
 /** Counts of a [[CountedTable]] for some keys (external values), at Pre and at Post; 0 is left out. */

@@ -140,7 +140,8 @@ object PartitionedRows {
    * shuffle of `df`), later reads only the kept partitions.
    */
   def apply(df: DataFrame, keyColumn: String, partitions: Int, indexed: Boolean): PartitionedRows = {
-    val laid = df.repartition(partitions, col(keyColumn))
+    // Quoted: a column name may hold a dot or a backtick.
+    val laid = df.repartition(partitions, col("`" + keyColumn.replace("`", "``") + "`"))
     val keyIndex = laid.schema.fieldIndex(keyColumn)
     val keyType = laid.schema(keyIndex).dataType
     // Unindexed rows are one group (key null): the layout, not the index, prunes their reads.
