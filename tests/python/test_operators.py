@@ -98,11 +98,10 @@ def test_every_operator_follows_changes(spark: SparkSession, db: str) -> None:
 # Semi, anti and existence joins on one equi-join key over one table under filters: their right
 # side's counts per key are kept, so a refresh reads those (True) instead of the table's rows.
 # The others keep reading rows: NOT IN has no equi-join key (its NULL semantics reach across
-# keys), INTERSECT and EXCEPT join null-safely, and an EXCEPT under IN is not one table.
-COUNTED = {"exists": True, "not_exists": True, "in": True, "exists_or": True, "semi_join_agg": True,
-           "scalar_not_exists": True, "not_in_with_nulls": False, "intersect": False, "except": False,
-           "in_except": False, "exists_between": True, "in_list_one": True, "in_list_two": True,
-           "exists_dotted_key": True}
+# keys), EXCEPT (and INTERSECT) join null-safely, and an EXCEPT under IN is not one table.
+COUNTED = {"exists": True, "not_exists": True, "in": True, "scalar_not_exists": True,
+           "not_in_with_nulls": False, "except": False, "in_except": False, "exists_between": True,
+           "in_list_one": True, "in_list_two": True, "exists_dotted_key": True}
 COUNTED_QUERIES = {
     **{q: QUERIES[q] for q in COUNTED if q in QUERIES},
     # a filter the driver evaluates only once BETWEEN is replaced, as Spark's optimizer does
