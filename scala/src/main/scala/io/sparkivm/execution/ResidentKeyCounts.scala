@@ -38,7 +38,8 @@ object ResidentKeyCounts {
   /**
    * The counts of `keys` at `from` (Pre) and at `source.version` (Post), or None where they
    * are not kept: the setting is off, the table is small, the key's values cannot be indexed,
-   * or the change is too large to be held on the driver.
+   * the change is too large to be held on the driver or its filters cannot be evaluated there,
+   * or no earlier refresh (`refresh` names this one) has asked for them.
    */
   def read(spark: SparkSession, t: CountedTable, keys: Seq[Any], source: PinnedSource, from: Long,
       change: Option[TableChange], post: => LogicalPlan, refresh: String): Option[KeyCounts] = {
