@@ -38,6 +38,15 @@ class RefreshSteps(spark: SparkSession, override val probe: ProbeSettings, maxLo
     case None => SparkInternals.dataFrame(spark, plan).isEmpty
   }
 
+  override def materializeVersioned(plan: LogicalPlan, definition: String, stamp: String): LogicalPlan =
+    VersionedResults.get(definition, stamp) match {
+      case Some(rows) => RefreshSteps.local(plan.output, rows)
+      case None =>
+        val done = materialize(plan)
+        RefreshSteps.localRows(done).foreach(rows => VersionedResults.put(definition, stamp, rows))
+        done
+    }
+
   override def collects: Boolean = true
 
   override def localRows(plan: LogicalPlan): Option[Seq[InternalRow]] = RefreshSteps.localRows(plan)

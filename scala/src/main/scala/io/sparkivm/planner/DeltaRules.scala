@@ -82,14 +82,19 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
    * [[QueryRewrites]] joins it) computed once per refresh and version and held on the driver:
    * its one row is read by every plan of the refresh that needs it (the value's change, the
    * restricted reads at Pre and at Post, the apply), which would each aggregate its input again.
-   * TPC-H Q22's `avg(c_acctbal)` scanned `customer` in six queries of each refresh.
+   * TPC-H Q22's `avg(c_acctbal)` scanned `customer` in six queries of each refresh. Its value
+   * at Post is the next refresh's value at Pre, so that one is not computed again.
    */
   private def heldAggregates(plan: LogicalPlan, atPre: Boolean): LogicalPlan =
     if (!fkSettings.steps.collects) plan else plan.transformDown {
       case a: Aggregate if a.groupingExpressions.isEmpty && a.aggregateExpressions.forall(_.deterministic) &&
           a.exists { case SourceLeaf(_) => true; case _ => false } =>
-        globals.getOrElseUpdate((a, atPre),
-          fkSettings.steps.materialize(substitute(a, if (atPre) scans.pre else scans.post)))
+        globals.getOrElseUpdate((a, atPre), {
+          val rows = substitute(a, if (atPre) scans.pre else scans.post)
+          (for ((pre, post) <- stamps(a); definition <- CountedTable.definition(a))
+            yield fkSettings.steps.materializeVersioned(rows, definition, if (atPre) pre else post))
+            .getOrElse(fkSettings.steps.materialize(rows))
+        })
     }
 
   /**
@@ -144,9 +149,16 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
     case _ => None
   }
 
-  /** The delta of `plan` as a union of branches (empty when nothing under it changed). */
-  def delta(plan: LogicalPlan): Seq[Branch] =
-    precomputed(plan).orElse(overScalar(plan)).orElse(fk.delta(plan)).getOrElse(generic(plan))
+  /**
+   * The delta of `plan` as a union of branches (empty when nothing under it changed). Computed
+   * once per subtree and refresh: a refresh asks for the view's branches to report them, then
+   * again to fold them, and an operator recomputed by key runs jobs to plan its delta (its
+   * changed keys, its right side's counts) that would otherwise run again each time.
+   */
+  def delta(plan: LogicalPlan): Seq[Branch] = deltas.getOrElseUpdate(plan,
+    precomputed(plan).orElse(overScalar(plan)).orElse(fk.delta(plan)).getOrElse(generic(plan)))
+
+  private val deltas = scala.collection.mutable.Map[LogicalPlan, Seq[Branch]]()
 
   /**
    * D of a filter over an inner join with a one-row global aggregate (an uncorrelated scalar

@@ -235,6 +235,13 @@ class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String]) {
 trait PlanSteps {
   /** A plan with the same output attributes whose rows are computed now (or not at all). */
   def materialize(plan: LogicalPlan): LogicalPlan
+  /**
+   * `materialize` for a plan whose rows are a function of `definition` (what it computes,
+   * independent of attribute ids) at the table versions `stamp`: a refresh may reuse the rows
+   * an earlier refresh of the application computed for the same definition and stamp.
+   */
+  def materializeVersioned(plan: LogicalPlan, definition: String, stamp: String): LogicalPlan =
+    materialize(plan)
   /** True if the plan has no rows; a planner that runs nothing answers false. */
   def isEmpty(plan: LogicalPlan): Boolean
   /**

@@ -153,6 +153,28 @@ class PlannerSuite extends AnyFunSuite with BeforeAndAfterAll {
     assert(SourceLeaf.isConstant(OneRowRelation()))
   }
 
+  test("a plan's definition names what it computes, not the plan it was found in") {
+    def definition(sql: String) = CountedTable.definition(analyzed(sql))
+    val avg = "SELECT avg(x) FROM r WHERE b > 1"
+    // Analyzed twice, with new attribute ids: the same definition (a refresh finds it again).
+    assert(definition(avg).isDefined && definition(avg) == definition(avg))
+    assert(definition(avg) != definition("SELECT avg(x) FROM r WHERE b > 2"))
+    spark.sql("CREATE TABLE IF NOT EXISTS r_twin (a INT, b INT, x DOUBLE) USING delta")
+    assert(definition(avg) != definition("SELECT avg(x) FROM r_twin WHERE b > 1"))
+    // Tables of one schema, joined in either order: told apart by their names.
+    assert(definition("SELECT sum(r.x) FROM r JOIN r_twin w ON r.a = w.b") !=
+      definition("SELECT sum(w.x) FROM r_twin w JOIN r ON w.a = r.b"))
+    // What a name does not fix is not named: results of it are never reused.
+    assert(definition("SELECT avg(x) FROM r WHERE b IN (SELECT c FROM s)").isEmpty)
+    spark.udf.register("ivm_plus_one", (i: Int) => i + 1)
+    assert(definition("SELECT sum(ivm_plus_one(a)) FROM r").isEmpty)
+    // Casts read the session's time zone.
+    val ts = "SELECT count(*) FROM r WHERE cast(cast(a AS timestamp) AS string) > '2020'"
+    val before = definition(ts)
+    spark.conf.set("spark.sql.session.timeZone", "Asia/Tokyo")
+    try assert(definition(ts) != before) finally spark.conf.unset("spark.sql.session.timeZone")
+  }
+
   test("storage names are Delta-safe and unique") {
     assert(ViewMaintenance.storageNames(Seq("a", "count(1)", "A", "__ivm_x", "ok_1")) ==
       Seq("__ivm_c0", "__ivm_c1", "__ivm_c2", "__ivm_c3", "ok_1"))
