@@ -61,6 +61,9 @@ QUERIES: Dict[str, str] = {
     # TPC-H Q22's shape: an uncorrelated scalar subquery on the same table, under a NOT EXISTS
     "scalar_not_exists": "SELECT s, count(*) AS n, sum(x) AS sx FROM r WHERE x > (SELECT avg(x) FROM r "
                          "WHERE x > 1) AND NOT EXISTS (SELECT 1 FROM t WHERE t.b = r.b) GROUP BY s",
+    # the value itself among the view's columns: every row changes when it moves
+    "scalar_value_in_select": "SELECT a, x - (SELECT avg(x) FROM r) AS dev, (SELECT max(c) FROM t) AS mc "
+                              "FROM r",
     "scalar_max": "SELECT s, sum(x) AS sx FROM r GROUP BY s HAVING sum(x) >= (SELECT max(c) / 10 FROM t)",
     # TPC-H Q17's shape: a correlated scalar subquery on the same table
     "scalar_correlated": "SELECT a, x FROM r WHERE x > (SELECT 0.5 * avg(r2.x) FROM r r2 WHERE r2.b = r.b)",

@@ -156,7 +156,7 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
    * changed keys, its right side's counts) that would otherwise run again each time.
    */
   def delta(plan: LogicalPlan): Seq[Branch] = deltas.getOrElseUpdate(plan,
-    precomputed(plan).orElse(overScalar(plan)).orElse(fk.delta(plan)).getOrElse(generic(plan)))
+    precomputed(plan).orElse(overScalar(plan, plan.outputSet)).orElse(fk.delta(plan)).getOrElse(generic(plan)))
 
   private val deltas = scala.collection.mutable.Map[LogicalPlan, Seq[Branch]]()
 
@@ -167,25 +167,29 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
    * coming. A row of L whose condition holds for both values, or for neither, cancels in
    * Pre(L) x D(A), so only the rows for which the two values decide differently are read (the
    * condition with each value as a literal: a filter on L that Spark pushes to its scans),
-   * instead of all of Pre(L) twice. Both values are computed first (on the driver, one row each);
-   * None where they cannot be (EXPLAIN) or the plan has another shape.
+   * instead of all of Pre(L) twice. That holds only where nothing above reads the value itself
+   * (`needed`: the attributes the nodes above read): a value in the view's columns
+   * (`SELECT x, (SELECT max(y) FROM t)`) changes every row, and all of Pre(L) is read. Both
+   * values are computed first (on the driver, one row each); None where they cannot be
+   * (EXPLAIN) or the plan has another shape.
    */
-  private def overScalar(plan: LogicalPlan): Option[Seq[Branch]] = plan match {
-    case Filter(cond, j: Join) if cond.deterministic && scalarJoin(j) => scalarDelta(j, Some(cond))
-    case j: Join if scalarJoin(j) => scalarDelta(j, None)
+  private def overScalar(plan: LogicalPlan, needed: AttributeSet): Option[Seq[Branch]] = plan match {
+    case Filter(cond, j: Join) if cond.deterministic && scalarJoin(j) => scalarDelta(j, Some(cond), needed)
+    case j: Join if scalarJoin(j) => scalarDelta(j, None, needed)
     // Above such a join (before the FK planner takes the filters and projections as its block).
     case Filter(cond, child) if cond.deterministic =>
-      overScalar(child).map(_.map(b => b.copy(plan = Filter(cond, b.plan))))
+      overScalar(child, needed ++ cond.references).map(_.map(b => b.copy(plan = Filter(cond, b.plan))))
     case Project(list, child) if list.forall(_.deterministic) =>
-      overScalar(child).map(_.map(b => b.copy(plan = Project(list :+ m, b.plan))))
-    case SubqueryAlias(_, child) => overScalar(child)
+      overScalar(child, AttributeSet(list.filter(e => needed.contains(e.toAttribute)).flatMap(_.references)))
+        .map(_.map(b => b.copy(plan = Project(list :+ m, b.plan))))
+    case SubqueryAlias(_, child) => overScalar(child, needed)
     case _ => None
   }
 
   private def scalarJoin(j: Join): Boolean = j.joinType == Inner && fkSettings.steps.collects &&
     QueryRewrites.singleRow(j.right) && j.condition.forall(_.deterministic)
 
-  private def scalarDelta(j: Join, filter: Option[Expression]): Option[Seq[Branch]] = {
+  private def scalarDelta(j: Join, filter: Option[Expression], needed: AttributeSet): Option[Seq[Branch]] = {
     val right = j.right
     def filtered(p: LogicalPlan) = filter.map(Filter(_, p)).getOrElse(p)
     val fromLeft = delta(j.left).map { b =>
@@ -208,7 +212,9 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
             val i = right.output.indexWhere(_.exprId == a.exprId)
             Literal(values(i), types(i))
         }, Literal.FalseLiteral))
-        val decides = Not(EqualTo(at(ov), at(nv)))
+        // Where the value is read above, a row changes with it whatever the condition decides.
+        val valueRead = needed.intersect(right.outputSet).nonEmpty
+        val decides = if (valueRead) Literal.TrueLiteral else Not(EqualTo(at(ov), at(nv)))
         val inner = AttributeReference("__ivm_m_in", m.dataType, nullable = false)()
         val change = Union(Seq(-1 -> oldRow, 1 -> newRow).map { case (sign, row) =>
           Project(row.output :+ Alias(Literal(sign), inner.name)(exprId = inner.exprId), row)
@@ -219,7 +225,8 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
         }
         fromLeft :+ Branch(filtered(Project(j.output :+ Alias(sign, m.name)(exprId = m.exprId),
           j.copy(left = Filter(decides, left), right = change))),
-          leafNames(j.left).map(n => s"Pre($n) where the old and new value decide differently") :+
+          leafNames(j.left).map(n => if (valueRead) s"Pre($n)"
+            else s"Pre($n) where the old and new value decide differently") :+
             s"D(${right.nodeName} over ${leafNames(right).distinct.mkString(", ")})")
       }
     }
