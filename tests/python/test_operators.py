@@ -69,6 +69,9 @@ QUERIES: Dict[str, str] = {
     "scalar_correlated": "SELECT a, x FROM r WHERE x > (SELECT 0.5 * avg(r2.x) FROM r r2 WHERE r2.b = r.b)",
     "scalar_in_select": "SELECT a, (SELECT max(c) FROM t WHERE t.b = r.b) AS mc FROM r",
     "scalar_count": "SELECT a, (SELECT count(*) FROM t WHERE t.b = r.b) AS matches FROM r",
+    # LATERAL subqueries, as Spark decorrelates them: a join, and an aggregate joined back
+    "lateral": "SELECT r.a, l.c FROM r JOIN LATERAL (SELECT c FROM t WHERE t.b = r.b AND t.c > r.a * 5) l",
+    "lateral_agg": "SELECT r.a, l.sc FROM r, LATERAL (SELECT sum(c) AS sc FROM t WHERE t.b = r.b) l",
     "row_number": "SELECT b, a, x, row_number() OVER (PARTITION BY b ORDER BY a, x, s) AS rn FROM r",
     "top_k": "SELECT b, a, rk FROM (SELECT b, a, rank() OVER (PARTITION BY b ORDER BY x DESC) AS rk "
              "FROM r) WHERE rk <= 1",

@@ -5,7 +5,7 @@ import org.apache.spark.sql.catalyst.analysis.DeduplicateRelations
 import org.apache.spark.sql.catalyst.expressions._
 import org.apache.spark.sql.catalyst.optimizer.{InlineCTE, PullupCorrelatedPredicates, PushDownPredicates,
   ReplaceExceptWithAntiJoin, ReplaceIntersectWithSemiJoin, RewriteCorrelatedScalarSubquery, RewriteExceptAll,
-  RewriteIntersectAll, RewritePredicateSubquery}
+  RewriteIntersectAll, RewriteLateralSubquery, RewritePredicateSubquery}
 import org.apache.spark.sql.catalyst.plans.Inner
 import org.apache.spark.sql.catalyst.plans.logical._
 
@@ -17,6 +17,7 @@ import org.apache.spark.sql.catalyst.plans.logical._
  *  - EXISTS, NOT EXISTS, IN and NOT IN become semi, anti and existence joins (NOT IN keeps
  *    its NULL semantics: a null-aware anti join condition);
  *  - a correlated scalar subquery becomes an aggregate left-joined back on its correlation;
+ *  - a LATERAL subquery whose correlation Spark can pull up becomes a join on it;
  *  - an uncorrelated scalar subquery over a global aggregate (exactly one row) becomes an inner
  *    join with that aggregate, whose delta the aggregate and join rules then give.
  * The rewritten plan computes the same rows; recomputation (FULL) runs the original one.
@@ -42,7 +43,7 @@ object QueryRewrites {
     val inner = PushDownPredicates(PullupCorrelatedPredicates(setOperations(plan))).transformUp { case p =>
       p.transformExpressions { case s: SubqueryExpression => s.withNewPlan(rewrite(s.plan)) }
     }
-    RewriteCorrelatedScalarSubquery(RewritePredicateSubquery(uncorrelatedScalars(inner)))
+    RewriteCorrelatedScalarSubquery(RewritePredicateSubquery(uncorrelatedScalars(RewriteLateralSubquery(inner))))
   }
 
   /** INTERSECT and EXCEPT, DISTINCT or ALL, in the joins, aggregates and generators Spark plans them as. */
