@@ -60,18 +60,22 @@ object CountedTable {
 
   /**
    * What `plan` computes over its tables, independent of attribute ids and of the plan it was
-   * found in, when its expressions are all [[plain]]: its canonical tree (attribute ids normalized) with
-   * the tables it reads in their order, and the session's time zone and ANSI mode. Rows
+   * found in, when its expressions are all [[plain]]: its canonical tree (attribute ids
+   * normalized, no field left out) with the tables it reads in their order, and the session's time zone and ANSI mode. Rows
    * computed from the same definition at the same table versions are the same rows.
    */
   def definition(plan: LogicalPlan): Option[String] =
-    if (plan.exists(_.expressions.exists(e => !plain(e)))) None else {
+    // A plan's text leaves out the rows of a VALUES list: such plans get no name either.
+    if (plan.exists(p => p.expressions.exists(e => !plain(e)) || (p match {
+      case l: LocalRelation => l.data.nonEmpty
+      case _ => false
+    }))) None else {
       // Canonical plans keep their children's order but drop names: the tables are listed in it.
       val tables = plan.collect { case SourceLeaf(leaf) => leaf.table.unquotedString }
       val unnamed = plan.transformDown { case SourceLeaf(leaf) => LocalRelation(leaf.output) }
       val conf = org.apache.spark.sql.internal.SQLConf.get
-      Some(s"${unnamed.canonicalized.treeString}|${tables.mkString(",")}|${conf.sessionLocalTimeZone}|" +
-        conf.ansiEnabled)
+      val text = unnamed.canonicalized.treeString(verbose = true, maxFields = Int.MaxValue)
+      Some(s"$text|${tables.mkString(",")}|${conf.sessionLocalTimeZone}|${conf.ansiEnabled}")
     }
 
   /** Deterministic, and nothing whose meaning a name would not fix (a subquery, a user's function). */

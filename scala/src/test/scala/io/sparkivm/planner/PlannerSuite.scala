@@ -166,6 +166,7 @@ class PlannerSuite extends AnyFunSuite with BeforeAndAfterAll {
       definition("SELECT sum(w.x) FROM r_twin w JOIN r ON w.a = r.b"))
     // What a name does not fix is not named: results of it are never reused.
     assert(definition("SELECT avg(x) FROM r WHERE b IN (SELECT c FROM s)").isEmpty)
+    assert(definition("SELECT sum(r.x) FROM r JOIN (VALUES (1)) v(k) ON r.a = v.k").isEmpty)
     spark.udf.register("ivm_plus_one", (i: Int) => i + 1)
     assert(definition("SELECT sum(ivm_plus_one(a)) FROM r").isEmpty)
     // Casts read the session's time zone.
