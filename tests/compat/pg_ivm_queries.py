@@ -4,11 +4,12 @@ Each query becomes a materialized view over Delta tables; a sequence of inserts,
 deletes follows, and after each step the view is refreshed (as its refresh policy, AUTO,
 decides) and compared with its query, counts included. The queries are those of pg_ivm's
 `pg_ivm.sql` (the ones it maintains and the ones it refuses, with what Spark adds) and its
-three-way outer joins of `outer_join.sql`. Not part of `make test` (about 15 minutes):
+three-way outer joins of `outer_join.sql`. Not part of `make test` (about 30 minutes):
 
     .venv/bin/python tests/compat/pg_ivm_queries.py [name ...]
 
-Views over `rand()` or TABLESAMPLE differ from any other run of their query, by design.
+Views over `rand()` or TABLESAMPLE differ from any other run of their query: for them, what is
+checked is that every refresh recomputes them in full.
 """
 
 # ruff: noqa: E501 (one SQL statement per line reads better than wrapped)
@@ -163,7 +164,12 @@ OUTER_TABLES = [
 ]
 
 
-def check(spark: SparkSession, query: str, tables: List[str], steps: List[List[str]]) -> str:
+# No two runs of these queries agree: each refresh must be a full one.
+NONDETERMINISTIC = {"rand", "tablesample"}
+
+
+def check(spark: SparkSession, query: str, tables: List[str], steps: List[List[str]],
+          deterministic: bool = True) -> str:
     """Creates the view over fresh tables, follows the steps; returns each refresh's mode's
     initial (i incremental, f full, n noop), or raises where the view differs from its query."""
     for t in ("a", "b", "base_t", "base_r", "base_s"):
@@ -172,13 +178,16 @@ def check(spark: SparkSession, query: str, tables: List[str], steps: List[List[s
         spark.sql(stmt)
     spark.sql("DROP MATERIALIZED VIEW IF EXISTS mv")
     spark.sql(f"CREATE MATERIALIZED VIEW mv AS {query}")
-    assert_matches_query(spark, "mv", query)
+    if deterministic:
+        assert_matches_query(spark, "mv", query)
     modes = ""
     for step in steps:
         for stmt in step:
             spark.sql(stmt)
         modes += MaterializedView.for_name(spark, "mv").refresh().mode[0]
-        assert_matches_query(spark, "mv", query)
+        if deterministic:
+            assert_matches_query(spark, "mv", query)
+    assert deterministic or set(modes) <= {"f", "n"}, f"refreshed incrementally: {modes}"
     spark.sql("DROP MATERIALIZED VIEW mv")
     return modes
 
@@ -192,12 +201,12 @@ def main() -> None:
     cases = [c for c in cases if not only or c[0] in only]
     for name, query, tables, steps in cases:
         try:
-            print(f"ok    {name:24} {check(spark, query, tables, steps)}", flush=True)
+            print(f"ok    {name:24} {check(spark, query, tables, steps, name not in NONDETERMINISTIC)}", flush=True)
         except Exception as e:  # noqa: BLE001 - report every case, then fail
             print(f"FAIL  {name:24} {type(e).__name__}: {str(e).splitlines()[0][:300]}", flush=True)
             failed.append(name)
     print(f"{len(failed)} of {len(cases)} failed: {failed}" if failed
-          else f"all {len(cases)} equal their queries")
+          else f"all {len(cases)} passed")
     sys.exit(1 if failed else 0)
 
 
