@@ -28,7 +28,4 @@ object VersionedResults {
 
   def put(definition: String, stamp: String, rows: Seq[InternalRow]): Unit =
     if (rows.size <= MaxRows) entries.synchronized { entries.put((definition, stamp), rows.map(_.copy())) }
-
-  /** Drops every entry (tests). */
-  def clear(): Unit = entries.synchronized { entries.clear() }
 }

@@ -18,13 +18,11 @@ final case class CountedTable(leaf: SourceLeaf, filters: Seq[Expression], key: A
    * out): two views that count the same table the same way share them.
    */
   def definition: String = {
-    // SQL text (literals quoted, types of casts named), and the session's time zone, which
-    // casts between strings and timestamps read.
+    // SQL text (literals quoted, types of casts named), and the session settings casts read.
     val named = filters.map(_.transform { case a: AttributeReference =>
       AttributeReference(a.name.toLowerCase(java.util.Locale.ROOT), a.dataType, a.nullable)(exprId = ExprId(0))
     }.sql).sorted
-    s"${key.name.toLowerCase(java.util.Locale.ROOT)}|${named.mkString(" AND ")}|" +
-      org.apache.spark.sql.internal.SQLConf.get.sessionLocalTimeZone
+    s"${key.name.toLowerCase(java.util.Locale.ROOT)}|${named.mkString(" AND ")}|${CountedTable.sessionSemantics}"
   }
 
   def describe: String =
@@ -61,8 +59,9 @@ object CountedTable {
   /**
    * What `plan` computes over its tables, independent of attribute ids and of the plan it was
    * found in, when its expressions are all [[plain]]: its canonical tree (attribute ids
-   * normalized, no field left out) with the tables it reads in their order, and the session's time zone and ANSI mode. Rows
-   * computed from the same definition at the same table versions are the same rows.
+   * normalized, no field left out) with the tables it reads in their order, and
+   * [[sessionSemantics]]. Rows computed from the same definition at the same table versions are
+   * the same rows.
    */
   def definition(plan: LogicalPlan): Option[String] =
     // A plan's text leaves out the rows of a VALUES list: such plans get no name either.
@@ -73,10 +72,18 @@ object CountedTable {
       // Canonical plans keep their children's order but drop names: the tables are listed in it.
       val tables = plan.collect { case SourceLeaf(leaf) => leaf.table.unquotedString }
       val unnamed = plan.transformDown { case SourceLeaf(leaf) => LocalRelation(leaf.output) }
-      val conf = org.apache.spark.sql.internal.SQLConf.get
       val text = unnamed.canonicalized.treeString(verbose = true, maxFields = Int.MaxValue)
-      Some(s"$text|${tables.mkString(",")}|${conf.sessionLocalTimeZone}|${conf.ansiEnabled}")
+      Some(s"$text|${tables.mkString(",")}|$sessionSemantics")
     }
+
+  /**
+   * The session settings that change what an expression computes: the time zone (casts between
+   * strings and timestamps) and ANSI mode (a cast that fails instead of giving NULL).
+   */
+  def sessionSemantics: String = {
+    val conf = org.apache.spark.sql.internal.SQLConf.get
+    s"${conf.sessionLocalTimeZone}|ansi=${conf.ansiEnabled}"
+  }
 
   /** Deterministic, and nothing whose meaning a name would not fix (a subquery, a user's function). */
   private def plain(e: Expression): Boolean = e.deterministic && !SubqueryExpression.hasSubquery(e) &&

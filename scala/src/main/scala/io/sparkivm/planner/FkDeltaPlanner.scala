@@ -44,7 +44,6 @@ object FkSettings {
  * check costs only the pruning of that edge, never a wrong view.
  */
 class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings) {
-  private val built = mutable.Map[LogicalPlan, Option[Seq[Branch]]]()
   private val checked = mutable.Map[(String, String, Seq[String]), Option[String]]()
   private val lines = mutable.LinkedHashSet[String]()
 
@@ -56,7 +55,8 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
     if (!settings.pruning && !settings.probe.enabled && !settings.deltaFirst) None
     // Outer, semi and anti joins and windows are units of the block (JoinBlock stops at them):
     // FK edges join table units only, and such units are restricted to the keys they join with.
-    else built.getOrElseUpdate(plan, JoinBlock.of(plan).flatMap(b => updatesLast(plan, b).orElse(planBlock(b))))
+    // Called once per plan and refresh: DeltaRules.delta keeps what it returns.
+    else JoinBlock.of(plan).flatMap(b => updatesLast(plan, b).orElse(planBlock(b)))
 
   /**
    * Updates of dimension rows (a key both deleted and inserted), which fail the FK-Guard, applied
