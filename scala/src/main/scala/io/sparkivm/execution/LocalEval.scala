@@ -3,16 +3,19 @@ package io.sparkivm.execution
 import scala.util.control.NonFatal
 
 import org.apache.spark.sql.catalyst.InternalRow
-import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, BindReferences, Expression,
-  InterpretedUnsafeProjection, NamedExpression, Predicate, UnsafeRow}
+import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, AttributeReference, BindReferences,
+  EmptyRow, Expression, If, InterpretedMutableProjection, InterpretedUnsafeProjection,
+  JoinedRow, NamedExpression, Predicate, UnsafeRow}
+import org.apache.spark.sql.catalyst.expressions.aggregate.{AggregateExpression, Complete, DeclarativeAggregate}
 import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, Filter, LocalRelation, LogicalPlan, Project,
   Union}
 
 /**
  * Evaluates a small optimized plan on the driver, without a Spark job, when it reads only rows
- * held here ([[RefreshSteps.local]]) through projections, filters, unions and DISTINCT (which the
- * optimizer plans as an aggregate without aggregate functions): the keys a change touches, whose
- * plan is a DISTINCT over the union of changes held on the driver. Spark folds only projections
+ * held here ([[RefreshSteps.local]]) through projections, filters, unions and aggregates: the
+ * keys a change touches, whose plan is a DISTINCT (an aggregate without functions) over the
+ * union of changes held on the driver, and a global aggregate's state moved by its change
+ * ([[io.sparkivm.planner.RunningAggregate]]). Spark folds only projections
  * and filters of a local relation (`ConvertToLocalRelation`); each of these would otherwise be a
  * job with a shuffle. Expressions are interpreted (no code is generated for a few rows); None for
  * any other plan, or any expression that is not deterministic or cannot be interpreted.
@@ -34,16 +37,51 @@ object LocalEval {
       val parts = u.children.map(eval(_, maxRows))
       if (parts.exists(_.isEmpty)) None
       else Some(parts.flatten.flatten).filter(_.size <= maxRows)
-    // DISTINCT: every output is a grouping expression.
-    case Aggregate(groups, outputs, child, _) if groups.forall(_.deterministic) && outputs.forall(isGroup(_, groups)) =>
-      eval(child, maxRows).map { in =>
-        // UnsafeRows compare by their bytes: equal keys are equal rows.
-        val named = groups.map(asNamed)
-        val keys = project(named, child.output, in).distinct
-        val keyAttrs = named.map(_.toAttribute)
-        project(outputs.map(o => rebind(o, groups, keyAttrs)), keyAttrs, keys)
-      }
+    // DISTINCT, and functions Spark declares as expressions over a buffer (COUNT, SUM, AVG, MIN ...).
+    case Aggregate(groups, outputs, child, _) if (groups ++ outputs).forall(_.deterministic) =>
+      eval(child, maxRows).flatMap(aggregate(groups, outputs, child.output, _)).filter(_.size <= maxRows)
     case _ => None
+  }
+
+  /**
+   * Each group's buffers folded over its rows by the functions' own update expressions, then
+   * finished by their evaluate expressions; None if a function is not declarative, DISTINCT
+   * or not in Complete mode. Without GROUP BY, no rows still give one row (of initial values).
+   */
+  private def aggregate(groups: Seq[Expression], outputs: Seq[NamedExpression], input: Seq[Attribute],
+      rows: Seq[InternalRow]): Option[Seq[InternalRow]] = {
+    val functions = outputs.flatMap(_.collect { case ae: AggregateExpression => ae }).distinct
+    val declared = functions.collect {
+      case ae @ AggregateExpression(f: DeclarativeAggregate, Complete, false, _, _) => (ae, f)
+    }
+    if (declared.size != functions.size) return None
+    val buffer = declared.flatMap(_._2.aggBufferAttributes)
+    val initial = InterpretedMutableProjection.createProjection(declared.flatMap(_._2.initialValues))
+    val update = InterpretedMutableProjection.createProjection(declared.flatMap { case (ae, f) =>
+      ae.filter match {
+        case None => f.updateExpressions
+        case Some(cond) => f.updateExpressions.zip(f.aggBufferAttributes).map { case (u, b) => If(cond, u, b) }
+      }
+    }.map(BindReferences.bindReference(_, buffer ++ input)))
+    val named = groups.map(asNamed)
+    val keyOf = InterpretedUnsafeProjection.createProjection(named.map(n => BindReferences.bindReference(n: Expression, input)))
+    val folded = scala.collection.mutable.LinkedHashMap[InternalRow, InternalRow]()
+    if (groups.isEmpty) folded(keyOf(EmptyRow).copy()) = initial(EmptyRow).copy()
+    rows.foreach { row =>
+      val key = keyOf(row).copy()
+      val before = folded.getOrElseUpdate(key, initial(EmptyRow).copy())
+      folded(key) = update(new JoinedRow(before, row)).copy()
+    }
+    val results = declared.map { case (_, f) => f.evaluateExpression }
+    val resultAttrs = declared.map { case (ae, f) => AttributeReference("agg", f.dataType)(exprId = ae.resultId) }
+    val finish = InterpretedUnsafeProjection.createProjection(results.map(BindReferences.bindReference(_, buffer)))
+    val keyAttrs = named.map(_.toAttribute)
+    val byId = declared.map(_._1).zip(resultAttrs).toMap
+    val outputExprs = outputs.map(o => rebind(o, groups, keyAttrs).transformDown {
+      case ae: AggregateExpression => byId(ae)
+    })
+    val joined = folded.toSeq.map { case (key, buf) => new JoinedRow(key, finish(buf).copy()) }
+    Some(project(outputExprs, keyAttrs ++ resultAttrs, joined))
   }
 
   private def project(list: Seq[Expression], input: Seq[Attribute], rows: Seq[InternalRow]): Seq[InternalRow] = {
@@ -55,12 +93,6 @@ object LocalEval {
     case n: NamedExpression => n
     case other => Alias(other, "k")()
   }
-
-  private def isGroup(e: Expression, groups: Seq[Expression]): Boolean =
-    groups.exists(_.semanticEquals(e)) || (e match {
-      case Alias(c, _) => isGroup(c, groups)
-      case _ => false
-    })
 
   /** An output over the grouping expressions, rewritten over the evaluated keys. */
   private def rebind(e: Expression, groups: Seq[Expression], keys: Seq[Attribute]): Expression =

@@ -47,6 +47,9 @@ class RefreshSteps(spark: SparkSession, override val probe: ProbeSettings, maxLo
         done
     }
 
+  override def versioned(definition: String, stamp: String): Option[Seq[InternalRow]] =
+    VersionedResults.get(definition, stamp)
+
   override def collects: Boolean = true
 
   override def localRows(plan: LogicalPlan): Option[Seq[InternalRow]] = RefreshSteps.localRows(plan)

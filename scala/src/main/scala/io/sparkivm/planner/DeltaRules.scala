@@ -89,13 +89,39 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
     if (!fkSettings.steps.collects) plan else plan.transformDown {
       case a: Aggregate if a.groupingExpressions.isEmpty && a.aggregateExpressions.forall(_.deterministic) &&
           a.exists { case SourceLeaf(_) => true; case _ => false } =>
-        globals.getOrElseUpdate((a, atPre), {
-          val rows = substitute(a, if (atPre) scans.pre else scans.post)
-          (for ((pre, post) <- stamps(a); definition <- CountedTable.definition(a))
-            yield fkSettings.steps.materializeVersioned(rows, definition, if (atPre) pre else post))
-            .getOrElse(fkSettings.steps.materialize(rows))
-        })
+        globals.getOrElseUpdate((a, atPre), heldAggregate(a, atPre))
     }
+
+  /**
+   * One global aggregate's row at Pre or at Post, named by its definition and the versions read
+   * ([[PlanSteps]]' `materializeVersioned`). A [[RunningAggregate]] is held as its state: its
+   * Post state is its Pre state moved by the change of its input (rows held on the driver,
+   * where the change is small: no job), so only a refresh that finds no earlier state reads the
+   * aggregate's tables, once.
+   */
+  private def heldAggregate(a: Aggregate, atPre: Boolean): LogicalPlan = {
+    val steps = fkSettings.steps
+    val read = substitute(a, if (atPre) scans.pre else scans.post)
+    val named = for ((pre, post) <- stamps(a); definition <- CountedTable.definition(a)) yield (pre, post, definition)
+    named.map { case (pre, post, definition) =>
+      RunningAggregate.of(a) match {
+        case None => steps.materializeVersioned(read, definition, if (atPre) pre else post)
+        case Some(running) =>
+          val kept = s"state of $definition"
+          val fromPre = if (atPre) None else steps.versioned(kept, pre).flatMap(_.headOption)
+          val state = fromPre match {
+            case Some(old) if pre != post =>
+              steps.materializeVersioned(running.moved(old, unionAll(delta(a.child).map(_.plan) match {
+                case Nil => Seq(LocalRelation(a.child.output :+ m))
+                case plans => plans
+              }), m), kept, post)
+            case _ => steps.materializeVersioned(running.full(substitute(a.child,
+              if (atPre) scans.pre else scans.post)), kept, if (atPre) pre else post)
+          }
+          steps.materialize(running.value(state))
+      }
+    }.getOrElse(steps.materialize(read))
+  }
 
   /**
    * Records which columns of each table the view reads (`plan`: the view's aggregate, or the

@@ -242,6 +242,8 @@ trait PlanSteps {
    */
   def materializeVersioned(plan: LogicalPlan, definition: String, stamp: String): LogicalPlan =
     materialize(plan)
+  /** The rows an earlier `materializeVersioned` computed for `definition` at `stamp`, if held. */
+  def versioned(definition: String, stamp: String): Option[Seq[org.apache.spark.sql.catalyst.InternalRow]] = None
   /** True if the plan has no rows; a planner that runs nothing answers false. */
   def isEmpty(plan: LogicalPlan): Boolean
   /**

@@ -4,13 +4,15 @@ import io.sparkivm.TestSpark
 import org.apache.spark.sql.{DataFrame, Row, SparkSession}
 import org.apache.spark.sql.catalyst.{CatalystTypeConverters, InternalRow}
 import org.apache.spark.sql.catalyst.plans.logical.LocalRelation
+import org.apache.spark.sql.functions._
 import org.apache.spark.sql.catalyst.types.DataTypeUtils
 import org.apache.spark.sql.ivm.SparkInternals
 import org.scalatest.funsuite.AnyFunSuite
 
 /**
  * Plans over rows held on the driver are evaluated there exactly as Spark evaluates them
- * (DISTINCT over unions of projections and filters, NULLs and strings included), and plans
+ * (DISTINCT over unions of projections and filters, aggregates of COUNT, SUM, AVG, MIN and MAX
+ * with and without GROUP BY, NULLs, decimals and strings included), and plans
  * LocalEval does not know, or that read a table, are left to Spark.
  */
 class LocalEvalSuite extends AnyFunSuite {
@@ -47,10 +49,30 @@ class LocalEvalSuite extends AnyFunSuite {
     }
   }
 
-  test("plans with aggregate functions or reads of tables are left to Spark") {
+  test("aggregates of declared functions equal Spark's result, NULLs, decimals and no rows included") {
+    import spark.implicits._
+    val a = local(Seq((Some(1), Some(BigDecimal("2.50")), 1), (Some(1), None, -1), (None, Some(BigDecimal("-7.25")), 1),
+      (Some(2), Some(BigDecimal("0.01")), -1), (Some(2), Some(BigDecimal("3.00")), 1)).toDF("k", "v", "m"))
+    val none = a.where($"m" > 5)
+    val plans = Seq(
+      a.groupBy($"k").agg(count($"v"), sum($"v"), avg($"v"), min($"v"), max($"m"), count(lit(1))),
+      a.agg(sum($"v" * $"m"), avg($"v"), count($"k"), sum(when($"v".isNotNull, $"m").otherwise(0L))),
+      a.agg(expr("count(*) FILTER (WHERE m > 0)"), expr("sum(v) FILTER (WHERE k = 2)")),
+      none.agg(sum($"v"), avg($"v"), count(lit(1))), // one row of initial values
+      none.groupBy($"k").agg(sum($"v")), // no rows
+      a.groupBy($"k").agg((sum($"m") * 2 + avg($"m")).as("e")).where($"e" > 0))
+    plans.foreach { df =>
+      val got = evaluated(df)
+      assert(got.isDefined, df.queryExecution.optimizedPlan)
+      assert(sorted(got.get) == sorted(df.collect().toSeq), df.queryExecution.optimizedPlan)
+    }
+  }
+
+  test("plans with other aggregate functions or reads of tables are left to Spark") {
     import spark.implicits._
     val a = local(Seq((1, 2), (1, 3)).toDF("k", "v"))
-    assert(evaluated(a.groupBy($"k").count()).isEmpty)
+    assert(evaluated(a.groupBy($"k").agg(collect_list($"v"))).isEmpty)
+    assert(evaluated(a.groupBy($"k").agg(countDistinct($"v"))).isEmpty)
     assert(evaluated(spark.range(3).toDF("k").union(a.select($"k".cast("long"))).distinct()).isEmpty)
     // Past the row bound the rows are not held here.
     assert(LocalEval.rows(a.distinct().queryExecution.optimizedPlan, 1).isEmpty)

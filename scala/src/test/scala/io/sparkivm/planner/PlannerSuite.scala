@@ -2,8 +2,10 @@ package io.sparkivm.planner
 
 import io.sparkivm.{IvmException, TestSpark}
 import org.apache.spark.sql.SparkSession
-import org.apache.spark.sql.catalyst.expressions.{Attribute, AttributeReference, IsNull, OuterReference}
-import org.apache.spark.sql.catalyst.plans.logical.{Join, LogicalPlan, OneRowRelation}
+import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, AttributeReference, IsNull, Literal,
+  OuterReference}
+import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, Join, LocalRelation, LogicalPlan, OneRowRelation,
+  Project}
 import org.apache.spark.sql.ivm.SparkInternals
 import org.apache.spark.sql.types.IntegerType
 import org.scalatest.BeforeAndAfterAll
@@ -174,6 +176,36 @@ class PlannerSuite extends AnyFunSuite with BeforeAndAfterAll {
     val before = definition(ts)
     spark.conf.set("spark.sql.session.timeZone", "Asia/Tokyo")
     try assert(definition(ts) != before) finally spark.conf.unset("spark.sql.session.timeZone")
+  }
+
+  test("a global aggregate's state moved by its change equals the state recomputed") {
+    import spark.implicits._
+    import org.apache.spark.sql.functions._
+    def internal(plan: LogicalPlan) = SparkInternals.dataFrame(spark, plan).queryExecution.executedPlan.executeCollect()
+    def value(df: org.apache.spark.sql.DataFrame) = df.collect().map(_.toString).toSeq
+    val pre = Seq((1, Some(BigDecimal("2.50"))), (2, None), (3, Some(BigDecimal("-1.25"))), (3, Some(BigDecimal("0.10"))))
+    val (ins, del) = (Seq((4, Some(BigDecimal("7.00"))), (5, None)), Seq((1, Some(BigDecimal("2.50"))), (2, None)))
+    val post = pre.diff(del) ++ ins
+    def aggregated(rows: Seq[(Int, Option[BigDecimal])]) = rows.toDF("k", "v")
+      .agg(count(lit(1)), sum($"v"), (avg($"v") * 2).as("twice"), count($"v"), sum($"k"), expr("count(*) FILTER (WHERE k > 2)"))
+    val a = SparkInternals.analyzed(aggregated(pre)).asInstanceOf[Aggregate]
+    val running = RunningAggregate.of(a).get
+    val old = internal(running.full(a.child)).head
+    // Rows of the aggregate's input, each with the sign m.
+    def signed(rows: Seq[(Int, Option[BigDecimal], Int)]): LogicalPlan = {
+      val change = SparkInternals.analyzed(rows.toDF("k", "v", "m"))
+      Project((a.child.output :+ m).zip(change.output).map { case (o, n) => Alias(n, o.name)(exprId = o.exprId) }, change)
+    }
+    def movedBy(rows: Seq[(Int, Option[BigDecimal], Int)]) = value(SparkInternals.dataFrame(spark,
+      running.value(LocalRelation(running.stateOutput, internal(running.moved(old, signed(rows), m)).toSeq))))
+    assert(movedBy(ins.map(r => (r._1, r._2, 1)) ++ del.map(r => (r._1, r._2, -1))) == value(aggregated(post)))
+    // All rows deleted: counts 0 and sums NULL, as recomputation over no rows.
+    assert(movedBy(pre.map(r => (r._1, r._2, -1))) == value(aggregated(Nil)))
+    // A floating-point sum, MIN/MAX, DISTINCT and GROUP BY are not kept running.
+    Seq("SELECT avg(x) FROM r", "SELECT min(a) FROM r", "SELECT count(DISTINCT a) FROM r",
+      "SELECT b, count(*) FROM r GROUP BY b").foreach { sql =>
+      assert(RunningAggregate.of(analyzed(sql).collectFirst { case g: Aggregate => g }.get).isEmpty, sql)
+    }
   }
 
   test("storage names are Delta-safe and unique") {
