@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.serializers import CPickleSerializer
 from pyspark.sql import functions as F
 
 from spark_ivm.errors import IvmError, raises_typed
@@ -243,20 +245,44 @@ class MaterializedView:
     def lookup(self, **inputs: Any) -> Iterator[Row]:
         """The answer to one access request: the view's output columns (all but its ACCESS BY
         inputs) for the rows whose inputs have these values, one row per unit of multiplicity,
-        lazily. ``None`` matches NULL. The answer is read from one committed refresh.
+        lazily. ``None`` matches NULL. The answer is that of one committed refresh.
 
-        Today the answer is read from the materialized result, filtered by the inputs (the
-        eager baseline of Zhang 2022), whose files are ordered by the first input so that the
-        read skips the files that cannot hold it; EXPLAIN REFRESH shows the view's class and its
-        guaranteed update and delay exponents.
+        A CQAP0 view (see EXPLAIN REFRESH) is answered from its view trees (Zhang 2022, chapter
+        4), held in the driver's memory: built on the first lookup, moved forward by the base
+        tables' changes on the first lookup after each refresh, and read only where they match
+        the inputs, so the time to the first answer and between answers does not grow with the
+        data. Other views, and inputs of types other than ``int``, ``float``, ``str``, ``bool``
+        and ``Decimal``, are answered from the materialized result filtered by the inputs (the
+        eager baseline), whose files are ordered by the first input so that the read skips the
+        files that cannot hold it. :meth:`lookup_structure` says which.
         """
         declared = self._inputs(list(inputs))
-        df = self.to_df()
         given = {k.lower(): v for k, v in inputs.items()}
+        values = [given[c.lower()] for c in declared]
+        cursor = self._open_trees(values)
+        if cursor is not None:
+            return _drain(cursor)
+        df = self.to_df()
         for column in declared:
             df = df.where(F.col(f"`{column}`").eqNullSafe(F.lit(given[column.lower()])))
         outputs = [c for c in df.columns if c.lower() not in given]
         return df.select(*[F.col(f"`{c}`") for c in outputs]).toLocalIterator()
+
+    def _open_trees(self, values: List[Any]) -> Any:
+        if not all(v is None or isinstance(v, (bool, int, float, str, Decimal)) for v in values):
+            return None
+        jvm = self.spark._jvm
+        assert jvm is not None
+        return jvm.io.sparkivm.access.ResidentTrees.open(self.spark._jsparkSession, self._sql_name, values)
+
+    @raises_typed
+    def lookup_structure(self) -> str:
+        """How :meth:`lookup` answers: ``view trees held: <n> tuples at <versions>``, or ``no view
+        trees: <why>`` (then it reads the view's rows). Builds the trees if the view has them."""
+        jvm = self.spark._jvm
+        assert jvm is not None
+        text: str = jvm.io.sparkivm.access.ResidentTrees.describe(self.spark._jsparkSession, self._sql_name)
+        return text
 
     @raises_typed
     def lookup_many(self, requests: DataFrame) -> DataFrame:
@@ -293,3 +319,19 @@ class MaterializedView:
 
     def __repr__(self) -> str:
         return f"MaterializedView({self.name!r})"
+
+
+def _drain(cursor: Any) -> Iterator[Row]:
+    """The rows of a lookup cursor of the view trees, in growing batches (the first one small,
+    for a quick first answer); the cursor is closed when the generator ends or is dropped."""
+    serializer = CPickleSerializer()
+    size = 64
+    try:
+        while True:
+            batch = serializer.loads(bytes(cursor.next(size)))
+            if not batch:
+                return
+            yield from batch
+            size = min(size * 4, 4096)
+    finally:
+        cursor.close()

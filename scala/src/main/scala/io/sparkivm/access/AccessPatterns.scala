@@ -6,9 +6,17 @@ import scala.collection.mutable
 import scala.util.control.NonFatal
 
 import io.sparkivm.planner.JoinBlock
-import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, Equality, ExprId, Expression}
+import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, Equality, ExprId, Expression, PredicateHelper}
 import org.apache.spark.sql.catalyst.expressions.aggregate.AggregateExpression
 import org.apache.spark.sql.catalyst.plans.logical._
+
+/**
+ * A view's CQAP and where its parts are in the view's plan: atom i is `units(i)` (a table
+ * occurrence under filters and projections) under `selections(i)`, its variables the columns
+ * `atomColumns(i)`; view column j carries the variable `columnVars(j)` (None: an aggregate).
+ */
+case class CqapBinding(query: Cqap, units: Seq[LogicalPlan], atomColumns: Seq[Seq[(String, Attribute)]],
+    selections: Seq[Seq[Expression]], columnVars: Seq[Option[String]])
 
 /**
  * A view's query as a CQAP (Zhang 2022, section 2.1): its table occurrences are the atoms, the
@@ -16,10 +24,14 @@ import org.apache.spark.sql.catalyst.plans.logical._
  * ACCESS BY are the inputs and its other columns that carry a variable (a table column or a
  * group key) are the outputs; aggregates are the values summed over the bound variables.
  */
-object AccessPatterns {
+object AccessPatterns extends PredicateHelper {
 
   /** The CQAP of a view's query (as maintained: CTEs inlined, subqueries rewritten), or why it is none. */
-  def cqap(plan: LogicalPlan, columns: Seq[String], accessBy: Seq[String]): Either[String, Cqap] = {
+  def cqap(plan: LogicalPlan, columns: Seq[String], accessBy: Seq[String]): Either[String, Cqap] =
+    bind(plan, columns, accessBy).map(_.query)
+
+  /** The CQAP of a view's query with what each atom and view column is in the plan, or why it is none. */
+  def bind(plan: LogicalPlan, columns: Seq[String], accessBy: Seq[String]): Either[String, CqapBinding] = {
     val body = bodyOf(plan)
     val block = JoinBlock.of(body)
     val units: Seq[LogicalPlan] = block.map(_.units.toSeq).getOrElse(Seq(body))
@@ -88,7 +100,16 @@ object AccessPatterns {
       Atom(if (n == 1) table else s"$table#$n",
         units(i).output.map(a => find(a.exprId)).filter(relevant).map(varName).toSet)
     }
-    Right(Cqap(atoms, inputIds.map(varName), (freeIds -- inputIds).map(varName)))
+    val atomColumns = units.indices.map { i =>
+      units(i).output.filter(a => relevant(find(a.exprId))).map(a => varName(find(a.exprId)) -> a)
+    }
+    // Conditions over one unit are its selections; equalities between units are the joins.
+    // Without a join the filters were taken off with the projections: each is then the unit's.
+    val selections = if (block.isDefined) units.indices.map(i => conditions.filter(c =>
+      c.references.nonEmpty && c.references.forall(a => unitOf.get(a.exprId).contains(i))))
+      else Seq(plan.collect { case Filter(c, _) => splitConjunctivePredicates(c) }.flatten)
+    Right(CqapBinding(Cqap(atoms, inputIds.map(varName), (freeIds -- inputIds).map(varName)), units, atomColumns,
+      selections, columnVar.map(_.map(varName))))
   }
 
   /** The joins under the view's projections, filters, DISTINCT and (one) GROUP BY. */
@@ -120,8 +141,8 @@ object AccessPatterns {
   /** The access pattern of a view as CREATE validates it: existing columns, each once. */
   def check(columns: Seq[String], accessBy: Seq[String]): Option[String] = {
     val lower = columns.map(_.toLowerCase(Locale.ROOT))
-    val given = accessBy.map(_.toLowerCase(Locale.ROOT))
-    given.find(c => !lower.contains(c)).map(c => s"the view has no column $c (its columns: ${columns.mkString(", ")})")
-      .orElse(given.diff(given.distinct).headOption.map(c => s"column $c is named twice"))
+    val named = accessBy.map(_.toLowerCase(Locale.ROOT))
+    named.find(c => !lower.contains(c)).map(c => s"the view has no column $c (its columns: ${columns.mkString(", ")})")
+      .orElse(named.diff(named.distinct).headOption.map(c => s"column $c is named twice"))
   }
 }

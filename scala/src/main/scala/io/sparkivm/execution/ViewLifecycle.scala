@@ -224,6 +224,7 @@ object ViewLifecycle extends Logging {
 
   def drop(spark: SparkSession, name: Seq[String], ifExists: Boolean): Unit = {
     val id = ViewCatalog.qualify(spark, name)
+    io.sparkivm.access.ResidentTrees.forget(id)
     // The view may vanish under a concurrent DROP at any step: then this DROP found none.
     val table = try Some(SessionInternals.catalog(spark).getTableMetadata(id)) catch {
       case _: NoSuchTableException => None

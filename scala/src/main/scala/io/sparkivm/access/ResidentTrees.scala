@@ -1,0 +1,242 @@
+package io.sparkivm.access
+
+import scala.collection.mutable
+import scala.util.control.NonFatal
+
+import io.sparkivm.catalog.{ViewCatalog, ViewMetadata}
+import io.sparkivm.changes.{ChangeFeed, ChangeRequest, PinnedSource}
+import io.sparkivm.conf.IvmConf
+import io.sparkivm.execution.{PinnedReader, ViewAnalysis}
+import io.sparkivm.planner.{QueryRewrites, SourceLeaf}
+import net.razorvine.pickle.Pickler
+import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.catalyst.{InternalRow, TableIdentifier}
+import org.apache.spark.sql.catalyst.expressions.{And, Attribute, Cast, IsNotNull, Literal}
+import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, Distinct, Filter, LogicalPlan, Project, Window}
+import org.apache.spark.sql.execution.python.EvaluatePython
+import org.apache.spark.sql.ivm.{SessionInternals, SparkInternals}
+import org.apache.spark.sql.types.{StructField, StructType}
+
+/**
+ * The view trees ([[ViewTree]]) of CQAP0 views with ACCESS BY, held on the driver per view and
+ * kept at the base-table versions of the view's last committed refresh, so that a lookup sees
+ * that refresh: the trees are built from the tables at those versions on the first lookup, and
+ * moved forward by the tables' net changes (their change data feeds) on the first lookup after
+ * a later refresh. A lookup then reads only what matches its inputs.
+ *
+ * Lookups and the moves forward are serialized per view. While a lookup's answers are being
+ * read (a cursor is open), the trees are not moved: a lookup that starts meanwhile answers from
+ * the refresh the trees hold; a cursor left unread for [[IdleMs]] is closed, and the next move
+ * goes ahead. Views that are not CQAP0, that aggregate, or whose atoms hold more tuples than
+ * `spark.ivm.lookup.residentMaxRows` have no trees: their lookups read the view's rows.
+ */
+object ResidentTrees {
+  val IdleMs: Long = 60000L
+
+  /** A view's trees and what they were built from. */
+  private final class Entry(val definition: String, val plan: TreePlan, val tree: ViewTree,
+      var versions: Map[String, Long], var backingVersion: Long) {
+    val open: mutable.Map[LookupCursor, Long] = mutable.Map()
+    var epoch = 0L
+  }
+
+  /** How a view's atoms are read: each atom's plan (its unit under its selections), projected to its variables. */
+  private case class TreePlan(atoms: IndexedSeq[(LogicalPlan, Seq[Attribute])], leaves: Seq[SourceLeaf],
+      vars: IndexedSeq[IndexedSeq[String]], build: () => Either[String, ViewTree],
+      inputs: Seq[(String, StructField)], outputs: Seq[(String, StructField)])
+
+  private val entries = mutable.Map[TableIdentifier, Either[(String, String), Entry]]()
+
+  /**
+   * Opens a lookup of `view` with the values of its ACCESS BY columns, in their order; null when
+   * the view has no trees (the caller reads the view's rows instead).
+   */
+  def open(spark: SparkSession, view: String, inputs: java.util.List[Any]): LookupCursor = {
+    val id = ViewCatalog.qualify(spark, SessionInternals.parser(spark).parseMultipartIdentifier(view))
+    val entry = entries.synchronized(current(spark, id))
+    entry match {
+      case None => null
+      case Some(e) => e.synchronized {
+        val bound = e.plan.inputs.zipWithIndex.map { case ((v, field), i) =>
+          v -> Cast(Literal(inputs.get(i)), field.dataType).eval()
+        }.toMap
+        val schema = StructType(e.plan.outputs.map(_._2))
+        val answers = e.tree.lookup(bound).flatMap { case (at, m) =>
+          val row = InternalRow.fromSeq(e.plan.outputs.map(o => at(o._1)))
+          Iterator.fill(m.toInt)(row)
+        }
+        val cursor = new LookupCursor(answers, schema, e)
+        e.open(cursor) = System.currentTimeMillis()
+        cursor
+      }
+    }
+  }
+
+  /** Why a view has no trees, or a line on those it has (for EXPLAIN and tests). */
+  def describe(spark: SparkSession, view: String): String = {
+    val id = ViewCatalog.qualify(spark, SessionInternals.parser(spark).parseMultipartIdentifier(view))
+    entries.synchronized(current(spark, id))
+    entries.synchronized(entries.get(id)) match {
+      case Some(Right(e)) => s"view trees held: ${e.tree.size} tuples at ${e.versions.toSeq.sorted.mkString(", ")}"
+      case Some(Left((_, why))) => s"no view trees: $why"
+      case None => "no view trees"
+    }
+  }
+
+  /** Drops the trees of `view` (DROP MATERIALIZED VIEW). */
+  def forget(view: TableIdentifier): Unit = entries.synchronized(entries.remove(view))
+
+  private def current(spark: SparkSession, id: TableIdentifier): Option[Entry] = {
+    val meta = ViewCatalog.lookup(spark, id.nameParts)
+    val backing = ViewCatalog.deltaLog(spark, meta.backing).update()
+    val backingVersion = backing.version
+    // A view dropped and created again has a new backing table: its trees are not these.
+    val definition = Seq(backing.metadata.id, meta.queryText, meta.accessBy.mkString(","),
+      meta.columns.mkString(",")).mkString("|")
+    entries.get(id) match {
+      case Some(Right(e)) if e.definition == definition =>
+        if (e.backingVersion == backingVersion) Some(e)
+        else try {
+          e.synchronized(moveForward(spark, meta, e, backingVersion))
+          Some(e)
+        } catch {
+          // A change feed no longer there, a table replaced: the trees are built again.
+          case NonFatal(_) =>
+            entries.remove(id)
+            current(spark, id)
+        }
+      case Some(Left((d, _))) if d == definition => None
+      case _ =>
+        val built = plan(spark, meta).flatMap { p =>
+          val (record, _) = ViewCatalog.lastRefresh(spark, meta)
+          p.build().flatMap(tree => fill(spark, meta, p, tree, record.sourceVersions).map(_ =>
+            new Entry(definition, p, tree, record.sourceVersions, backingVersion)))
+        }
+        entries(id) = built.left.map(why => (definition, why))
+        built.toOption
+    }
+  }
+
+  /** The trees' plan, or why the view has none. */
+  private def plan(spark: SparkSession, meta: ViewMetadata): Either[String, TreePlan] = {
+    val max = IvmConf.LookupResidentMaxRows.get(spark)
+    if (max == 0) return Left("spark.ivm.lookup.residentMaxRows is 0")
+    val analyzed = try ViewAnalysis.reanalyze(spark, meta, incremental = true).plan catch {
+      case NonFatal(e) => return Left(s"the query is not maintained incrementally (${e.getMessage})")
+    }
+    if (analyzed.exists { case _: Aggregate | _: Distinct | _: Window => true; case _ => false }) {
+      return Left("the view aggregates or removes duplicates: view trees hold joins of tables")
+    }
+    for {
+      binding <- AccessPatterns.bind(analyzed, meta.columns, meta.accessBy)
+      analysis = CqapAnalysis.of(binding.query)
+      _ <- Either.cond(analysis.cls == CqapClass.Cqap0, (),
+        s"its class is ${analysis.cls.name}, not CQAP0: a lookup reads the materialized view")
+      columnVars <- Right(binding.columnVars.map(_.get))
+      plan <- atoms(binding, analysis)
+    } yield {
+      val lower = meta.columns.map(_.toLowerCase(java.util.Locale.ROOT))
+      val fields = analyzed.schema.fields.toSeq.zip(meta.columns).map { case (f, n) => f.copy(name = n) }
+      val inputCols = meta.accessBy.map(c => lower.indexOf(c.toLowerCase(java.util.Locale.ROOT)))
+      val outputCols = meta.columns.indices.filterNot(inputCols.contains)
+      // An atom's variables once each (two columns equal by a selection carry one variable).
+      val vars = plan.map(_._2.map(_._1).distinct.toIndexedSeq).toIndexedSeq
+      TreePlan(plan.zip(vars).map { case ((p, cols), vs) => (p, vs.map(v => cols.find(_._1 == v).get._2)) },
+        binding.units.flatMap(_.collect { case SourceLeaf(l) => l }), vars,
+        () => ViewTree.build(vars, analysis.components.map(c => (c.accessTopOrder, c.query)),
+          a => binding.query.atoms.indexOf(a)),
+        inputCols.map(i => columnVars(i) -> fields(i)), outputCols.map(i => columnVars(i) -> fields(i)))
+    }
+  }
+
+  /** Each atom's plan: its unit under its selections, NULLs dropped from variables joined across atoms. */
+  private def atoms(binding: CqapBinding, analysis: CqapAnalysis): Either[String, IndexedSeq[(LogicalPlan, Seq[(String, Attribute)])]] = {
+    val joined = binding.query.vars.filter(v => binding.query.atomsOf(v).size > 1)
+    Right(binding.units.indices.map { i =>
+      val unit = binding.units(i)
+      if (!binding.selections(i).forall(_.references.subsetOf(unit.outputSet))) {
+        return Left("a filter of the view reads a computed column")
+      }
+      val notNull = binding.atomColumns(i).collect { case (v, a) if joined.contains(v) => IsNotNull(a) }
+      val conds = binding.selections(i) ++ notNull
+      (conds.reduceOption(And).map(Filter(_, unit)).getOrElse(unit), binding.atomColumns(i))
+    })
+  }
+
+  /** Fills empty trees with the atoms' tuples at `versions`. */
+  private def fill(spark: SparkSession, meta: ViewMetadata, p: TreePlan, tree: ViewTree,
+      versions: Map[String, Long]): Either[String, Unit] = {
+    val reader = new PinnedReader(spark, versions, pinnedAt(p, versions), meta.viewName)
+    val max = IvmConf.LookupResidentMaxRows.get(spark)
+    p.atoms.zipWithIndex.foreach { case ((atom, cols), i) =>
+      val read = Project(cols, reader.rules.post(atom))
+      val counted = SparkInternals.dataFrame(spark, read).groupBy(cols.indices.map(j =>
+        org.apache.spark.sql.functions.col(s"`${cols(j).name}`")): _*).count()
+      val types = cols.map(_.dataType)
+      // Rows decoded one partition at a time, each its own (the plan's rows are reused buffers).
+      val it = counted.queryExecution.executedPlan.executeToIterator()
+      while (it.hasNext) {
+        val row = it.next()
+        tree.update(i, types.indices.map(j => InternalRow.copyValue(row.get(j, types(j)))), row.getLong(types.size))
+        if (tree.size > max) return Left(s"its atoms hold more than $max tuples (spark.ivm.lookup.residentMaxRows)")
+      }
+    }
+    Right(())
+  }
+
+  /** Moves `e` to the versions of the view's last refresh by the tables' net changes. */
+  private def moveForward(spark: SparkSession, meta: ViewMetadata, e: Entry, backingVersion: Long): Unit = {
+    val now = System.currentTimeMillis()
+    e.open.filterInPlace { case (_, used) => now - used < IdleMs }
+    if (e.open.nonEmpty) return
+    val (record, _) = ViewCatalog.lastRefresh(spark, meta)
+    val target = record.sourceVersions
+    val changed = e.plan.leaves.map(_.name).distinct.filter(t => e.versions.get(t) != target.get(t))
+    if (changed.nonEmpty) {
+      val requests = changed.map { t =>
+        val leaf = e.plan.leaves.find(_.name == t).get
+        ChangeRequest(leaf.table, e.versions(t), target(t))
+      }
+      val changes = ChangeFeed.read(spark, meta.viewName, requests, IvmConf.ChangesLocalMaxBytes.get(spark))
+      try {
+        val reader = new PinnedReader(spark, e.versions, pinnedAt(e.plan, target), meta.viewName, changes = changes)
+        e.plan.atoms.zipWithIndex.foreach { case ((atom, cols), i) =>
+          reader.rules.delta(atom).foreach { branch =>
+            val signed = Project(cols :+ branch.plan.output.last, branch.plan)
+            val types = cols.map(_.dataType)
+            SparkInternals.dataFrame(spark, signed).queryExecution.executedPlan.executeCollect().foreach { row =>
+              e.tree.update(i, types.indices.map(j => InternalRow.copyValue(row.get(j, types(j)))),
+                row.getInt(types.size).toLong)
+            }
+          }
+        }
+      } finally changes.values.foreach(_.release())
+    }
+    e.versions = target
+    e.backingVersion = backingVersion
+    e.epoch += 1
+  }
+
+  private def pinnedAt(p: TreePlan, versions: Map[String, Long]): Map[String, PinnedSource] =
+    p.leaves.map(l => l.name -> PinnedSource(l.table, "", versions(l.name), StructType(Nil))()).toMap
+
+  /** A lookup's answers, read in batches of pickled rows (what PySpark's collect reads). */
+  final class LookupCursor private[ResidentTrees] (answers: Iterator[InternalRow], schema: StructType, e: Entry) {
+    private val epoch = e.epoch
+
+    /** Up to `n` more answers; an empty batch at the end. */
+    def next(n: Int): Array[Byte] = e.synchronized {
+      if (answers.hasNext && (e.epoch != epoch || !e.open.contains(this))) {
+        throw new IllegalStateException("the lookup was left unread for longer than a minute and the view has " +
+          "been refreshed since: look up again")
+      }
+      val batch = new java.util.ArrayList[Any]()
+      while (batch.size < n && answers.hasNext) batch.add(EvaluatePython.toJava(answers.next(), schema, true))
+      if (answers.hasNext) e.open(this) = System.currentTimeMillis() else e.open.remove(this)
+      EvaluatePython.registerPicklers()
+      new Pickler(true, false).dumps(batch)
+    }
+
+    def close(): Unit = e.synchronized(e.open.remove(this))
+  }
+}
