@@ -328,7 +328,7 @@ def _drain(cursor: Any) -> Iterator[Row]:
     size = 64
     try:
         while True:
-            batch = serializer.loads(bytes(cursor.next(size)))
+            batch = serializer.loads(bytes(cursor.next(size)))  # type: ignore[no-untyped-call]
             if not batch:
                 return
             yield from batch
