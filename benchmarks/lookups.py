@@ -8,17 +8,19 @@ several scale factors: the issue's example, "per customer: its orders and their 
 input), and "a customer's orders" (``orders_of``, in CQAP0). Per view, side by side in one
 session:
 
-- **eager** (what ``mv.lookup`` does today, the eager baseline of Zhang 2022): the view's
-  materialized result, filtered by the request's customer key;
+- **lookup**: ``mv.lookup``, which reads a CQAP0 view's view trees (Zhang 2022, chapter 4),
+  held on the driver, and any other view's materialized result filtered by the key;
+- **eager** (the eager baseline of Zhang 2022): the view's materialized result, filtered by the
+  request's customer key;
 - **lazy**: the view's query evaluated at request time with the customer key bound
   (``WHERE c_custkey = k`` on the base tables).
 
 For ``--requests`` random customers (those with orders) it records the time to the first answer
-row and to the last, and checks that both sides give the same rows. It then applies single-row
-updates (a lineitem and an order inserted, then deleted again) and records what the eager view's
-refresh costs: time, Spark jobs and rows read. The lazy baseline has no update cost; the view
-trees of the thesis are what would make both the update and the lookup independent of the data
-size (not built yet, see docs/benchmarks.md).
+row and to the last, and checks that all three give the same rows. It then applies single-row
+updates (a lineitem and an order inserted, then deleted again) and records what the view's
+refresh costs (time, Spark jobs and rows read) and what the first lookup after it costs (for a
+view with trees, that lookup moves them forward by the tables' changes). The lazy baseline has
+no update cost.
 Results: benchmarks/results/<out>.json, plot: docs/img/<out>.png (--out, default lookups).
 """
 
@@ -94,10 +96,13 @@ def run(sf: float, requests: int, updates: int, work: str, memory: str, seed: in
                                      requests, updates)
         m = out["views"][name]["median"]
         print(f"  sf {sf:g} {name}: class {out['views'][name]['access_class']}, "
-              f"{out['views'][name]['view_rows']} view rows; first answer eager "
-              f"{m['eager_first_s'] * 1000:.0f} ms, lazy {m['lazy_first_s'] * 1000:.0f} ms; "
-              f"single-row update: refresh {m.get('refresh_s', 0):.2f} s, {m.get('spark_jobs', 0):g} jobs, "
-              f"{m.get('rows_read', 0):g} rows read", flush=True)
+              f"{out['views'][name]['view_rows']} view rows; first answer lookup "
+              f"{m['lookup_first_s'] * 1000:.1f} ms, eager {m['eager_first_s'] * 1000:.0f} ms, lazy "
+              f"{m['lazy_first_s'] * 1000:.0f} ms ({out['views'][name]['structure']}, built in "
+              f"{out['views'][name]['trees_build_s']:.1f} s); single-row update: refresh "
+              f"{m.get('refresh_s', 0):.2f} s, {m.get('spark_jobs', 0):g} jobs, "
+              f"{m.get('rows_read', 0):g} rows read, first lookup after "
+              f"{m.get('first_lookup_after_s', 0) * 1000:.0f} ms", flush=True)
     spark.stop()
     return out
 
@@ -110,16 +115,26 @@ def measure(spark: Any, name: str, query: str, lazy: str, rng: random.Random, ke
     mv = MaterializedView.for_name(spark, name)
     described = json.loads(spark.sql(f"DESCRIBE MATERIALIZED VIEW {name} AS JSON").first()[0])
     asked = rng.sample(keys, min(requests, len(keys)))
+    t0 = time.perf_counter()
+    structure = mv.lookup_structure()  # builds the view trees, if the view has them
+    build_s = time.perf_counter() - t0
+    outputs = [c for c in mv.to_df().columns if c != "c_custkey"]
+
+    def eager(key: int) -> Any:
+        return mv.to_df().where(f"c_custkey = {key}").select(*outputs).toLocalIterator()
     # One warm-up request per side: the first query of a kind plans and compiles more.
     list(mv.lookup(c_custkey=asked[0]))
+    list(eager(asked[0]))
     spark.sql(lazy.format(key=asked[0])).collect()
     lookups: List[Dict[str, Any]] = []
     for key in asked:
-        e_first, e_total, e_rows = timed(mv.lookup(c_custkey=key))
+        t_first, t_total, t_rows = timed(mv.lookup(c_custkey=key))
+        e_first, e_total, e_rows = timed(eager(key))
         l_first, l_total, l_rows = timed(spark.sql(lazy.format(key=key)).toLocalIterator())
-        if Counter(e_rows) != Counter(l_rows):
+        if not Counter(t_rows) == Counter(e_rows) == Counter(l_rows):
             raise SystemExit(f"{name}, customer {key}: the view's lookup and the query differ")
-        lookups.append({"key": key, "answers": len(e_rows), "eager_first_s": e_first,
+        lookups.append({"key": key, "answers": len(e_rows), "lookup_first_s": t_first,
+                        "lookup_total_s": t_total, "eager_first_s": e_first,
                         "eager_total_s": e_total, "lazy_first_s": l_first, "lazy_total_s": l_total})
     refreshes: List[Dict[str, Any]] = []
     for i in range(updates):
@@ -137,19 +152,26 @@ def measure(spark: Any, name: str, query: str, lazy: str, rng: random.Random, ke
             spark.sql(f"DELETE FROM orders WHERE o_orderkey = -{order}")
         t0 = time.perf_counter()
         report = mv.refresh()
-        refreshes.append({"step": i, "refresh_s": time.perf_counter() - t0, "spark_jobs": report.spark_jobs,
-                          "rows_read": report.rows_read, "mode": report.mode})
+        refresh_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        list(mv.lookup(c_custkey=asked[0]))  # moves the view trees forward
+        refreshes.append({"step": i, "refresh_s": refresh_s, "spark_jobs": report.spark_jobs,
+                          "rows_read": report.rows_read, "mode": report.mode,
+                          "first_lookup_after_s": time.perf_counter() - t0})
     expected = Counter(tuple(r) for r in spark.sql(query).collect())
     if Counter(tuple(r) for r in spark.table(name).collect()) != expected:
         raise SystemExit(f"{name} differs from its query after the updates")
     med = lambda rows, k: statistics.median(r[k] for r in rows)  # noqa: E731
     result = {"create_s": create_s, "view_rows": sum(expected.values()),
               "access_class": described.get("access", {}).get("class"), "lookups": lookups,
-              "refreshes": refreshes,
-              "median": {k: med(lookups, k) for k in ("eager_first_s", "eager_total_s",
-                                                      "lazy_first_s", "lazy_total_s", "answers")}}
+              "refreshes": refreshes, "structure": mv.lookup_structure(), "trees_build_s": build_s,
+              "median": {k: med(lookups, k) for k in ("lookup_first_s", "lookup_total_s", "eager_first_s",
+                                                      "eager_total_s", "lazy_first_s", "lazy_total_s",
+                                                      "answers")}}
+    result["structure_before"] = structure
     if refreshes:
-        result["median"].update({k: med(refreshes, k) for k in ("refresh_s", "spark_jobs", "rows_read")})
+        result["median"].update({k: med(refreshes, k) for k in ("refresh_s", "spark_jobs", "rows_read",
+                                                                "first_lookup_after_s")})
     spark.sql(f"DROP MATERIALIZED VIEW {name}")
     return result
 
@@ -161,11 +183,14 @@ def plot(runs: List[Dict[str, Any]], path: str) -> None:
     sfs = [r["scale_factor"] for r in runs]
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
     for name in VIEWS:
-        for key, side in (("eager_first_s", "eager"), ("lazy_first_s", "lazy")):
+        for key, side in (("lookup_first_s", "lookup"), ("eager_first_s", "eager"), ("lazy_first_s", "lazy")):
             a.plot(sfs, [r["views"][name]["median"][key] * 1000 for r in runs], marker="o",
                    label=f"{name}: {side}")
         b.plot(sfs, [r["views"][name]["median"].get("refresh_s", 0) for r in runs], marker="o",
-               label=f"{name}: eager refresh")
+               label=f"{name}: refresh")
+        b.plot(sfs, [r["views"][name]["median"].get("first_lookup_after_s", 0) for r in runs], marker="x",
+               label=f"{name}: first lookup after it")
+    a.set_yscale("log")
     for ax, ylabel in ((a, "time to first answer, ms (median)"),
                        (b, "single-row update: refresh s (median)")):
         ax.set_xscale("log")

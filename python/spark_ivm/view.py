@@ -256,24 +256,26 @@ class MaterializedView:
         eager baseline), whose files are ordered by the first input so that the read skips the
         files that cannot hold it. :meth:`lookup_structure` says which.
         """
-        declared = self._inputs(list(inputs))
-        given = {k.lower(): v for k, v in inputs.items()}
-        values = [given[c.lower()] for c in declared]
-        cursor = self._open_trees(values)
+        cursor = self._open_trees(inputs)
         if cursor is not None:
             return _drain(cursor)
+        declared = self._inputs(list(inputs))
+        given = {k.lower(): v for k, v in inputs.items()}
         df = self.to_df()
         for column in declared:
             df = df.where(F.col(f"`{column}`").eqNullSafe(F.lit(given[column.lower()])))
         outputs = [c for c in df.columns if c.lower() not in given]
         return df.select(*[F.col(f"`{c}`") for c in outputs]).toLocalIterator()
 
-    def _open_trees(self, values: List[Any]) -> Any:
-        if not all(v is None or isinstance(v, (bool, int, float, str, Decimal)) for v in values):
+    def _open_trees(self, inputs: Dict[str, Any]) -> Any:
+        """A cursor over the view trees' answer, or None: no trees, other input types, or inputs
+        that are not the view's (which the eager path then reports)."""
+        if not all(v is None or isinstance(v, (bool, int, float, str, Decimal)) for v in inputs.values()):
             return None
         jvm = self.spark._jvm
         assert jvm is not None
-        return jvm.io.sparkivm.access.ResidentTrees.open(self.spark._jsparkSession, self._sql_name, values)
+        return jvm.io.sparkivm.access.ResidentTrees.open(
+            self.spark._jsparkSession, self._sql_name, list(inputs), list(inputs.values()))
 
     @raises_typed
     def lookup_structure(self) -> str:

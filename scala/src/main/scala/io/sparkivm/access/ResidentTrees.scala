@@ -34,10 +34,12 @@ object ResidentTrees {
   val IdleMs: Long = 60000L
 
   /** A view's trees and what they were built from. */
-  private final class Entry(val definition: String, val plan: TreePlan, val tree: ViewTree,
-      var versions: Map[String, Long], var backingVersion: Long) {
+  private final class Entry(val definition: String, val backing: TableIdentifier, val plan: TreePlan,
+      val tree: ViewTree, var versions: Map[String, Long], var backingVersion: Long) {
     val open: mutable.Map[LookupCursor, Long] = mutable.Map()
     var epoch = 0L
+    /** Atom tuples the last move forward changed (each a path of views up its tree). */
+    var moved = 0L
   }
 
   /** How a view's atoms are read: each atom's plan (its unit under its selections), projected to its variables. */
@@ -51,14 +53,17 @@ object ResidentTrees {
    * Opens a lookup of `view` with the values of its ACCESS BY columns, in their order; null when
    * the view has no trees (the caller reads the view's rows instead).
    */
-  def open(spark: SparkSession, view: String, inputs: java.util.List[Any]): LookupCursor = {
+  def open(spark: SparkSession, view: String, names: java.util.List[String], inputs: java.util.List[Any]): LookupCursor = {
     val id = ViewCatalog.qualify(spark, SessionInternals.parser(spark).parseMultipartIdentifier(view))
     val entry = entries.synchronized(current(spark, id))
+    val named = (0 until names.size).map(i => names.get(i).toLowerCase(java.util.Locale.ROOT) -> inputs.get(i)).toMap
     entry match {
+      // Inputs named otherwise than the view's (a view replaced since the caller read them).
+      case Some(e) if e.plan.inputs.map(_._2.name.toLowerCase(java.util.Locale.ROOT)).toSet != named.keySet => null
       case None => null
       case Some(e) => e.synchronized {
-        val bound = e.plan.inputs.zipWithIndex.map { case ((v, field), i) =>
-          v -> Cast(Literal(inputs.get(i)), field.dataType).eval()
+        val bound = e.plan.inputs.map { case (v, field) =>
+          v -> Cast(Literal(named(field.name.toLowerCase(java.util.Locale.ROOT))), field.dataType).eval()
         }.toMap
         val schema = StructType(e.plan.outputs.map(_._2))
         val answers = e.tree.lookup(bound).flatMap { case (at, m) =>
@@ -77,7 +82,8 @@ object ResidentTrees {
     val id = ViewCatalog.qualify(spark, SessionInternals.parser(spark).parseMultipartIdentifier(view))
     entries.synchronized(current(spark, id))
     entries.synchronized(entries.get(id)) match {
-      case Some(Right(e)) => s"view trees held: ${e.tree.size} tuples at ${e.versions.toSeq.sorted.mkString(", ")}"
+      case Some(Right(e)) => s"view trees held: ${e.tree.size} tuples at ${e.versions.toSeq.sorted.mkString(", ")}" +
+        (if (e.epoch > 0) s"; the last refresh's changes moved ${e.moved} of them" else "")
       case Some(Left((_, why))) => s"no view trees: $why"
       case None => "no view trees"
     }
@@ -87,6 +93,15 @@ object ResidentTrees {
   def forget(view: TableIdentifier): Unit = entries.synchronized(entries.remove(view))
 
   private def current(spark: SparkSession, id: TableIdentifier): Option[Entry] = {
+    // The common case, one look at the backing table's log: the same table, no refresh since.
+    entries.get(id) match {
+      case Some(Right(e)) =>
+        val snapshot = ViewCatalog.deltaLog(spark, e.backing).update()
+        if (snapshot.version == e.backingVersion && e.definition.startsWith(snapshot.metadata.id + "|")) {
+          return Some(e)
+        }
+      case _ =>
+    }
     val meta = ViewCatalog.lookup(spark, id.nameParts)
     val backing = ViewCatalog.deltaLog(spark, meta.backing).update()
     val backingVersion = backing.version
@@ -110,7 +125,7 @@ object ResidentTrees {
         val built = plan(spark, meta).flatMap { p =>
           val (record, _) = ViewCatalog.lastRefresh(spark, meta)
           p.build().flatMap(tree => fill(spark, meta, p, tree, record.sourceVersions).map(_ =>
-            new Entry(definition, p, tree, record.sourceVersions, backingVersion)))
+            new Entry(definition, meta.backing, p, tree, record.sourceVersions, backingVersion)))
         }
         entries(id) = built.left.map(why => (definition, why))
         built.toOption
@@ -121,6 +136,7 @@ object ResidentTrees {
   private def plan(spark: SparkSession, meta: ViewMetadata): Either[String, TreePlan] = {
     val max = IvmConf.LookupResidentMaxRows.get(spark)
     if (max == 0) return Left("spark.ivm.lookup.residentMaxRows is 0")
+    if (meta.accessBy.isEmpty) return Left("the view has no ACCESS BY")
     val analyzed = try ViewAnalysis.reanalyze(spark, meta, incremental = true).plan catch {
       case NonFatal(e) => return Left(s"the query is not maintained incrementally (${e.getMessage})")
     }
@@ -192,6 +208,7 @@ object ResidentTrees {
     val (record, _) = ViewCatalog.lastRefresh(spark, meta)
     val target = record.sourceVersions
     val changed = e.plan.leaves.map(_.name).distinct.filter(t => e.versions.get(t) != target.get(t))
+    e.moved = 0L
     if (changed.nonEmpty) {
       val requests = changed.map { t =>
         val leaf = e.plan.leaves.find(_.name == t).get
@@ -207,6 +224,7 @@ object ResidentTrees {
             SparkInternals.dataFrame(spark, signed).queryExecution.executedPlan.executeCollect().foreach { row =>
               e.tree.update(i, types.indices.map(j => InternalRow.copyValue(row.get(j, types(j)))),
                 row.getInt(types.size).toLong)
+              e.moved += 1
             }
           }
         }

@@ -74,6 +74,34 @@ final class ViewTree private (atomVars: IndexedSeq[IndexedSeq[String]], componen
   }
 
   /**
+   * Where the views disagree with their definition (for tests): each V_X entry must be the
+   * product of X's atoms and children's V' at its key, for exactly the keys of the tuples
+   * below X, and V'_X the sum of V_X over X. Local agreement at every node is agreement with
+   * the query's join, by induction from the atoms up.
+   */
+  private[access] def violations(): Seq[String] = {
+    val out = Seq.newBuilder[String]
+    def below(n: Node): Seq[Int] = n.atoms ++ n.children.flatMap(below)
+    def check(n: Node): Unit = {
+      n.children.foreach(check)
+      val tuples = below(n).flatMap(a => atomCounts(a).keys.map(t => atomVars(a).zip(t).toMap))
+      val keys = tuples.map(at => (keyOf(n.dep, at), at(n.variable)) -> at).toMap
+      keys.foreach { case ((dep, x), at) =>
+        val expected = product(n, at, skipAtom = -1, skipChild = null)
+        val held = n.own.get(dep).flatMap(_.get(x)).getOrElse(0L)
+        if (held != expected) out += s"V_${n.variable}($dep, $x) = $held, expected $expected"
+      }
+      n.own.foreach { case (dep, xs) =>
+        xs.keys.filterNot(x => keys.contains((dep, x))).foreach(x => out += s"V_${n.variable}($dep, $x) has no tuples")
+        if (n.total.getOrElse(dep, 0L) != xs.values.sum) out += s"V'_${n.variable}($dep) is not the sum of V_${n.variable}"
+      }
+      n.total.keys.filterNot(n.own.contains).foreach(dep => out += s"V'_${n.variable}($dep) without V_${n.variable}")
+    }
+    components.foreach(_.roots.foreach(check))
+    out.result()
+  }
+
+  /**
    * The answers to one access request: assignments of the output variables with their
    * multiplicities, lazily. `inputs` binds every input variable.
    */

@@ -1,0 +1,86 @@
+package io.sparkivm.access
+
+import scala.util.Random
+
+import org.scalatest.funsuite.AnyFunSuite
+
+/**
+ * The view trees of CQAP0 queries (Zhang 2022, chapter 4) against the query evaluated by brute
+ * force over Z-relations: after every single-tuple insert or delete, every view of the tree
+ * agrees with its definition (so no value without answers is ever listed), and each access
+ * request's answer is the query's, each output tuple listed once, with its multiplicity, none
+ * with multiplicity zero (the oracle and exactly-once invariants of the thesis).
+ */
+class ViewTreeSuite extends AnyFunSuite {
+  private def atom(name: String, vars: String*) = Atom(name, vars.toSet)
+
+  /** The answers to `inputs` by brute force: every assignment over `domain`, multiplicities multiplied. */
+  private def oracle(q: Cqap, db: Seq[Map[Seq[Any], Long]], inputs: Map[String, Any],
+      domain: Seq[Any]): Map[Map[String, Any], Long] = {
+    val vars = q.vars.toSeq.sorted.filterNot(inputs.contains)
+    val assignments = vars.foldLeft(Seq(inputs)) { (acc, v) => acc.flatMap(a => domain.map(x => a + (v -> x))) }
+    assignments.map { at =>
+      val m = q.atoms.indices.map(i => db(i).getOrElse(q.atoms(i).vars.toSeq.sorted.map(at), 0L)).product
+      at.filter { case (v, _) => q.outputs.contains(v) } -> m
+    }.groupMapReduce(_._1)(_._2)(_ + _).filter(_._2 != 0)
+  }
+
+  private def check(q: Cqap, seed: Int, steps: Int = 120): Unit = {
+    val analysis = CqapAnalysis.of(q)
+    assert(analysis.cls == CqapClass.Cqap0, q)
+    val atomVars = q.atoms.map(_.vars.toSeq.sorted.toIndexedSeq).toIndexedSeq
+    val tree = ViewTree.build(atomVars, analysis.components.map(c => (c.accessTopOrder, c.query)),
+      a => q.atoms.indexOf(a)).fold(why => fail(why), identity)
+    val rnd = new Random(seed)
+    val domain = Seq[Any](1, 2, 3)
+    val db = Array.fill(q.atoms.size)(Map.empty[Seq[Any], Long])
+    val inputVars = q.inputs.toSeq.sorted
+    val requests = inputVars.foldLeft(Seq(Map.empty[String, Any])) { (acc, v) =>
+      acc.flatMap(a => (domain :+ 4).map(x => a + (v -> x)))
+    }
+    for (step <- 1 to steps) {
+      val i = rnd.nextInt(q.atoms.size)
+      // Deletes only of present tuples (bag semantics), inserts sometimes several at once.
+      val present = db(i).keys.toSeq
+      val (tuple, delta) = if (present.nonEmpty && rnd.nextInt(3) == 0) {
+        val t = present(rnd.nextInt(present.size))
+        (t, -math.min(db(i)(t), 1L + rnd.nextInt(2)))
+      } else (atomVars(i).map(_ => domain(rnd.nextInt(domain.size))), 1L + rnd.nextInt(2))
+      db(i) = (db(i) + (tuple -> (db(i).getOrElse(tuple, 0L) + delta))).filter(_._2 != 0)
+      tree.update(i, tuple.toIndexedSeq, delta)
+      assert(tree.violations().isEmpty, s"$q, step $step: ${tree.violations()}")
+      if (step % 10 == 0) requests.foreach { inputs =>
+        val got = tree.lookup(inputs).toSeq.map { case (at, m) => at.filter(kv => q.outputs.contains(kv._1)) -> m }
+        assert(got.forall(_._2 > 0), s"$q $inputs: a listed tuple has no multiplicity: $got")
+        assert(got.map(_._1).distinct.size == got.size, s"$q $inputs: a tuple listed twice: $got")
+        assert(got.toMap == oracle(q, db.toSeq, inputs, domain), s"$q, step $step, request $inputs")
+      }
+    }
+    assert(tree.size == db.map(_.size).sum)
+  }
+
+  test("the thesis's example with two fracture components: Q(B, C, D, E | A) = R(A, B, C), S(A, B, D), T(A, E)") {
+    check(Cqap(Seq(atom("R", "A", "B", "C"), atom("S", "A", "B", "D"), atom("T", "A", "E")),
+      Set("A"), Set("B", "C", "D", "E")), seed = 1)
+  }
+
+  test("bound variables below free ones count as multiplicities: Q(A | .) = R(A, B), S(A, B)") {
+    check(Cqap(Seq(atom("R", "A", "B"), atom("S", "A", "B")), Set.empty, Set("A")), seed = 2)
+    check(Cqap(Seq(atom("R", "A", "B", "C"), atom("S", "A", "B"), atom("T", "A", "D")), Set("A"), Set("B")), seed = 3)
+  }
+
+  test("inputs that break a cycle: C_lookup Q(. | A, B, C) over a triangle; one atom Q(C | A, B)") {
+    check(Cqap(Seq(atom("R", "A", "B"), atom("S", "B", "C"), atom("T", "C", "A")), Set("A", "B", "C"), Set.empty),
+      seed = 4)
+    check(Cqap(Seq(atom("R", "A", "B", "C")), Set("A", "B"), Set("C")), seed = 5)
+  }
+
+  test("orders outside CQAP0 are refused: Ex. 2.1's Q(C | A) = R(A, B), S(B, C)") {
+    val q = Cqap(Seq(atom("R", "A", "B"), atom("S", "B", "C")), Set("A"), Set("C"))
+    val analysis = CqapAnalysis.of(q)
+    assert(analysis.cls != CqapClass.Cqap0)
+    val built = ViewTree.build(q.atoms.map(_.vars.toSeq.sorted.toIndexedSeq).toIndexedSeq,
+      analysis.components.map(c => (c.accessTopOrder, c.query)), a => q.atoms.indexOf(a))
+    assert(built.isLeft, built)
+  }
+}
