@@ -7,8 +7,9 @@ import io.sparkivm.catalog.{ViewCatalog, ViewMetadata}
 import io.sparkivm.changes.{ChangeFeed, ChangeRequest, PinnedSource}
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.execution.{PinnedReader, ViewAnalysis}
-import io.sparkivm.planner.{QueryRewrites, SourceLeaf}
+import io.sparkivm.planner.SourceLeaf
 import net.razorvine.pickle.Pickler
+import org.apache.spark.internal.Logging
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.{InternalRow, TableIdentifier}
 import org.apache.spark.sql.catalyst.expressions.{And, Attribute, Cast, IsNotNull, Literal}
@@ -30,7 +31,7 @@ import org.apache.spark.sql.types.{StructField, StructType}
  * goes ahead. Views that are not CQAP0, that aggregate, or whose atoms hold more tuples than
  * `spark.ivm.lookup.residentMaxRows` have no trees: their lookups read the view's rows.
  */
-object ResidentTrees {
+object ResidentTrees extends Logging {
   val IdleMs: Long = 60000L
 
   /** A view's trees and what they were built from. */
@@ -122,10 +123,16 @@ object ResidentTrees {
         }
       case Some(Left((d, _))) if d == definition => None
       case _ =>
-        val built = plan(spark, meta).flatMap { p =>
+        // Lookups never fail for the trees' sake: without them they read the view's rows.
+        val built = try plan(spark, meta).flatMap { p =>
           val (record, _) = ViewCatalog.lastRefresh(spark, meta)
           p.build().flatMap(tree => fill(spark, meta, p, tree, record.sourceVersions).map(_ =>
             new Entry(definition, meta.backing, p, tree, record.sourceVersions, backingVersion)))
+        } catch {
+          case NonFatal(e) =>
+            logWarning(s"spark-ivm: the view trees of ${meta.viewName} could not be built; its lookups " +
+              "read its rows", e)
+            Left(s"building them failed (${e.getMessage})")
         }
         entries(id) = built.left.map(why => (definition, why))
         built.toOption
@@ -149,7 +156,7 @@ object ResidentTrees {
       _ <- Either.cond(analysis.cls == CqapClass.Cqap0, (),
         s"its class is ${analysis.cls.name}, not CQAP0: a lookup reads the materialized view")
       columnVars <- Right(binding.columnVars.map(_.get))
-      plan <- atoms(binding, analysis)
+      plan <- atoms(binding)
     } yield {
       val lower = meta.columns.map(_.toLowerCase(java.util.Locale.ROOT))
       val fields = analyzed.schema.fields.toSeq.zip(meta.columns).map { case (f, n) => f.copy(name = n) }
@@ -166,7 +173,7 @@ object ResidentTrees {
   }
 
   /** Each atom's plan: its unit under its selections, NULLs dropped from variables joined across atoms. */
-  private def atoms(binding: CqapBinding, analysis: CqapAnalysis): Either[String, IndexedSeq[(LogicalPlan, Seq[(String, Attribute)])]] = {
+  private def atoms(binding: CqapBinding): Either[String, IndexedSeq[(LogicalPlan, Seq[(String, Attribute)])]] = {
     val joined = binding.query.vars.filter(v => binding.query.atomsOf(v).size > 1)
     Right(binding.units.indices.map { i =>
       val unit = binding.units(i)
