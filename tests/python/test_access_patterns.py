@@ -59,6 +59,7 @@ def test_access_patterns_are_declared_classified_and_shown(spark: SparkSession, 
     for expected in ("Access pattern: ACCESS BY (cust)", "class: CQAP1", "input-dominant no (almost)",
                      "access-top variable order:", "view tree:", "V_ord(cust, ord)", "eager baseline"):
         assert expected in plan, plan
+    assert "lookups: enumerate the view's CQAP0 view trees" in orders.explain_refresh()
 
     # A policy change that rebuilds the view keeps its access pattern.
     lines.refresh_policy = "FULL"

@@ -90,6 +90,13 @@ object ResidentTrees extends Logging {
     }
   }
 
+  /** How lookups of a view are answered, without building anything (EXPLAIN REFRESH). */
+  def explain(spark: SparkSession, meta: ViewMetadata): String = plan(spark, meta) match {
+    case Right(_) => "enumerate the view's CQAP0 view trees (Zhang 2022, chapter 4), held in the driver's " +
+      "memory: built on the first lookup, moved forward by the tables' changes on the first lookup after a refresh"
+    case Left(why) => s"read the materialized result filtered by the inputs (the eager baseline): no view trees, $why"
+  }
+
   /** Drops the trees of `view` (DROP MATERIALIZED VIEW). */
   def forget(view: TableIdentifier): Unit = entries.synchronized(entries.remove(view))
 

@@ -169,8 +169,7 @@ object ViewExplainer {
         case Right(a) => a.describe.foreach(l => line(s"  $l"))
         case Left(why) => line(s"  not classified: $why")
       }
-      line("  lookups: read the materialized result filtered by the inputs (the eager baseline); " +
-        "the view trees are not materialized yet")
+      line(s"  lookups: ${io.sparkivm.access.ResidentTrees.explain(spark, meta)}")
     }
     val decision = policyDecision(spark, meta, last, pinned)
     line(s"Next refresh: ${decision.mode}, because ${decision.reason}")
