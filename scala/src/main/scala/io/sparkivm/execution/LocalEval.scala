@@ -21,6 +21,9 @@ import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, Filter, LocalRela
  * any other plan, or any expression that is not deterministic or cannot be interpreted.
  */
 object LocalEval {
+  /** The most rows an aggregate with functions is folded over here. */
+  val FoldMaxRows = 50000
+
   def rows(plan: LogicalPlan, maxRows: Int): Option[Seq[InternalRow]] =
     try eval(plan, maxRows) catch { case NonFatal(_) => None }
 
@@ -51,6 +54,8 @@ object LocalEval {
   private def aggregate(groups: Seq[Expression], outputs: Seq[NamedExpression], input: Seq[Attribute],
       rows: Seq[InternalRow]): Option[Seq[InternalRow]] = {
     val functions = outputs.flatMap(_.collect { case ae: AggregateExpression => ae }).distinct
+    // Interpreted update expressions per row: past this many rows a Spark job is cheaper.
+    if (functions.nonEmpty && rows.size > FoldMaxRows) return None
     val declared = functions.collect {
       case ae @ AggregateExpression(f: DeclarativeAggregate, Complete, false, _, _) => (ae, f)
     }
