@@ -54,7 +54,8 @@ object ResidentTrees extends Logging {
    * Opens a lookup of `view` with the values of its ACCESS BY columns, in their order; null when
    * the view has no trees (the caller reads the view's rows instead).
    */
-  def open(spark: SparkSession, view: String, names: java.util.List[String], inputs: java.util.List[Any]): LookupCursor = {
+  def open(spark: SparkSession, view: String, names: java.util.List[String],
+      inputs: java.util.List[Any]): LookupCursor = {
     val id = ViewCatalog.qualify(spark, SessionInternals.parser(spark).parseMultipartIdentifier(view))
     val entry = entries.synchronized(current(spark, id))
     val named = (0 until names.size).map(i => names.get(i).toLowerCase(java.util.Locale.ROOT) -> inputs.get(i)).toMap

@@ -93,7 +93,9 @@ final class ViewTree private (atomVars: IndexedSeq[IndexedSeq[String]], componen
       }
       n.own.foreach { case (dep, xs) =>
         xs.keys.filterNot(x => keys.contains((dep, x))).foreach(x => out += s"V_${n.variable}($dep, $x) has no tuples")
-        if (n.total.getOrElse(dep, 0L) != xs.values.sum) out += s"V'_${n.variable}($dep) is not the sum of V_${n.variable}"
+        if (n.total.getOrElse(dep, 0L) != xs.values.sum) {
+          out += s"V'_${n.variable}($dep) is not the sum of V_${n.variable}"
+        }
       }
       n.total.keys.filterNot(n.own.contains).foreach(dep => out += s"V'_${n.variable}($dep) without V_${n.variable}")
     }
@@ -109,12 +111,13 @@ final class ViewTree private (atomVars: IndexedSeq[IndexedSeq[String]], componen
     components.foldLeft(Iterator.single((inputs, 1L))) { (partial, c) =>
       partial.flatMap { case (at, m) =>
         val rootAtoms = c.rootAtoms.foldLeft(m)((acc, a) => acc * atomCounts(a).getOrElse(keyOf(atomVars(a), at), 0L))
-        if (rootAtoms == 0) Iterator.empty else product(c.roots, at, rootAtoms, c.inputs)
+        if (rootAtoms == 0) Iterator.empty else combined(c.roots, at, rootAtoms, c.inputs)
       }
     }
 
   /** The Cartesian product of sibling subtrees' answers under the assignment `at`. */
-  private def product(nodes: Seq[Node], at: Map[String, Any], m: Long, inputs: Set[String]): Iterator[(Map[String, Any], Long)] =
+  private def combined(nodes: Seq[Node], at: Map[String, Any], m: Long,
+      inputs: Set[String]): Iterator[(Map[String, Any], Long)] =
     nodes.foldLeft(Iterator.single((at, m))) { (partial, n) =>
       partial.flatMap { case (a, k) => subtree(n, a, inputs).map { case (b, j) => (b, k * j) } }
     }
@@ -122,9 +125,9 @@ final class ViewTree private (atomVars: IndexedSeq[IndexedSeq[String]], componen
   private def subtree(n: Node, at: Map[String, Any], inputs: Set[String]): Iterator[(Map[String, Any], Long)] = {
     val dep = keyOf(n.dep, at)
     def below(x: Any): Iterator[(Map[String, Any], Long)] = {
-      val with_ = at.updated(n.variable, x)
-      val atoms = n.atoms.foldLeft(1L)((acc, a) => acc * atomCounts(a).getOrElse(keyOf(atomVars(a), with_), 0L))
-      if (atoms == 0) Iterator.empty else product(n.children, with_, atoms, inputs)
+      val extended = at.updated(n.variable, x)
+      val atoms = n.atoms.foldLeft(1L)((acc, a) => acc * atomCounts(a).getOrElse(keyOf(atomVars(a), extended), 0L))
+      if (atoms == 0) Iterator.empty else combined(n.children, extended, atoms, inputs)
     }
     if (!n.free) Iterator.single((at, n.total.getOrElse(dep, 0L))).filter(_._2 != 0)
     else if (inputs.contains(n.variable)) {

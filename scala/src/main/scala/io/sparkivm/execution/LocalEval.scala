@@ -69,7 +69,8 @@ object LocalEval {
       }
     }.map(BindReferences.bindReference(_, buffer ++ input)))
     val named = groups.map(asNamed)
-    val keyOf = InterpretedUnsafeProjection.createProjection(named.map(n => BindReferences.bindReference(n: Expression, input)))
+    val keyOf = InterpretedUnsafeProjection.createProjection(
+      named.map(n => BindReferences.bindReference(n: Expression, input)))
     val folded = scala.collection.mutable.LinkedHashMap[InternalRow, InternalRow]()
     if (groups.isEmpty) folded(keyOf(EmptyRow).copy()) = initial(EmptyRow).copy()
     rows.foreach { row =>

@@ -70,6 +70,7 @@ object RunningAggregate {
         case _ => false
       })
     }
-    if (!exact) None else Some(RunningAggregate(a, functions.zipWithIndex.map { case (ae, i) => AggregateState(ae, i) }))
+    if (!exact) None
+    else Some(RunningAggregate(a, functions.zipWithIndex.map { case (ae, i) => AggregateState(ae, i) }))
   }
 }
