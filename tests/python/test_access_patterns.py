@@ -184,6 +184,11 @@ TREE_EXAMPLE = ("SELECT r.a, r.b, t.e FROM r JOIN s ON r.a = s.a AND r.b = s.b J
                 "WHERE s.d IS DISTINCT FROM 0")
 
 
+# Per input, its rows counted: each count is the multiplicity the trees hold for the row's tuple.
+TREE_COUNTS = ("SELECT r.a, t.e, count(*) AS n FROM r JOIN s ON r.a = s.a AND r.b = s.b JOIN t ON t.a = r.a "
+               "GROUP BY r.a, t.e")
+
+
 def _expected(spark: SparkSession, query: str, inputs: dict, rows: Optional[list] = None) -> Counter:  # type: ignore[type-arg]
     """The query's rows for these inputs, without the input columns (`rows`: the query's, if read already)."""
     rows = spark.sql(query).collect() if rows is None else rows
@@ -236,6 +241,15 @@ def test_cqap0_lookups_read_view_trees_moved_by_each_refresh(spark: SparkSession
         if step:  # moved by the changed rows only: each changes one tuple of each atom over its table
             moved = int(structure.split("changes moved ")[1].split()[0])
             assert 0 < moved <= report.source_rows_changed, (structure, report)
+        if step == 2:  # a COUNT(*) over all other columns is a tuple's multiplicity in the trees
+            counts = MaterializedView.create(spark, "tree_counts", TREE_COUNTS, access_by=["a"])
+        if step >= 2:
+            counts.refresh()
+            assert counts.lookup_structure().startswith("view trees held"), counts.lookup_structure()
+            rows = spark.sql(TREE_COUNTS).collect()
+            for a in (1, 2, 3, 4):
+                want = _expected(spark, TREE_COUNTS, {"a": a}, rows)
+                assert multiset(counts.lookup(a=a)) == multiset(want.elements()), (step, a)
 
 
 def test_a_lookup_reads_one_refresh_while_another_commits(spark: SparkSession, db: str) -> None:

@@ -12,7 +12,8 @@ import net.razorvine.pickle.Pickler
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.{InternalRow, TableIdentifier}
-import org.apache.spark.sql.catalyst.expressions.{And, Attribute, Cast, IsNotNull, Literal}
+import org.apache.spark.sql.catalyst.expressions.{Alias, And, Attribute, Cast, IsNotNull, Literal}
+import org.apache.spark.sql.catalyst.expressions.aggregate.{AggregateExpression, Count}
 import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, Distinct, Filter, LogicalPlan, Project, Window}
 import org.apache.spark.sql.execution.python.EvaluatePython
 import org.apache.spark.sql.ivm.{SessionInternals, SparkInternals}
@@ -28,7 +29,9 @@ import org.apache.spark.sql.types.{StructField, StructType}
  * Lookups and the moves forward are serialized per view. While a lookup's answers are being
  * read (a cursor is open), the trees are not moved: a lookup that starts meanwhile answers from
  * the refresh the trees hold; a cursor left unread for [[IdleMs]] is closed, and the next move
- * goes ahead. Views that are not CQAP0, that aggregate, or whose atoms hold more tuples than
+ * goes ahead. A view that is a COUNT(*) grouped by all its other columns is answered from the
+ * same trees (a count is a tuple's multiplicity). Views that are not CQAP0, that have other
+ * aggregates or DISTINCT, or whose atoms hold more tuples than
  * `spark.ivm.lookup.residentMaxRows` have no trees: their lookups read the view's rows.
  */
 object ResidentTrees extends Logging {
@@ -43,10 +46,14 @@ object ResidentTrees extends Logging {
     var moved = 0L
   }
 
-  /** How a view's atoms are read: each atom's plan (its unit under its selections), projected to its variables. */
+  /**
+   * How a view's atoms are read (each atom's plan: its unit under its selections, projected to
+   * its variables) and its columns: inputs and outputs by variable; an output without one is
+   * the view's COUNT(*), a tuple's multiplicity (the view groups by all its other columns).
+   */
   private case class TreePlan(atoms: IndexedSeq[(LogicalPlan, Seq[Attribute])], leaves: Seq[SourceLeaf],
       vars: IndexedSeq[IndexedSeq[String]], build: () => Either[String, ViewTree],
-      inputs: Seq[(String, StructField)], outputs: Seq[(String, StructField)])
+      inputs: Seq[(String, StructField)], outputs: Seq[(Option[String], StructField)])
 
   private val entries = mutable.Map[TableIdentifier, Either[(String, String), Entry]]()
 
@@ -68,9 +75,10 @@ object ResidentTrees extends Logging {
           v -> Cast(Literal(named(field.name.toLowerCase(java.util.Locale.ROOT))), field.dataType).eval()
         }.toMap
         val schema = StructType(e.plan.outputs.map(_._2))
+        val counted = e.plan.outputs.exists(_._1.isEmpty)
         val answers = e.tree.lookup(bound).flatMap { case (at, m) =>
-          val row = InternalRow.fromSeq(e.plan.outputs.map(o => at(o._1)))
-          Iterator.fill(m.toInt)(row)
+          val row = InternalRow.fromSeq(e.plan.outputs.map(o => o._1.map(at).getOrElse(m)))
+          if (counted) Iterator.single(row) else Iterator.fill(m.toInt)(row)
         }
         val cursor = new LookupCursor(answers, schema, e)
         e.open(cursor) = System.currentTimeMillis()
@@ -155,15 +163,18 @@ object ResidentTrees extends Logging {
     val analyzed = try ViewAnalysis.reanalyze(spark, meta, incremental = true).plan catch {
       case NonFatal(e) => return Left(s"the query is not maintained incrementally (${e.getMessage})")
     }
-    if (analyzed.exists { case _: Aggregate | _: Distinct | _: Window => true; case _ => false }) {
-      return Left("the view aggregates or removes duplicates: view trees hold joins of tables")
+    val count = countColumn(analyzed)
+    val body = if (count.isDefined) analyzed.asInstanceOf[Aggregate].child else analyzed
+    if (body.exists { case _: Aggregate | _: Distinct | _: Window => true; case _ => false }) {
+      return Left("the view aggregates or removes duplicates: view trees hold joins of tables, and counts " +
+        "(COUNT(*) grouped by all other columns)")
     }
     for {
       binding <- AccessPatterns.bind(analyzed, meta.columns, meta.accessBy)
       analysis = CqapAnalysis.of(binding.query)
       _ <- Either.cond(analysis.cls == CqapClass.Cqap0, (),
         s"its class is ${analysis.cls.name}, not CQAP0: a lookup reads the materialized view")
-      columnVars <- Right(binding.columnVars.map(_.get))
+      columnVars = binding.columnVars
       plan <- atoms(binding)
     } yield {
       val lower = meta.columns.map(_.toLowerCase(java.util.Locale.ROOT))
@@ -176,8 +187,26 @@ object ResidentTrees extends Logging {
         binding.units.flatMap(_.collect { case SourceLeaf(l) => l }), vars,
         () => ViewTree.build(vars, analysis.components.map(c => (c.accessTopOrder, c.query)),
           a => binding.query.atoms.indexOf(a)),
-        inputCols.map(i => columnVars(i) -> fields(i)), outputCols.map(i => columnVars(i) -> fields(i)))
+        inputCols.map(i => columnVars(i).get -> fields(i)), outputCols.map(i => columnVars(i) -> fields(i)))
     }
+  }
+
+  /**
+   * The index of the view's COUNT(*) column if the view is `SELECT cols, count(*) ... GROUP BY
+   * cols` (its other columns exactly its group keys): each group's count is then the
+   * multiplicity of its tuple in the join, as the trees hold it.
+   */
+  private def countColumn(plan: LogicalPlan): Option[Int] = plan match {
+    case Aggregate(groups, outputs, _, _) =>
+      val counts = outputs.indices.filter(i => outputs(i) match {
+        case Alias(AggregateExpression(Count(Seq(l: Literal)), _, false, None, _), _) => l.value != null
+        case _ => false
+      })
+      val keys = outputs.indices.filterNot(counts.contains).map(outputs)
+      val plainKeys = keys.forall(k => k.isInstanceOf[Attribute] && groups.exists(_.semanticEquals(k))) &&
+        groups.forall(g => keys.exists(_.semanticEquals(g)))
+      if (counts.size == 1 && plainKeys) counts.headOption else None
+    case _ => None
   }
 
   /** Each atom's plan: its unit under its selections, NULLs dropped from variables joined across atoms. */
