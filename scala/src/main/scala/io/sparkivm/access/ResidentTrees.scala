@@ -63,7 +63,7 @@ object ResidentTrees extends Logging {
    */
   def open(spark: SparkSession, view: String, names: java.util.List[String],
       inputs: java.util.List[Any]): LookupCursor = {
-    val id = ViewCatalog.qualify(spark, SessionInternals.parser(spark).parseMultipartIdentifier(view))
+    val id = idOf(spark, view)
     val entry = entries.synchronized(current(spark, id))
     val named = (0 until names.size).map(i => names.get(i).toLowerCase(java.util.Locale.ROOT) -> inputs.get(i)).toMap
     entry match {
@@ -89,9 +89,8 @@ object ResidentTrees extends Logging {
 
   /** Why a view has no trees, or a line on those it has (for EXPLAIN and tests). */
   def describe(spark: SparkSession, view: String): String = {
-    val id = ViewCatalog.qualify(spark, SessionInternals.parser(spark).parseMultipartIdentifier(view))
-    entries.synchronized(current(spark, id))
-    entries.synchronized(entries.get(id)) match {
+    val id = idOf(spark, view)
+    entries.synchronized { current(spark, id); entries.get(id) } match {
       case Some(Right(e)) => s"view trees held: ${e.tree.size} tuples at ${e.versions.toSeq.sorted.mkString(", ")}" +
         (if (e.epoch > 0) s"; the last refresh's changes moved ${e.moved} of them" else "")
       case Some(Left((_, why))) => s"no view trees: $why"
@@ -105,6 +104,13 @@ object ResidentTrees extends Logging {
       "memory: built on the first lookup, moved forward by the tables' changes on the first lookup after a refresh"
     case Left(why) => s"read the materialized result filtered by the inputs (the eager baseline): no view trees, $why"
   }
+
+  private def idOf(spark: SparkSession, view: String): TableIdentifier =
+    ViewCatalog.qualify(spark, SessionInternals.parser(spark).parseMultipartIdentifier(view))
+
+  /** An atom tuple's values from a row that holds them first, in `types`' order (copied: rows are reused). */
+  private def valuesOf(row: InternalRow, types: Seq[org.apache.spark.sql.types.DataType]): IndexedSeq[Any] =
+    types.indices.map(j => InternalRow.copyValue(row.get(j, types(j))))
 
   /** Drops the trees of `view` (DROP MATERIALIZED VIEW). */
   def forget(view: TableIdentifier): Unit = entries.synchronized(entries.remove(view))
@@ -237,7 +243,7 @@ object ResidentTrees extends Logging {
       val it = counted.queryExecution.executedPlan.executeToIterator()
       while (it.hasNext) {
         val row = it.next()
-        tree.update(i, types.indices.map(j => InternalRow.copyValue(row.get(j, types(j)))), row.getLong(types.size))
+        tree.update(i, valuesOf(row, types), row.getLong(types.size))
         if (tree.size > max) return Left(s"its atoms hold more than $max tuples (spark.ivm.lookup.residentMaxRows)")
       }
     }
@@ -266,8 +272,7 @@ object ResidentTrees extends Logging {
             val signed = Project(cols :+ branch.plan.output.last, branch.plan)
             val types = cols.map(_.dataType)
             SparkInternals.dataFrame(spark, signed).queryExecution.executedPlan.executeCollect().foreach { row =>
-              e.tree.update(i, types.indices.map(j => InternalRow.copyValue(row.get(j, types(j)))),
-                row.getInt(types.size).toLong)
+              e.tree.update(i, valuesOf(row, types), row.getInt(types.size).toLong)
               e.moved += 1
             }
           }

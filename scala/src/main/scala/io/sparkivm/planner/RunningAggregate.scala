@@ -21,9 +21,10 @@ final case class RunningAggregate private (aggregate: Aggregate, states: Seq[Agg
     AttributeReference(name, t, nullable = true)()
   }
 
-  private def stateOf(at: Int): Seq[Attribute] = {
+  /** State `at`'s part of a row over `stateOutput`. */
+  private def partOf[T](at: Int, row: Seq[T]): Seq[T] = {
     val from = states.take(at).map(_.columns.size).sum
-    stateOutput.slice(from, from + states(at).columns.size)
+    row.slice(from, from + states(at).columns.size)
   }
 
   /** The state computed from all rows of `input` (the aggregate's child, read at some version). */
@@ -37,18 +38,14 @@ final case class RunningAggregate private (aggregate: Aggregate, states: Seq[Agg
   def moved(old: InternalRow, change: LogicalPlan, m: Attribute): LogicalPlan = {
     val deltas = states.map(_.deltas(m).map(e => Alias(e, "__ivm_d")()))
     val oldValues = stateOutput.zipWithIndex.map { case (a, i) => Literal(old.get(i, a.dataType), a.dataType) }
-    def slice(at: Int) = {
-      val from = states.take(at).map(_.columns.size).sum
-      oldValues.slice(from, from + states(at).columns.size)
-    }
     val merged = states.indices.flatMap(i =>
-      states(i).merge(slice(i), deltas(i).map(_.toAttribute), None))
+      states(i).merge(partOf(i, oldValues), deltas(i).map(_.toAttribute), None))
     Project(named(merged, stateOutput), Aggregate(Nil, deltas.flatten, change))
   }
 
   /** The aggregate's row (its output attributes) from its state's row. */
   def value(state: LogicalPlan): LogicalPlan = {
-    val finished = states.indices.map(i => states(i).expr -> states(i).finish(stateOf(i))).toMap
+    val finished = states.indices.map(i => states(i).expr -> states(i).finish(partOf(i, stateOutput))).toMap
     Project(aggregate.aggregateExpressions.map(_.transformDown {
       case ae: AggregateExpression => finished(ae)
     }.asInstanceOf[NamedExpression]), state)
