@@ -4,22 +4,28 @@ import scala.collection.immutable.ArraySeq
 import scala.collection.mutable
 
 /**
- * The view trees of a CQAP0 query (Zhang 2022, chapter 4), held in memory: one tree per
- * fracture component, over its access-top variable order, each node X keeping
+ * The view trees of a CQAP (Zhang 2022, chapters 4 and 5), held in memory: one tree per
+ * fracture component over a variable order, each node X keeping
  *
  *  - V_X(dep(X), X): the multiplicity of the join of X's subtree per value of X, grouped by
  *    dep(X) (the ancestors its atoms use), so that a lookup that fixes dep(X) iterates X's
  *    values directly; and
  *  - V'_X(dep(X)): the same summed over X (section 4.1), what X's parent joins.
  *
- * Atom i is kept as its tuples' multiplicities. An update of one tuple changes one entry of each
- * view on the path from its atom to the root (the propagation of section 4.2: each step
- * multiplies by the siblings' views at the tuple's own values), so it costs the depth of the
- * tree times its fan-out, whatever the data (Thm. 3.11: constant for CQAP0). A lookup binds the
- * inputs, which an access-top order puts first, and enumerates the outputs top-down: a value
- * is listed only if every child has matches (V_X > 0), so there are no dead ends and the delay
- * between answers does not depend on the data. Bound variables sit below free ones (free-top);
- * their subtrees contribute their V' as a multiplicity.
+ * Atom i is kept as its tuples' multiplicities. An update of one tuple changes the views on the
+ * path from its atom to the root (section 4.2): at each node the change is joined with the
+ * node's other atoms and children's V'. When the tuple fixes every variable of the path (an
+ * access-top order of a CQAP0 query) each join is a lookup and the update costs the depth of
+ * the tree, whatever the data (Thm. 3.11); otherwise the join enumerates the missing values
+ * through an index ([[Counts]]), which a light part bounds by N^eps (section 5.4, Prop. 5.23).
+ *
+ * A lookup binds the inputs and enumerates the outputs top-down; a value is listed only if
+ * V_X > 0. Bound variables sit below free ones (free-top); their subtrees contribute their V'
+ * as a multiplicity. `pseudo` variables are not bound by a request but were ordered as inputs
+ * (a heavy part's key, section 5.3): their values are enumerated from V_X, at most N^(1-eps) of
+ * them, and where such a variable is bound (summed out), the answers under its values are
+ * merged by the UNION of section 5.5 (Fig. 5.12), each listed once with their summed
+ * multiplicity ([[HeavyLightTrees]]).
  *
  * Values are Catalyst's internal values; a key is the values of its variables in order. Not
  * thread-safe: [[ResidentTrees]] serializes updates and lookups.
@@ -28,92 +34,155 @@ final class ViewTree private (atomVars: IndexedSeq[IndexedSeq[String]], componen
     lowest: IndexedSeq[Option[ViewTree.Node]]) {
   import ViewTree._
 
-  private val atomCounts = atomVars.map(_ => mutable.HashMap[Key, Long]())
+  private val atomCounts = atomVars.map(vs => new Counts(vs))
   private var tuples = 0L
+  private var work = 0L
 
   /** Tuples held across all atoms (distinct per atom). */
   def size: Long = tuples
 
+  /** Atom `atom`'s tuples and multiplicities (for tests). */
+  private[access] def atomTuples(atom: Int): collection.Map[Key, Long] = atomCounts(atom).counts
+
+  /** View entries written and tuples joined by updates so far: the cost measure of section 5.4. */
+  def updateWork: Long = work
+
   /** Adds `delta` to the multiplicity of atom `atom`'s tuple `values` (one per variable of the atom). */
   def update(atom: Int, values: IndexedSeq[Any], delta: Long): Unit = if (delta != 0) {
-    val at: Map[String, Any] = atomVars(atom).zip(values).toMap
-    val key = keyOf(atomVars(atom), at)
-    val before = atomCounts(atom).getOrElse(key, 0L)
-    add(atomCounts(atom), key, delta)
+    val key = ArraySeq.from(values)
+    val before = atomCounts(atom).get(key)
+    atomCounts(atom).add(key, delta)
     if (before == 0) tuples += 1 else if (before + delta == 0) tuples -= 1
     lowest(atom).foreach { node =>
-      var d = delta * product(node, at, skipAtom = atom, skipChild = null)
+      var changes: Iterable[(Map[String, Any], Long)] = Seq(atomVars(atom).zip(values).toMap -> delta)
       var n = node
-      while (n != null && d != 0) {
-        val dep = keyOf(n.dep, at)
-        val own = n.own.getOrElseUpdate(dep, mutable.LinkedHashMap[Any, Long]())
-        add(own, at(n.variable), d)
-        if (own.isEmpty) n.own.remove(dep)
-        add(n.total, dep, d)
-        val parent = n.parent
-        if (parent != null) d *= product(parent, at, skipAtom = -1, skipChild = n)
-        n = parent
+      var from: Node = null
+      while (n != null && changes.nonEmpty) {
+        val rels = n.atoms.filter(a => !(from == null && a == atom)).map(a => Rel(atomVars(a), atomCounts(a))) ++
+          n.children.filter(_ ne from).map(c => Rel(c.dep, c.total))
+        val own = mutable.HashMap[(Key, Any), Long]()
+        changes.foreach { case (at, d) =>
+          join(at, d, rels).foreach { case (full, m) =>
+            val k = (keyOf(n.dep, full), full(n.variable))
+            own(k) = own.getOrElse(k, 0L) + m
+          }
+        }
+        val totals = mutable.HashMap[Key, Long]()
+        own.foreach { case ((dep, x), d) => if (d != 0) {
+          val xs = n.own.getOrElseUpdate(dep, mutable.LinkedHashMap[Any, Long]())
+          add(xs, x, d)
+          if (xs.isEmpty) n.own.remove(dep)
+          totals(dep) = totals.getOrElse(dep, 0L) + d
+          work += 1
+        }}
+        totals.foreach { case (dep, d) => n.total.add(dep, d) }
+        changes = totals.filter(_._2 != 0).map { case (dep, d) => n.dep.zip(dep).toMap -> d }
+        from = n
+        n = n.parent
       }
     }
   }
 
-  /** The product of `node`'s atoms and children at `at`, all but one atom or child. */
-  private def product(node: Node, at: Map[String, Any], skipAtom: Int, skipChild: Node): Long = {
-    var p = 1L
-    val atoms = node.atoms.iterator
-    while (p != 0 && atoms.hasNext) {
-      val a = atoms.next()
-      if (a != skipAtom) p *= atomCounts(a).getOrElse(keyOf(atomVars(a), at), 0L)
+  private case class Rel(vars: IndexedSeq[String], counts: Counts)
+
+  /**
+   * The assignment `at` (multiplicity `m`) joined with `rels`: relations whose variables `at`
+   * fixes first (lookups), then the one sharing most variables with it, through an index.
+   */
+  private def join(at: Map[String, Any], m: Long, rels: Seq[Rel]): Iterator[(Map[String, Any], Long)] =
+    if (rels.isEmpty) Iterator.single(at -> m)
+    else {
+      val r = rels.find(_.vars.forall(at.contains)).getOrElse(rels.maxBy(_.vars.count(at.contains)))
+      val rest = rels.filterNot(_ eq r)
+      if (r.vars.forall(at.contains)) {
+        val c = r.counts.get(keyOf(r.vars, at))
+        if (c == 0) Iterator.empty else join(at, m * c, rest)
+      } else {
+        val fixed = r.vars.indices.filter(i => at.contains(r.vars(i)))
+        r.counts.matching(fixed, ArraySeq.from(fixed.map(i => at(r.vars(i))))).flatMap { case (t, c) =>
+          work += 1
+          join(at ++ r.vars.zip(t), m * c, rest)
+        }
+      }
     }
-    val children = node.children.iterator
-    while (p != 0 && children.hasNext) {
-      val c = children.next()
-      if (c ne skipChild) p *= c.total.getOrElse(keyOf(c.dep, at), 0L)
-    }
-    p
-  }
 
   /**
    * Where the views disagree with their definition (for tests): each V_X entry must be the
-   * product of X's atoms and children's V' at its key, for exactly the keys of the tuples
-   * below X, and V'_X the sum of V_X over X. Local agreement at every node is agreement with
-   * the query's join, by induction from the atoms up.
+   * product of X's atoms and children's V' at its key, for exactly the keys of the joins of
+   * tuples below X, and V'_X the sum of V_X over X. Local agreement at every node is agreement
+   * with the query's join, by induction from the atoms up.
    */
   private[access] def violations(): Seq[String] = {
     val out = Seq.newBuilder[String]
-    def below(n: Node): Seq[Int] = n.atoms ++ n.children.flatMap(below)
     def check(n: Node): Unit = {
       n.children.foreach(check)
-      val tuples = below(n).flatMap(a => atomCounts(a).keys.map(t => atomVars(a).zip(t).toMap))
-      val keys = tuples.map(at => (keyOf(n.dep, at), at(n.variable)) -> at).toMap
-      keys.foreach { case ((dep, x), at) =>
-        val expected = product(n, at, skipAtom = -1, skipChild = null)
-        val held = n.own.get(dep).flatMap(_.get(x)).getOrElse(0L)
-        if (held != expected) out += s"V_${n.variable}($dep, $x) = $held, expected $expected"
-      }
-      n.own.foreach { case (dep, xs) =>
-        xs.keys.filterNot(x => keys.contains((dep, x))).foreach(x => out += s"V_${n.variable}($dep, $x) has no tuples")
-        if (n.total.getOrElse(dep, 0L) != xs.values.sum) {
-          out += s"V'_${n.variable}($dep) is not the sum of V_${n.variable}"
+      // Every assignment of the node's variables that its atoms' and children's entries join to.
+      val rels = n.atoms.map(a => Rel(atomVars(a), atomCounts(a))) ++ n.children.map(c => Rel(c.dep, c.total))
+      val expected = mutable.HashMap[(Key, Any), Long]()
+      def all(at: Map[String, Any], m: Long, rs: Seq[Rel]): Unit = rs match {
+        case Seq() => val k = (keyOf(n.dep, at), at(n.variable)); expected(k) = expected.getOrElse(k, 0L) + m
+        case r +: rest => r.counts.counts.foreach { case (t, c) =>
+          val bound = r.vars.zip(t)
+          if (bound.forall { case (v, x) => at.get(v).forall(_ == x) }) all(at ++ bound, m * c, rest)
         }
       }
-      n.total.keys.filterNot(n.own.contains).foreach(dep => out += s"V'_${n.variable}($dep) without V_${n.variable}")
+      all(Map.empty, 1L, rels)
+      expected.foreach { case ((dep, x), e) =>
+        val held = n.own.get(dep).flatMap(_.get(x)).getOrElse(0L)
+        if (held != e) out += s"V_${n.variable}($dep, $x) = $held, expected $e"
+      }
+      n.own.foreach { case (dep, xs) =>
+        xs.keys.filterNot(x => expected.get((dep, x)).exists(_ != 0))
+          .foreach(x => out += s"V_${n.variable}($dep, $x) has no tuples")
+        if (n.total.get(dep) != xs.values.sum) out += s"V'_${n.variable}($dep) is not the sum of V_${n.variable}"
+      }
+      n.total.counts.keys.filterNot(n.own.contains).foreach(dep => out += s"V'_${n.variable}($dep) without V_${n.variable}")
     }
     components.foreach(_.roots.foreach(check))
     out.result()
   }
 
   /**
-   * The answers to one access request: assignments of the output variables with their
-   * multiplicities, lazily. `inputs` binds every input variable.
+   * The answers to one access request: assignments of the output variables (and of the inputs
+   * and pseudo-inputs that are free) with their multiplicities, lazily. `inputs` binds every
+   * input variable.
    */
   def lookup(inputs: Map[String, Any]): Iterator[(Map[String, Any], Long)] =
     components.foldLeft(Iterator.single((inputs, 1L))) { (partial, c) =>
       partial.flatMap { case (at, m) =>
-        val rootAtoms = c.rootAtoms.foldLeft(m)((acc, a) => acc * atomCounts(a).getOrElse(keyOf(atomVars(a), at), 0L))
+        val rootAtoms = c.rootAtoms.foldLeft(m)((acc, a) => acc * atomCounts(a).get(keyOf(atomVars(a), at)))
         if (rootAtoms == 0) Iterator.empty else combined(c.roots, at, rootAtoms, c.inputs)
       }
     }
+
+  /**
+   * The multiplicity of one answer: `at` binds every free variable (inputs and outputs), so
+   * only bound variables are summed (a pseudo-input's by its values, at most N^(1-eps)).
+   * The `contains` of the thesis's view iterators.
+   */
+  def multiplicity(at: Map[String, Any]): Long =
+    components.foldLeft(1L) { (acc, c) =>
+      if (acc == 0) 0L
+      else acc * c.rootAtoms.foldLeft(1L)((p, a) => p * atomCounts(a).get(keyOf(atomVars(a), at))) *
+        c.roots.foldLeft(1L)((p, r) => if (p == 0) 0L else p * below(r, at))
+    }
+
+  private def below(n: Node, at: Map[String, Any]): Long =
+    if (!n.free) n.total.get(keyOf(n.dep, at))
+    else at.get(n.variable) match {
+      case Some(_) => product(n, at)
+      case None => // a pseudo-input bound variable: summed over its values
+        n.own.get(keyOf(n.dep, at)).iterator.flatMap(_.keysIterator)
+          .map(x => product(n, at.updated(n.variable, x))).sum
+    }
+
+  /** The product of `node`'s atoms and children at `at`, the children evaluated by [[below]]. */
+  private def product(node: Node, at: Map[String, Any]): Long = {
+    var p = node.atoms.foldLeft(1L)((acc, a) => if (acc == 0) 0L else acc * atomCounts(a).get(keyOf(atomVars(a), at)))
+    val children = node.children.iterator
+    while (p != 0 && children.hasNext) p *= below(children.next(), at)
+    p
+  }
 
   /** The Cartesian product of sibling subtrees' answers under the assignment `at`. */
   private def combined(nodes: Seq[Node], at: Map[String, Any], m: Long,
@@ -124,28 +193,40 @@ final class ViewTree private (atomVars: IndexedSeq[IndexedSeq[String]], componen
 
   private def subtree(n: Node, at: Map[String, Any], inputs: Set[String]): Iterator[(Map[String, Any], Long)] = {
     val dep = keyOf(n.dep, at)
-    def below(x: Any): Iterator[(Map[String, Any], Long)] = {
+    def under(x: Any): Iterator[(Map[String, Any], Long)] = {
       val extended = at.updated(n.variable, x)
-      val atoms = n.atoms.foldLeft(1L)((acc, a) => acc * atomCounts(a).getOrElse(keyOf(atomVars(a), extended), 0L))
+      val atoms = n.atoms.foldLeft(1L)((acc, a) => acc * atomCounts(a).get(keyOf(atomVars(a), extended)))
       if (atoms == 0) Iterator.empty else combined(n.children, extended, atoms, inputs)
     }
-    if (!n.free) Iterator.single((at, n.total.getOrElse(dep, 0L))).filter(_._2 != 0)
+    if (!n.free) Iterator.single((at, n.total.get(dep))).filter(_._2 != 0)
     else if (inputs.contains(n.variable)) {
       val x = at(n.variable)
-      if (n.own.get(dep).exists(_.getOrElse(x, 0L) != 0)) below(x) else Iterator.empty
-    } else n.own.get(dep).iterator.flatMap(_.keysIterator).flatMap(below)
+      if (n.own.get(dep).exists(_.getOrElse(x, 0L) != 0)) under(x) else Iterator.empty
+    } else {
+      val xs = n.own.get(dep).iterator.flatMap(_.keysIterator)
+      if (!n.hidden) xs.flatMap(under)
+      else {
+        // A bound pseudo-input: the same answer may come from several of its values. One
+        // iterator per value, merged so that each answer is listed once (section 5.5), with the
+        // sum of its multiplicities under every value.
+        val values = xs.toIndexedSeq
+        val parts = values.map(x => (() => under(x).map(_._1 - n.variable),
+          (o: Map[String, Any]) => product(n, o.updated(n.variable, x))))
+        ViewTree.union(parts).map(o => o -> parts.map(_._2(o)).sum)
+      }
+    }
   }
 }
 
 object ViewTree {
   type Key = ArraySeq[Any]
 
-  private[access] final class Node(val variable: String, val free: Boolean, val parent: Node) {
+  private[access] final class Node(val variable: String, val free: Boolean, val hidden: Boolean, val parent: Node) {
     var dep: IndexedSeq[String] = IndexedSeq.empty
     var children: Seq[Node] = Nil
     var atoms: Seq[Int] = Nil
     val own: mutable.HashMap[Key, mutable.LinkedHashMap[Any, Long]] = mutable.HashMap()
-    val total: mutable.HashMap[Key, Long] = mutable.HashMap()
+    lazy val total: Counts = new Counts(dep)
   }
 
   private[access] case class Component(roots: Seq[Node], rootAtoms: Seq[Int], inputs: Set[String])
@@ -158,30 +239,41 @@ object ViewTree {
   }
 
   /**
+   * UNION (Zhang 2022, Fig. 5.12): every element of several iterators, each listed once, each
+   * iterator with its `contains`. For the first iterator and the union U of the others: an
+   * element of the first that U contains is replaced by U's next (it comes out of U instead),
+   * others are listed; then the rest of U. Each step lists an element after at most one call
+   * per iterator, so the delay is the iterators' count times the slowest one's.
+   */
+  def union[T](parts: Seq[(() => Iterator[T], T => Long)]): Iterator[T] = parts match {
+    case Seq() => Iterator.empty
+    case Seq((only, _)) => only()
+    case (first, _) +: others =>
+      val rest = union(others)
+      val inRest = (t: T) => others.exists(_._2(t) != 0)
+      first().map(t => if (inRest(t)) rest.next() else t) ++ rest
+  }
+
+  /**
    * Empty view trees for `atomVars` (each atom's variables, in the order its tuples give them)
-   * over the access-top orders of the components, or why the orders do not allow them: every
-   * atom must hold all variables on its path to the root (so that an update fixes the key of
-   * every view it changes), and no free variable may sit below a bound one (free-top). For a
-   * CQAP0 query both hold.
+   * over the given orders of the components, or why an order does not allow them: no free
+   * variable may sit below a bound one (free-top). `pseudo` variables are ordered as inputs
+   * but not bound by requests (the keys of heavy parts); where the query sums them out, their
+   * answers are merged. For an access-top order of a CQAP0 query every update is a path of lookups.
    */
   def build(atomVars: IndexedSeq[IndexedSeq[String]], components: Seq[(Seq[VoTree], Cqap)],
-      atomIndex: Atom => Int): Either[String, ViewTree] = {
+      atomIndex: Atom => Int, pseudo: Set[String] = Set.empty): Either[String, ViewTree] = {
     val lowest = Array.fill[Option[Node]](atomVars.size)(None)
     def node(t: VarNode, parent: Node, path: Seq[String], q: Cqap): Either[String, Node] = {
-      val free = q.free.contains(t.v)
+      val free = q.free.contains(t.v) || pseudo.contains(t.v)
       if (free && parent != null && !parent.free) return Left(s"free variable ${t.v} is below a bound one")
-      val n = new Node(t.v, free, parent)
+      val n = new Node(t.v, free, hidden = pseudo.contains(t.v) && !q.free.contains(t.v), parent)
       val here = path :+ t.v
       val kids = t.children.collect { case v: VarNode => node(v, n, here, q) }
       kids.collectFirst { case Left(why) => return Left(why) }
       n.children = kids.collect { case Right(c) => c }
       n.atoms = t.children.collect { case AtomLeaf(a) => atomIndex(a) }
-      n.atoms.foreach { i =>
-        val missing = here.filterNot(atomVars(i).contains)
-        if (missing.nonEmpty) return Left(s"atom ${t.atoms.find(a => atomIndex(a) == i).get} does not hold " +
-          s"${missing.mkString(", ")} of its path")
-        lowest(i) = Some(n)
-      }
+      n.atoms.foreach(i => lowest(i) = Some(n))
       val used = t.atoms.flatMap(_.vars).toSet
       n.dep = path.filter(used.contains).toIndexedSeq
       Right(n)

@@ -1,0 +1,263 @@
+package io.sparkivm.access
+
+import scala.collection.immutable.ArraySeq
+import scala.collection.mutable
+
+/**
+ * The view trees of a CQAP whose fracture components are hierarchical, with the heavy/light
+ * trade-off of Zhang 2022, chapter 5: for components outside CQAP0, update time O(N^(delta eps))
+ * amortized and enumeration delay O(N^(1-eps)), eps in [0, 1] (Thm. 3.5); CQAP0 components keep
+ * their single access-top tree (constant update and delay).
+ *
+ * Each component's orders come from [[HeavyLightTrees.omega]] (section 5.3, Fig. 5.5): where a
+ * variable X is bound with free variables below it, or an output with inputs below it, its atoms
+ * are split on the key anc(X) + X into a heavy part (at most N^(1-eps) keys, each of degree at
+ * least N^eps / 2 in some atom; X is then ordered as an input and its values enumerated) and a
+ * light part (every key of degree below 3/2 N^eps in every atom; ACC-TOP's access-top order,
+ * whose update joins at most N^eps tuples per unfixed atom). A tuple goes to the trees whose
+ * parts its keys are in (section 5.2). A request's answer is the UNION of the trees' answers
+ * (section 5.5), each answer listed once with its multiplicities summed: the parts are disjoint
+ * and together the query (Prop. 5.9), so multiplicities add.
+ *
+ * Rebalancing (section 5.6): with N tuples and M the size bound, floor(M/4) <= N < M must hold,
+ * else M becomes 2N + 1 and every key is partitioned again strictly at theta = M^eps (major);
+ * after each update, a light key reaching 3/2 theta tuples in some atom, or a heavy key below
+ * theta / 2 in all of them, moves to the other part (minor). Not thread-safe.
+ */
+final class HeavyLightTrees private (val query: Cqap, atomVars: IndexedSeq[IndexedSeq[String]], val eps: Double,
+    components: Seq[HeavyLightTrees.ComponentTrees]) {
+  import HeavyLightTrees._
+
+  private val store = atomVars.map(vs => new Counts(vs))
+  private val componentOf: Map[Int, ComponentTrees] =
+    components.flatMap(c => c.atoms.map(_ -> c)).toMap
+  /** Each partition key: its variables and the atoms (all containing them) whose degrees decide it. */
+  private val keys: IndexedSeq[(IndexedSeq[String], Set[Int])] =
+    components.flatMap(_.variants.flatMap(_.parts)).map(p => (p.key, p.atoms)).distinct.toIndexedSeq
+  private val keyIds: Map[IndexedSeq[String], Int] = keys.map(_._1).zipWithIndex.toMap
+  private val heavy = keys.map(_ => mutable.HashSet[Key]())
+  private var n = 0L
+  private var bound = 1L
+  private var moves = 0L
+  private var majors = 0L
+
+  /** Tuples held (distinct per atom). */
+  def size: Long = n
+  /** The threshold of the current partition, M^eps. */
+  def threshold: Double = math.pow(bound.toDouble, eps)
+  /** Work done by updates so far: view entries written and tuples joined, over all trees. */
+  def updateWork: Long = components.flatMap(_.variants).map(_.tree.updateWork).sum
+  /** Tuples moved between parts by minor rebalancing, and major rebalancings, so far. */
+  def rebalancing: (Long, Long) = (moves, majors)
+  /** Heavy keys per partition key, for EXPLAIN and tests. */
+  def heavyKeys: Seq[(Seq[String], Int)] = keys.indices.map(k => (keys(k)._1: Seq[String]) -> heavy(k).size)
+  /** The number of view trees. */
+  def trees: Int = components.map(_.variants.size).sum
+
+  private def positions(atom: Int, key: Int): IndexedSeq[Int] = keys(key)._1.map(atomVars(atom).indexOf(_))
+  private def project(atom: Int, key: Int, t: Key): Key = ArraySeq.from(positions(atom, key).map(t))
+  private def degree(atom: Int, key: Int, value: Key): Int = store(atom).matchCount(positions(atom, key), value)
+
+  private def belongs(v: Variant, atom: Int, t: Key): Boolean = v.parts.forall { p =>
+    !p.atoms.contains(atom) || heavy(keyIds(p.key)).contains(project(atom, keyIds(p.key), t)) == p.heavy
+  }
+
+  /** Adds `delta` to atom `atom`'s tuple `values`, then rebalances where the invariants broke. */
+  def update(atom: Int, values: IndexedSeq[Any], delta: Long): Unit = if (delta != 0) {
+    val t = ArraySeq.from(values)
+    val before = store(atom).get(t)
+    store(atom).add(t, delta)
+    if (before == 0) n += 1 else if (before + delta == 0) n -= 1
+    componentOf(atom).variants.foreach(v => if (belongs(v, atom, t)) v.tree.update(atom, values, delta))
+    if (n >= bound || n < bound / 4) major()
+    else keys.indices.filter(k => keys(k)._2.contains(atom)).foreach(k => minor(k, project(atom, k, t)))
+  }
+
+  /** Loads tuples in bulk (the first build): held, then partitioned strictly and the trees built once. */
+  def load(tuples: Iterator[(Int, IndexedSeq[Any], Long)]): Unit = {
+    tuples.foreach { case (atom, values, m) =>
+      val t = ArraySeq.from(values)
+      val before = store(atom).get(t)
+      store(atom).add(t, m)
+      if (before == 0 && m != 0) n += 1 else if (before != 0 && before + m == 0) n -= 1
+    }
+    major()
+  }
+
+  /** Minor rebalancing of one key value (section 5.6.2). */
+  private def minor(key: Int, value: Key): Unit = {
+    val degrees = keys(key)._2.toSeq.map(a => degree(a, key, value))
+    val theta = threshold
+    if (!heavy(key).contains(value) && degrees.exists(_ >= 1.5 * theta)) move(key, value, toHeavy = true)
+    else if (heavy(key).contains(value) && degrees.forall(_ < 0.5 * theta)) move(key, value, toHeavy = false)
+  }
+
+  /** Moves a key value's tuples to the other part: a delete from the trees they leave, an insert into those they join. */
+  private def move(key: Int, value: Key, toHeavy: Boolean): Unit = {
+    val tuples = keys(key)._2.toSeq.flatMap(a => store(a).matching(positions(a, key), value).map(e => (a, e._1, e._2)).toList)
+    val before = tuples.map { case (a, t, _) => componentOf(a).variants.filter(belongs(_, a, t)) }
+    if (toHeavy) heavy(key) += value else heavy(key) -= value
+    tuples.zip(before).foreach { case ((a, t, m), was) =>
+      val now = componentOf(a).variants.filter(belongs(_, a, t))
+      was.filterNot(now.contains).foreach(_.tree.update(a, t, -m))
+      now.filterNot(was.contains).foreach(_.tree.update(a, t, m))
+      moves += 1
+    }
+  }
+
+  /** Major rebalancing (section 5.6.1): M = 2N + 1, every key partitioned strictly at M^eps, every tree rebuilt. */
+  private def major(): Unit = {
+    bound = 2 * n + 1
+    majors += 1
+    val theta = threshold
+    keys.indices.foreach { k =>
+      heavy(k).clear()
+      keys(k)._2.foreach { a =>
+        store(a).counts.keysIterator.map(project(a, k, _)).toSeq.groupBy(identity).foreach { case (value, ts) =>
+          if (ts.size >= theta) heavy(k) += value
+        }
+      }
+    }
+    components.foreach(_.variants.foreach { v =>
+      v.tree = v.fresh()
+      v.atoms.foreach(a => store(a).counts.foreach { case (t, m) => if (belongs(v, a, t)) v.tree.update(a, t, m) })
+    })
+  }
+
+  /**
+   * The answers to one access request (every input bound): each component's trees' answers
+   * merged by UNION, the components' answers multiplied (the fracture's Cartesian product).
+   */
+  def lookup(inputs: Map[String, Any]): Iterator[(Map[String, Any], Long)] =
+    components.foldLeft(Iterator.single((Map.empty[String, Any], 1L))) { (partial, c) =>
+      partial.flatMap { case (out, m) => c.answers(inputs).map { case (o, k) => (out ++ o, m * k) } }
+    }
+
+  /** Where the trees or the partition break their invariants (for tests). */
+  private[access] def violations(): Seq[String] = {
+    val theta = threshold
+    val out = Seq.newBuilder[String]
+    if (n >= bound || n < bound / 4) out += s"size invariant: N = $n, M = $bound"
+    keys.indices.foreach { k =>
+      val values = keys(k)._2.flatMap(a => store(a).counts.keysIterator.map(project(a, k, _)))
+      values.foreach { value =>
+        val degrees = keys(k)._2.toSeq.map(a => degree(a, k, value))
+        if (heavy(k).contains(value) && !degrees.exists(_ >= 0.5 * theta)) out += s"heavy $value of ${keys(k)._1} too light"
+        if (!heavy(k).contains(value) && degrees.exists(_ >= 1.5 * theta)) out += s"light $value of ${keys(k)._1} too heavy"
+      }
+    }
+    components.foreach(_.variants.foreach { v =>
+      out ++= v.tree.violations()
+      v.atoms.foreach { a =>
+        if (v.tree.atomTuples(a) != store(a).counts.filter(e => belongs(v, a, e._1))) {
+          out += s"the tree over ${v.parts.map(_.describe).mkString(", ")} does not hold exactly its part of atom $a"
+        }
+      }
+    })
+    out.result()
+  }
+}
+
+object HeavyLightTrees {
+  type Key = ArraySeq[Any]
+
+  /** A part of some atoms: their tuples whose `key` values are heavy, or light. */
+  case class Part(atoms: Set[Int], key: IndexedSeq[String], heavy: Boolean) {
+    def describe: String = s"${key.mkString("")}->${if (heavy) "H" else "L"}"
+  }
+
+  /** One of Omega's orders with the parts its atoms are restricted to and its pseudo-inputs. */
+  case class Order(order: Seq[VoTree], parts: Seq[Part], pseudo: Set[String])
+
+  private[access] final class Variant(val order: Order, val atoms: Seq[Int], val fresh: () => ViewTree) {
+    def parts: Seq[Part] = order.parts
+    var tree: ViewTree = fresh()
+  }
+
+  private[access] final class ComponentTrees(val query: Cqap, val atoms: Seq[Int], val variants: Seq[Variant]) {
+    def answers(inputs: Map[String, Any]): Iterator[(Map[String, Any], Long)] = {
+      val at = inputs.filter(kv => query.inputs.contains(kv._1))
+      val parts = variants.map { v =>
+        (() => v.tree.lookup(at).map(_._1.filter(kv => query.outputs.contains(kv._1))),
+          (o: Map[String, Any]) => v.tree.multiplicity(at ++ o))
+      }
+      ViewTree.union(parts).map(o => o -> parts.map(_._2(o)).sum)
+    }
+  }
+
+  private def cqap0(q: Cqap): Boolean = q.hierarchical && q.freeDominant && q.inputDominant
+
+  /** `q` with the pseudo-inputs as inputs (a heavy part's key is fixed by its enumeration). */
+  private def ordered(q: Cqap, pseudo: Set[String]): Cqap = Cqap(q.atoms, q.inputs ++ pseudo, q.outputs -- pseudo)
+
+  /**
+   * Omega (Zhang 2022, section 5.3, Fig. 5.5) over a hierarchical component's canonical order:
+   * at X, with Q_X the query of X's subtree (inputs: X's ancestors and the inputs below; outputs:
+   * the outputs below), if Q_X is in CQAP0, ACC-TOP of the subtree; else if X is an input, or an
+   * output with no input below, X over the combinations of its children's orders; else two
+   * branches, heavy (X ordered as an input, recursively) and light (ACC-TOP), each with the
+   * subtree's atoms restricted to that part of the key anc(X) + X.
+   */
+  def omega(tree: VoTree, q: Cqap, atomIndex: Atom => Int, ancestors: Seq[String] = Nil,
+      pseudo: Set[String] = Set.empty): Seq[Order] = tree match {
+    case leaf: AtomLeaf => Seq(Order(Seq(leaf), Nil, pseudo))
+    case node @ VarNode(x, children) =>
+      val eff = ordered(q, pseudo)
+      val below = node.vars
+      val used = node.atoms.flatMap(_.vars).toSet
+      val sub = Cqap(node.atoms, (ancestors.toSet & used) ++ (eff.inputs & below), eff.outputs & below)
+      if (cqap0(sub)) Seq(Order(VariableOrder.accessTop(node, eff), Nil, pseudo))
+      else if (eff.inputs.contains(x) || (eff.outputs.contains(x) && (eff.inputs & (below - x)).isEmpty)) {
+        combinations(children.map(omega(_, q, atomIndex, ancestors :+ x, pseudo))).map { parts =>
+          Order(Seq(VarNode(x, parts.flatMap(_.order))), parts.flatMap(_.parts).distinct,
+            parts.flatMap(_.pseudo).toSet ++ pseudo)
+        }
+      } else {
+        val atoms = node.atoms.map(atomIndex).toSet
+        val key = ancestors.filter(used.contains).toIndexedSeq :+ x
+        omega(tree, q, atomIndex, ancestors, pseudo + x).map(o => o.copy(parts = Part(atoms, key, heavy = true) +: o.parts)) :+
+          Order(VariableOrder.accessTop(node, eff), Seq(Part(atoms, key, heavy = false)), pseudo)
+      }
+  }
+
+  private def combinations(options: Seq[Seq[Order]]): Seq[Seq[Order]] =
+    options.foldLeft(Seq(Seq.empty[Order]))((acc, os) => acc.flatMap(prefix => os.map(prefix :+ _)))
+
+  /** Omega over a component's whole canonical order (its roots combined). */
+  def orders(c: Cqap, atomIndex: Atom => Int): Seq[Order] =
+    combinations(VariableOrder.canonical(c).map(omega(_, c, atomIndex))).map { parts =>
+      Order(parts.flatMap(_.order), parts.flatMap(_.parts).distinct, parts.flatMap(_.pseudo).toSet)
+    }
+
+  /**
+   * Empty trees for `q` (every fracture component hierarchical), atoms given by their variables
+   * in the order their tuples give them, at `eps`; or why not.
+   */
+  def build(q: Cqap, atomVars: IndexedSeq[IndexedSeq[String]], eps: Double): Either[String, HeavyLightTrees] = {
+    require(eps >= 0 && eps <= 1, s"eps must be in [0, 1]: $eps")
+    val atomIndex = (a: Atom) => q.atoms.indexOf(a)
+    val comps = q.fracture.map { c =>
+      if (!c.hierarchical) return Left(s"component $c is not hierarchical")
+      val variants = orders(c, atomIndex).map { o =>
+        def fresh() = ViewTree.build(atomVars, Seq((o.order, c)), atomIndex, o.pseudo)
+        fresh().left.foreach(why => return Left(why))
+        new Variant(o, c.atoms.map(atomIndex), () => fresh().toOption.get)
+      }
+      new ComponentTrees(c, c.atoms.map(atomIndex), variants)
+    }
+    Right(new HeavyLightTrees(q, atomVars, eps, comps))
+  }
+
+  /** What EXPLAIN prints of the trees of `q`: per component, each order with its parts. */
+  def describe(q: Cqap): Seq[String] = {
+    val atomIndex = (a: Atom) => q.atoms.indexOf(a)
+    q.fracture.filter(_.hierarchical).zipWithIndex.flatMap { case (c, i) =>
+      val os = orders(c, atomIndex)
+      s"component ${i + 1}: ${os.size} view tree(s)" +: os.flatMap { o =>
+        val parts = if (o.parts.isEmpty) "all tuples" else o.parts.map(_.describe).mkString(", ")
+        val pseudo = if (o.pseudo.isEmpty) "" else s"; enumerated: ${o.pseudo.toSeq.sorted.mkString(", ")}"
+        s"  tree over $parts$pseudo:" +: VariableOrder.render(o.order, "    ")
+      }
+    }
+  }
+}
