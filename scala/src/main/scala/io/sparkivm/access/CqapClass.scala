@@ -45,7 +45,14 @@ case class CqapAnalysis(query: Cqap, components: Seq[ComponentAnalysis]) {
       case _ => Seq("guarantee: none of the hierarchical bounds (a cyclic component); O(N^w) preprocessing, " +
         "O(N^delta) update, O(1) delay with the view trees of Zhang 2022 chapter 4")
     })
-    header ++ components.zipWithIndex.flatMap { case (c, i) =>
+    val heavyLight = cls match {
+      case CqapClass.Cqap1 | CqapClass.Hierarchical =>
+        ("heavy/light view trees (Zhang 2022, section 5.3: Omega over each component's canonical order; a lookup " +
+          "merges their answers; eps (ivm.epsilon) sets the threshold M^eps between the parts):") +:
+          HeavyLightTrees.describe(query).map("  " + _)
+      case _ => Nil
+    }
+    header ++ heavyLight ++ components.zipWithIndex.flatMap { case (c, i) =>
       val flags = Seq(
         s"hierarchical ${yes(c.query.hierarchical)}",
         s"free-dominant ${yes(c.query.freeDominant)}${if (c.query.almostFreeDominant) " (almost)" else ""}",

@@ -25,7 +25,7 @@ import scala.collection.mutable
  * theta / 2 in all of them, moves to the other part (minor). Not thread-safe.
  */
 final class HeavyLightTrees private (val query: Cqap, atomVars: IndexedSeq[IndexedSeq[String]], val eps: Double,
-    components: Seq[HeavyLightTrees.ComponentTrees]) {
+    components: Seq[HeavyLightTrees.ComponentTrees]) extends AccessTrees {
   import HeavyLightTrees._
 
   private val store = atomVars.map(vs => new Counts(vs))
@@ -43,6 +43,12 @@ final class HeavyLightTrees private (val query: Cqap, atomVars: IndexedSeq[Index
 
   /** Tuples held (distinct per atom). */
   def size: Long = n
+  def layout: String = {
+    val heavyNow = heavyKeys.map(_._2).sum
+    f"$trees heavy/light view tree(s) at eps = $eps%.2f (threshold M^eps = $threshold%.1f, $heavyNow heavy " +
+      s"key(s); rebalancing so far: ${moves} tuple(s) moved, $majors major)"
+  }
+
   /** The threshold of the current partition, M^eps. */
   def threshold: Double = math.pow(bound.toDouble, eps)
   /** Work done by updates so far: view entries written and tuples joined, over all trees. */
@@ -74,7 +80,7 @@ final class HeavyLightTrees private (val query: Cqap, atomVars: IndexedSeq[Index
   }
 
   /** Loads tuples in bulk (the first build): held, then partitioned strictly and the trees built once. */
-  def load(tuples: Iterator[(Int, IndexedSeq[Any], Long)]): Unit = {
+  override def load(tuples: Iterator[(Int, IndexedSeq[Any], Long)]): Unit = {
     tuples.foreach { case (atom, values, m) =>
       val t = ArraySeq.from(values)
       val before = store(atom).get(t)

@@ -39,7 +39,7 @@ object ResidentTrees extends Logging {
 
   /** A view's trees and what they were built from. */
   private final class Entry(val definition: String, val backing: TableIdentifier, val plan: TreePlan,
-      val tree: ViewTree, var versions: Map[String, Long], var backingVersion: Long) {
+      val tree: AccessTrees, var versions: Map[String, Long], var backingVersion: Long) {
     val open: mutable.Map[LookupCursor, Long] = mutable.Map()
     var epoch = 0L
     /** Atom tuples the last move forward changed (each a path of views up its tree). */
@@ -52,7 +52,7 @@ object ResidentTrees extends Logging {
    * the view's COUNT(*), a tuple's multiplicity (the view groups by all its other columns).
    */
   private case class TreePlan(atoms: IndexedSeq[(LogicalPlan, Seq[Attribute])], leaves: Seq[SourceLeaf],
-      vars: IndexedSeq[IndexedSeq[String]], build: () => Either[String, ViewTree],
+      vars: IndexedSeq[IndexedSeq[String]], build: () => Either[String, AccessTrees], cls: CqapClass,
       inputs: Seq[(String, StructField)], outputs: Seq[(Option[String], StructField)])
 
   private val entries = mutable.Map[TableIdentifier, Either[(String, String), Entry]]()
@@ -92,7 +92,7 @@ object ResidentTrees extends Logging {
     val id = idOf(spark, view)
     entries.synchronized { current(spark, id); entries.get(id) } match {
       case Some(Right(e)) => s"view trees held: ${e.tree.size} tuples at ${e.versions.toSeq.sorted.mkString(", ")}" +
-        (if (e.epoch > 0) s"; the last refresh's changes moved ${e.moved} of them" else "")
+        (if (e.epoch > 0) s"; the last refresh's changes moved ${e.moved} of them" else "") + s"; ${e.tree.layout}"
       case Some(Left((_, why))) => s"no view trees: $why"
       case None => "no view trees"
     }
@@ -100,8 +100,12 @@ object ResidentTrees extends Logging {
 
   /** How lookups of a view are answered, without building anything (EXPLAIN REFRESH). */
   def explain(spark: SparkSession, meta: ViewMetadata): String = plan(spark, meta) match {
-    case Right(_) => "enumerate the view's CQAP0 view trees (Zhang 2022, chapter 4), held in the driver's " +
-      "memory: built on the first lookup, moved forward by the tables' changes on the first lookup after a refresh"
+    case Right(p) =>
+      val trees = if (p.cls == CqapClass.Cqap0) "CQAP0 view trees (Zhang 2022, chapter 4)"
+        else s"heavy/light view trees at eps = ${meta.eps} (Zhang 2022, chapter 5: O(N^(delta eps)) amortized " +
+          "update, O(N^(1-eps)) delay)"
+      s"enumerate the view's $trees, held in the driver's memory: built on the first lookup, moved forward by " +
+        "the tables' changes on the first lookup after a refresh"
     case Left(why) => s"read the materialized result filtered by the inputs (the eager baseline): no view trees, $why"
   }
 
@@ -130,7 +134,7 @@ object ResidentTrees extends Logging {
     val backingVersion = backing.version
     // A view dropped and created again has a new backing table: its trees are not these.
     val definition = Seq(backing.metadata.id, meta.queryText, meta.accessBy.mkString(","),
-      meta.columns.mkString(",")).mkString("|")
+      meta.columns.mkString(","), meta.eps.toString).mkString("|")
     entries.get(id) match {
       case Some(Right(e)) if e.definition == definition =>
         if (e.backingVersion == backingVersion) Some(e)
@@ -178,8 +182,8 @@ object ResidentTrees extends Logging {
     for {
       binding <- AccessPatterns.bind(analyzed, meta.columns, meta.accessBy)
       analysis = CqapAnalysis.of(binding.query)
-      _ <- Either.cond(analysis.cls == CqapClass.Cqap0, (),
-        s"its class is ${analysis.cls.name}, not CQAP0: a lookup reads the materialized view")
+      _ <- Either.cond(analysis.components.forall(_.hierarchical), (),
+        s"its class is ${analysis.cls.name}, not hierarchical: a lookup reads the materialized view")
       columnVars = binding.columnVars
       plan <- atoms(binding)
     } yield {
@@ -191,8 +195,11 @@ object ResidentTrees extends Logging {
       val vars = plan.map(_._2.map(_._1).distinct.toIndexedSeq).toIndexedSeq
       TreePlan(plan.zip(vars).map { case ((p, cols), vs) => (p, vs.map(v => cols.find(_._1 == v).get._2)) },
         binding.units.flatMap(_.collect { case SourceLeaf(l) => l }), vars,
-        () => ViewTree.build(vars, analysis.components.map(c => (c.accessTopOrder, c.query)),
-          a => binding.query.atoms.indexOf(a)),
+        () => if (analysis.cls == CqapClass.Cqap0) {
+          ViewTree.build(vars, analysis.components.map(c => (c.accessTopOrder, c.query)),
+            a => binding.query.atoms.indexOf(a))
+        } else HeavyLightTrees.build(binding.query, vars, meta.eps),
+        analysis.cls,
         inputCols.map(i => columnVars(i).get -> fields(i)), outputCols.map(i => columnVars(i) -> fields(i)))
     }
   }
@@ -230,25 +237,30 @@ object ResidentTrees extends Logging {
   }
 
   /** Fills empty trees with the atoms' tuples at `versions`. */
-  private def fill(spark: SparkSession, meta: ViewMetadata, p: TreePlan, tree: ViewTree,
+  private def fill(spark: SparkSession, meta: ViewMetadata, p: TreePlan, tree: AccessTrees,
       versions: Map[String, Long]): Either[String, Unit] = {
     val reader = new PinnedReader(spark, versions, pinnedAt(p, versions), meta.viewName)
     val max = IvmConf.LookupResidentMaxRows.get(spark)
-    p.atoms.zipWithIndex.foreach { case ((atom, cols), i) =>
+    var held = 0L
+    val tuples = p.atoms.zipWithIndex.iterator.flatMap { case ((atom, cols), i) =>
       val read = Project(cols, reader.rules.post(atom))
       val counted = SparkInternals.dataFrame(spark, read).groupBy(cols.indices.map(j =>
         org.apache.spark.sql.functions.col(s"`${cols(j).name}`")): _*).count()
       val types = cols.map(_.dataType)
       // Rows decoded one partition at a time, each its own (the plan's rows are reused buffers).
-      val it = counted.queryExecution.executedPlan.executeToIterator()
-      while (it.hasNext) {
-        val row = it.next()
-        tree.update(i, valuesOf(row, types), row.getLong(types.size))
-        if (tree.size > max) return Left(s"its atoms hold more than $max tuples (spark.ivm.lookup.residentMaxRows)")
+      counted.queryExecution.executedPlan.executeToIterator().map { row =>
+        held += 1
+        if (held > max) throw new TooManyTuples(max)
+        (i, valuesOf(row, types), row.getLong(types.size))
       }
+    }
+    try tree.load(tuples) catch {
+      case e: TooManyTuples => return Left(s"its atoms hold more than ${e.max} tuples (spark.ivm.lookup.residentMaxRows)")
     }
     Right(())
   }
+
+  private final class TooManyTuples(val max: Long) extends RuntimeException(null, null, false, false)
 
   /** Moves `e` to the versions of the view's last refresh by the tables' net changes. */
   private def moveForward(spark: SparkSession, meta: ViewMetadata, e: Entry, backingVersion: Long): Unit = {

@@ -31,7 +31,7 @@ import scala.collection.mutable
  * thread-safe: [[ResidentTrees]] serializes updates and lookups.
  */
 final class ViewTree private (atomVars: IndexedSeq[IndexedSeq[String]], components: Seq[ViewTree.Component],
-    lowest: IndexedSeq[Option[ViewTree.Node]]) {
+    lowest: IndexedSeq[Option[ViewTree.Node]]) extends AccessTrees {
   import ViewTree._
 
   private val atomCounts = atomVars.map(vs => new Counts(vs))
@@ -40,6 +40,8 @@ final class ViewTree private (atomVars: IndexedSeq[IndexedSeq[String]], componen
 
   /** Tuples held across all atoms (distinct per atom). */
   def size: Long = tuples
+
+  def layout: String = s"${components.size} view tree(s) of access-top orders (CQAP0: O(1) update and delay)"
 
   /** Atom `atom`'s tuples and multiplicities (for tests). */
   private[access] def atomTuples(atom: Int): collection.Map[Key, Long] = atomCounts(atom).counts

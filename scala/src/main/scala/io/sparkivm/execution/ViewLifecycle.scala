@@ -78,7 +78,11 @@ object ViewLifecycle extends Logging {
     val incremental = mode == RefreshMode.Incremental
     val epsilon = stmt.properties.get(EpsilonState.Property).map(parseEpsilon)
     val strategy = MaintenanceStrategy.of(spark, analyzed, incremental)
-    if (epsilon.isDefined && !strategy.isInstanceOf[EpsilonStrategy]) throw notTriangle(id.quotedString, analyzed)
+    // eps sets IVM^eps's partition of a triangle view, and the heavy/light view trees that answer
+    // the lookups of a view with an access pattern.
+    if (epsilon.isDefined && !strategy.isInstanceOf[EpsilonStrategy] && stmt.accessBy.isEmpty) {
+      throw notTriangle(id.quotedString, analyzed)
+    }
     // The whole plan is built (and so checked) against the base tables as they are before any
     // of them changes: a refused CREATE turns no change data feed on.
     new PinnedReader(spark, Map.empty, ViewAnalysis.pin(spark, id.quotedString, analyzed, incremental = false,
@@ -306,10 +310,11 @@ object ViewLifecycle extends Logging {
     val newPolicy = stmt.set.get(ViewCatalog.RefreshProperty).map(parseMode).map(RefreshPolicy.ofMode)
       .orElse(if (stmt.unset.contains(ViewCatalog.RefreshProperty)) Some(RefreshPolicies.default(spark)) else None)
     val plain = stmt.set.filter { case (k, _) => !k.startsWith("ivm.") }
-    // Validated before anything is written: ivm.epsilon applies to triangle views only.
+    // Validated before anything is written: ivm.epsilon applies to triangle views and views with
+    // an access pattern only.
     lazy val analyzed = ViewAnalysis.reanalyze(spark, meta, meta.mode == RefreshMode.Incremental)
-    if (stmt.set.contains(EpsilonState.Property) &&
-      TriangleViews.query(spark, analyzed, meta.mode == RefreshMode.Incremental).isEmpty) {
+    lazy val triangle = TriangleViews.query(spark, analyzed, meta.mode == RefreshMode.Incremental).isDefined
+    if (stmt.set.contains(EpsilonState.Property) && !triangle && meta.accessBy.isEmpty) {
       throw notTriangle(meta.viewName, analyzed)
     }
     newPolicy.filter(_ != meta.policy) match {
@@ -321,13 +326,12 @@ object ViewLifecycle extends Logging {
         ViewCatalog.setProperties(spark, meta.backing, plain)
     }
     newEpsilon.filter(_ != meta.eps).foreach { eps =>
-      if (TriangleViews.query(spark, analyzed, meta.mode == RefreshMode.Incremental).isEmpty) {
-        throw notTriangle(meta.viewName, analyzed)
-      }
+      if (!triangle && meta.accessBy.isEmpty) throw notTriangle(meta.viewName, analyzed)
       // The state for the old eps stays valid until the rebuild commits: a killed ALTER leaves
       // the new eps set and the old state, which the next refresh sees as stale and rebuilds.
+      // A view with an access pattern keeps its rows; its lookups' trees are built again.
       ViewCatalog.setProperties(spark, meta.backing, Map(EpsilonState.Property -> eps.toString))
-      RefreshPipeline.refresh(spark, stmt.name, full = true)
+      if (triangle) RefreshPipeline.refresh(spark, stmt.name, full = true)
     }
     val unsetPlain = stmt.unset.filterNot(_.startsWith("ivm."))
     if (unsetPlain.nonEmpty) unsetProperties(spark, meta, unsetPlain)
@@ -354,7 +358,7 @@ object ViewLifecycle extends Logging {
 
   private def notTriangle(view: String, analyzed: AnalyzedView) = IvmErrors.propertyNotSettable(
     EpsilonState.Property, "it applies to views that IVM^eps maintains (a triangle of three relations " +
-      s"joined in a cycle), and $view is not one" + TriangleViews.genericBecause(analyzed).map(w => s": $w").getOrElse(""))
+      s"joined in a cycle) and to views with ACCESS BY (their lookups' heavy/light view trees), and $view is neither" + TriangleViews.genericBecause(analyzed).map(w => s": $w").getOrElse(""))
 
   private def parseMode(v: String): RefreshMode = RefreshMode.parse(v).getOrElse(
     throw IvmErrors.invalidProperty(ViewCatalog.RefreshProperty, v,
