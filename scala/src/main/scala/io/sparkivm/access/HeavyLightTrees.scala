@@ -53,6 +53,8 @@ final class HeavyLightTrees private (val query: Cqap, atomVars: IndexedSeq[Index
   def threshold: Double = math.pow(bound.toDouble, eps)
   /** Work done by updates so far: view entries written and tuples joined, over all trees. */
   def updateWork: Long = components.flatMap(_.variants).map(_.tree.updateWork).sum
+  /** Values visited by lookups so far, over all trees. */
+  def lookupWork: Long = components.flatMap(_.variants).map(_.tree.lookupWork).sum
   /** Tuples moved between parts by minor rebalancing, and major rebalancings, so far. */
   def rebalancing: (Long, Long) = (moves, majors)
   /** Heavy keys per partition key, for EXPLAIN and tests. */
@@ -135,9 +137,7 @@ final class HeavyLightTrees private (val query: Cqap, atomVars: IndexedSeq[Index
    * merged by UNION, the components' answers multiplied (the fracture's Cartesian product).
    */
   def lookup(inputs: Map[String, Any]): Iterator[(Map[String, Any], Long)] =
-    components.foldLeft(Iterator.single((Map.empty[String, Any], 1L))) { (partial, c) =>
-      partial.flatMap { case (out, m) => c.answers(inputs).map { case (o, k) => (out ++ o, m * k) } }
-    }
+    ViewTree.product(components.map(c => () => c.answers(inputs)))
 
   /** Where the trees or the partition break their invariants (for tests). */
   private[access] def violations(): Seq[String] = {

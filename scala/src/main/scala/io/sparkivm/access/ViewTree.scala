@@ -37,6 +37,7 @@ final class ViewTree private (atomVars: IndexedSeq[IndexedSeq[String]], componen
   private val atomCounts = atomVars.map(vs => new Counts(vs))
   private var tuples = 0L
   private var work = 0L
+  private var visits = 0L
 
   /** Tuples held across all atoms (distinct per atom). */
   def size: Long = tuples
@@ -48,6 +49,9 @@ final class ViewTree private (atomVars: IndexedSeq[IndexedSeq[String]], componen
 
   /** View entries written and tuples joined by updates so far: the cost measure of section 5.4. */
   def updateWork: Long = work
+
+  /** Values visited by lookups so far (each a step of enumeration or of a `contains`): their cost measure. */
+  def lookupWork: Long = visits
 
   /** Adds `delta` to the multiplicity of atom `atom`'s tuple `values` (one per variable of the atom). */
   def update(atom: Int, values: IndexedSeq[Any], delta: Long): Unit = if (delta != 0) {
@@ -150,12 +154,10 @@ final class ViewTree private (atomVars: IndexedSeq[IndexedSeq[String]], componen
    * input variable.
    */
   def lookup(inputs: Map[String, Any]): Iterator[(Map[String, Any], Long)] =
-    components.foldLeft(Iterator.single((inputs, 1L))) { (partial, c) =>
-      partial.flatMap { case (at, m) =>
-        val rootAtoms = c.rootAtoms.foldLeft(m)((acc, a) => acc * atomCounts(a).get(keyOf(atomVars(a), at)))
-        if (rootAtoms == 0) Iterator.empty else combined(c.roots, at, rootAtoms, c.inputs)
-      }
-    }
+    ViewTree.product(components.map { c => () =>
+      val rootAtoms = c.rootAtoms.foldLeft(1L)((acc, a) => acc * atomCounts(a).get(keyOf(atomVars(a), inputs)))
+      if (rootAtoms == 0) Iterator.empty else combined(c.roots, inputs, rootAtoms, c.inputs)
+    })
 
   /**
    * The multiplicity of one answer: `at` binds every free variable (inputs and outputs), so
@@ -180,6 +182,7 @@ final class ViewTree private (atomVars: IndexedSeq[IndexedSeq[String]], componen
 
   /** The product of `node`'s atoms and children at `at`, the children evaluated by [[below]]. */
   private def product(node: Node, at: Map[String, Any]): Long = {
+    visits += 1
     var p = node.atoms.foldLeft(1L)((acc, a) => if (acc == 0) 0L else acc * atomCounts(a).get(keyOf(atomVars(a), at)))
     val children = node.children.iterator
     while (p != 0 && children.hasNext) p *= below(children.next(), at)
@@ -196,6 +199,7 @@ final class ViewTree private (atomVars: IndexedSeq[IndexedSeq[String]], componen
   private def subtree(n: Node, at: Map[String, Any], inputs: Set[String]): Iterator[(Map[String, Any], Long)] = {
     val dep = keyOf(n.dep, at)
     def under(x: Any): Iterator[(Map[String, Any], Long)] = {
+      visits += 1
       val extended = at.updated(n.variable, x)
       val atoms = n.atoms.foldLeft(1L)((acc, a) => acc * atomCounts(a).get(keyOf(atomVars(a), extended)))
       if (atoms == 0) Iterator.empty else combined(n.children, extended, atoms, inputs)
@@ -238,6 +242,25 @@ object ViewTree {
   private def add[K](map: mutable.Map[K, Long], key: K, delta: Long): Unit = {
     val n = map.getOrElse(key, 0L) + delta
     if (n == 0) map.remove(key) else map(key) = n
+  }
+
+  /**
+   * The Cartesian product of the fracture components' answers (each opened by a function),
+   * assignments merged and multiplicities multiplied. Every component is opened once first: one
+   * without answers empties the product before any other is enumerated for nothing; the later
+   * ones are opened again per answer of the earlier ones, so the delay stays theirs.
+   */
+  def product(parts: Seq[() => Iterator[(Map[String, Any], Long)]]): Iterator[(Map[String, Any], Long)] = {
+    val firsts = parts.map(_())
+    if (firsts.exists(!_.hasNext)) Iterator.empty
+    else firsts.indices.foldLeft(Iterator.single((Map.empty[String, Any], 1L))) { (partial, i) =>
+      var first = Option(firsts(i))
+      partial.flatMap { case (at, m) =>
+        val answers = first.getOrElse(parts(i)())
+        first = None
+        answers.map { case (b, k) => (at ++ b, m * k) }
+      }
+    }
   }
 
   /**

@@ -1,0 +1,137 @@
+package io.sparkivm.access
+
+import java.io.PrintWriter
+
+import scala.util.Random
+
+/**
+ * The eps trade-off of heavy/light view trees (Zhang 2022, section 5.7, Ex. 5.29), measured on
+ * the 4-cycle Q(A, C | B, D) = R(A, B), S(B, C), T(C, D), U(D, A) over one skewed graph (each
+ * atom holds its edges), at several sizes and eps: preprocessing time, the work and time of a
+ * single-edge update (an edge inserted, then deleted again; typical ones, and the worst light
+ * ones), and the time and work (values visited) to the first answer and between answers of
+ * lookups. Run by `benchmarks/cqap_tradeoff.py`, which fits the
+ * exponents and plots them against the thesis's (update N^eps, delay N^(1-eps)).
+ *
+ * The graph: both endpoints of every edge drawn from a Zipf law of exponent 1 over N nodes, so
+ * that a node's degree is about N / (rank H_N) and each degree class 2^i..2^(i+1) holds about
+ * the same number of edges (the nodes of degree at least d number about N / (d H_N)): the
+ * family where a threshold of N^eps leaves about N^(1-eps) heavy keys and light keys of degree up to N^eps.
+ *
+ * Arguments: output file, sizes (comma-separated), eps values, updates and lookups per point, seed.
+ */
+object TradeOffBench {
+  def main(args: Array[String]): Unit = {
+    val out = new PrintWriter(args(0))
+    val sizes = args(1).split(",").map(_.toInt)
+    val epsilons = args(2).split(",").map(_.toDouble)
+    val updates = args(3).toInt
+    val lookups = args(4).toInt
+    val seed = args(5).toLong
+    val q = Cqap(Seq(Atom("R", Set("A", "B")), Atom("S", Set("B", "C")), Atom("T", Set("C", "D")),
+      Atom("U", Set("A", "D"))), Set("B", "D"), Set("A", "C"))
+    // Each atom's variables in name order: R(A, B), S(B, C), T(C, D), U(A, D); U holds edges reversed.
+    val atomVars = q.atoms.map(_.vars.toSeq.sorted.toIndexedSeq).toIndexedSeq
+    for (n <- sizes) {
+      val edges = graph(n, new Random(seed + n))
+      val from = edges.groupMap(_._1)(_._2)
+      // Degrees of a node as R's A (an edge's source) and as U's A (an edge's target).
+      val degreeR = edges.groupMapReduce(_._1)(_ => 1)(_ + _)
+      val degreeU = edges.groupMapReduce(_._2)(_ => 1)(_ + _)
+      def tuples(e: (Int, Int), atom: Int): IndexedSeq[Any] = if (atom == 3) IndexedSeq(e._2, e._1) else IndexedSeq(e._1, e._2)
+      for (eps <- epsilons) {
+        val trees = HeavyLightTrees.build(q, atomVars, eps).fold(why => sys.error(why), identity)
+        System.gc()
+        val t0 = System.nanoTime()
+        trees.load(edges.iterator.flatMap(e => (0 until 4).iterator.map(a => (a, tuples(e, a), 1L))))
+        val buildMs = (System.nanoTime() - t0) / 1e6
+        // The same updates and requests at every eps.
+        val rnd = new Random(seed * 31 + n)
+        // Typical updates: an edge drawn as the graph's are, inserted into one atom and deleted again.
+        val work0 = trees.updateWork
+        val u0 = System.nanoTime()
+        for (_ <- 0 until updates) {
+          val atom = rnd.nextInt(4)
+          val e = (zipf(n, rnd), zipf(n, rnd))
+          trees.update(atom, tuples(e, atom), 1L)
+          trees.update(atom, tuples(e, atom), -1L)
+        }
+        val updateNs = (System.nanoTime() - u0).toDouble / (2 * updates)
+        val updateWork = (trees.updateWork - work0).toDouble / (2 * updates)
+        // The worst light updates (Prop. 5.23's bound): R(a, b) for the light a with the most
+        // tuples in U (below the threshold), which the update joins.
+        val theta = trees.threshold
+        val light = degreeU.filter { case (a, d) => d < theta && degreeR.getOrElse(a, 0) < theta }
+        val worst = if (light.isEmpty) None else Some(light.maxBy(_._2))
+        val w0 = trees.updateWork
+        worst.foreach { case (a, _) =>
+          for (i <- 0 until updates / 10) {
+            val t = IndexedSeq[Any](a, n + 1 + i)
+            trees.update(0, t, 1L)
+            trees.update(0, t, -1L)
+          }
+        }
+        val worstWork = if (worst.isEmpty) 0.0 else (trees.updateWork - w0).toDouble / (2 * (updates / 10))
+        // Lookups of random (b, d), most without answers, and of the ends of paths b -> c -> d:
+        // the time to the first answer (or to none) and to all, and the work (values visited)
+        // between two answers, at most per lookup (the delay), averaged over lookups.
+        def requests(paths: Boolean) = (0 until lookups).map { _ =>
+          if (paths) {
+            val (b, c) = edges(rnd.nextInt(edges.size))
+            val out = from.getOrElse(c, IndexedSeq(b))
+            Map[String, Any]("B" -> b, "D" -> out(rnd.nextInt(out.size)))
+          } else Map[String, Any]("B" -> (1 + rnd.nextInt(n)), "D" -> (1 + rnd.nextInt(n)))
+        }
+        def measure(rs: Seq[Map[String, Any]]): (Double, Double, Double, Double, Long) = {
+          var firstNs, totalNs, gaps = 0.0
+          var answers = 0L
+          for (inputs <- rs) {
+            val l0 = System.nanoTime()
+            var before = trees.lookupWork
+            val it = trees.lookup(inputs)
+            var first = true
+            var gap = 0L
+            while (it.hasNext) {
+              it.next()
+              if (first) { firstNs += System.nanoTime() - l0; first = false }
+              gap = math.max(gap, trees.lookupWork - before)
+              before = trees.lookupWork
+              answers += 1
+            }
+            gap = math.max(gap, trees.lookupWork - before)
+            val end = System.nanoTime()
+            if (first) firstNs += end - l0
+            totalNs += end - l0
+            gaps += gap
+          }
+          (firstNs / rs.size / 1000, totalNs / rs.size / 1000, gaps / rs.size, totalNs / (answers + rs.size) / 1000, answers)
+        }
+        val (firstUs, lookupUs, delayWork, delayUs, answers) = measure(requests(paths = true))
+        val (emptyUs, _, emptyWork, _, emptyAnswers) = measure(requests(paths = false))
+        val line = f"""{"n": $n, "edges": ${edges.size}, "eps": $eps, "trees": ${trees.trees}, "build_ms": $buildMs%.1f, """ +
+          f""""heavy_keys": ${trees.heavyKeys.map(_._2).sum}, "threshold": $theta%.2f, """ +
+          f""""update_work": $updateWork%.2f, "update_us": ${updateNs / 1000}%.3f, "update_work_worst": $worstWork%.2f, """ +
+          f""""lookups": $lookups, "answers": $answers, "first_answer_us": $firstUs%.3f, "lookup_us": $lookupUs%.3f, """ +
+          f""""delay_us": $delayUs%.3f, "delay_work": $delayWork%.2f, "random_lookup_us": $emptyUs%.3f, """ +
+          f""""random_delay_work": $emptyWork%.2f, "random_answers": $emptyAnswers}"""
+        println(line)
+        out.println(line)
+        out.flush()
+      }
+    }
+    out.close()
+  }
+
+  private def graph(n: Int, rnd: Random): IndexedSeq[(Int, Int)] = {
+    val edges = scala.collection.mutable.LinkedHashSet[(Int, Int)]()
+    while (edges.size < n) {
+      val (x, y) = (zipf(n, rnd), zipf(n, rnd))
+      if (x != y) edges += ((x, y))
+    }
+    edges.toIndexedSeq
+  }
+
+  /** A rank in 1..n with probability proportional to 1/rank (inverse of the harmonic CDF, approximately). */
+  private def zipf(n: Int, rnd: Random): Int =
+    math.min(n, math.max(1, math.exp(rnd.nextDouble() * math.log(n + 1.0)).toInt))
+}
