@@ -36,7 +36,8 @@ def classpath() -> str:
 
 def run(sizes: str, eps: str, updates: int, lookups: int, out: str) -> List[Dict[str, float]]:
     harness = "io.sparkivm.access.TradeOffBench"
-    command = ["java", "-Xmx14g", "-cp", classpath(), harness, out, sizes, eps, str(updates), str(lookups), "1"]
+    command = ["java", "-Xmx14g", "-cp", classpath(), harness, out, sizes, eps, str(updates), str(lookups),
+               "1"]
     subprocess.run(command, check=True)
     with open(out) as f:
         return [json.loads(line) for line in f if line.strip()]
