@@ -20,7 +20,7 @@ import json
 import math
 import os
 import subprocess
-from typing import Dict, List, Sequence
+from typing import Dict, List, Sequence, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
@@ -43,7 +43,7 @@ def run(sizes: str, eps: str, updates: int, lookups: int, out: str) -> List[Dict
         return [json.loads(line) for line in f if line.strip()]
 
 
-def slope(points: Sequence[tuple]) -> float:
+def slope(points: Sequence[Tuple[float, float]]) -> float:
     """Least-squares slope of log(cost) against log(n); points with no cost are left out."""
     xs = [math.log(n) for n, c in points if c > 0]
     ys = [math.log(c) for n, c in points if c > 0]
