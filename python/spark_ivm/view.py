@@ -16,6 +16,8 @@ from spark_ivm.history import Lag, RefreshEntry
 from spark_ivm.report import RefreshReport
 
 POLICIES = ("AUTO", "INCREMENTAL", "INCREMENTAL STRICT", "FULL")
+# eps when 'ivm.epsilon' is not set (the Scala side's EpsilonState.Default).
+DEFAULT_EPSILON = "0.5"
 
 
 def quote_name(name: str) -> str:
@@ -198,14 +200,20 @@ class MaterializedView:
 
     @property
     def epsilon(self) -> Optional[float]:
-        """The IVM^eps dial of a triangle view (None for other views).
+        """The eps dial of a triangle view (IVM^eps) or of a view with ACCESS BY (the
+        heavy/light view trees its lookups read); None for other views.
 
         Setting it runs ``ALTER MATERIALIZED VIEW ... SET TBLPROPERTIES ('ivm.epsilon' = ...)``,
-        which rebuilds the heavy/light partitions and auxiliary views; a value outside [0, 1]
-        is an error that changes nothing.
+        which rebuilds a triangle view's heavy/light partitions and auxiliary views, and a view's
+        lookup trees on its next lookup; a value outside [0, 1] is an error that changes nothing.
         """
         state = self.describe()["maintenance"]["epsilon"]
-        return None if state is None else float(state["eps"])
+        if state is not None:
+            return float(state["eps"])
+        if not self.access_by:
+            return None
+        props = {r.key: r.value for r in self.spark.sql(f"SHOW TBLPROPERTIES {self._sql_name}").collect()}
+        return float(props.get("ivm.epsilon", DEFAULT_EPSILON))
 
     @epsilon.setter
     @raises_typed

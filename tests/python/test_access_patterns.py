@@ -280,6 +280,11 @@ def test_hierarchical_lookups_read_heavy_light_trees(spark: SparkSession, db: st
                                           properties={"ivm.epsilon": str(eps)})
              for i, eps in enumerate((0.0, 0.5, 1.0))}
     assert "heavy/light view trees at eps = 0.5" in views[0.5].explain_refresh()
+    assert views[1.0].epsilon == 1.0
+    # The dial moves: the trees are built again at the new eps on the next lookup.
+    views[1.0].epsilon = 0.25
+    assert views[1.0].epsilon == 0.25 and "at eps = 0.25" in views[1.0].explain_refresh()
+    views[1.0].epsilon = 1.0
     for step in range(3):
         if step:
             insert(4 if step == 1 else 1)
