@@ -81,7 +81,9 @@ object CqapAnalysis {
       ComponentAnalysis(c, cls, Some(VariableOrder.widths(c)), canonical,
         canonical.flatMap(VariableOrder.accessTop(_, c)))
     } else {
-      ComponentAnalysis(c, if (isTriangle(c)) CqapClass.Triangle else CqapClass.General, None, Nil, Nil)
+      // A chain over the variables: access-top for any query (the general view trees of chapter 4).
+      ComponentAnalysis(c, if (isTriangle(c)) CqapClass.Triangle else CqapClass.General, None, Nil,
+        VariableOrder.chain(c))
     }
 
   /** Three binary atoms over three variables, pairwise sharing one: R(A,B), S(B,C), T(C,A). */

@@ -20,18 +20,19 @@ import org.apache.spark.sql.ivm.{SessionInternals, SparkInternals}
 import org.apache.spark.sql.types.{StructField, StructType}
 
 /**
- * The view trees ([[ViewTree]]) of CQAP0 views with ACCESS BY, held on the driver per view and
- * kept at the base-table versions of the view's last committed refresh, so that a lookup sees
- * that refresh: the trees are built from the tables at those versions on the first lookup, and
- * moved forward by the tables' net changes (their change data feeds) on the first lookup after
- * a later refresh. A lookup then reads only what matches its inputs.
+ * The view trees of views with ACCESS BY ([[AccessTrees]]: [[ViewTree]] for CQAP0 views and for
+ * cyclic ones over chain orders, [[HeavyLightTrees]] for other hierarchical ones), held on the
+ * driver per view and kept at the base-table versions of the view's last committed refresh, so
+ * that a lookup sees that refresh: the trees are built from the tables at those versions on the
+ * first lookup, and moved forward by the tables' net changes (their change data feeds) on the
+ * first lookup after a later refresh. A lookup then reads only what matches its inputs.
  *
  * Lookups and the moves forward are serialized per view. While a lookup's answers are being
  * read (a cursor is open), the trees are not moved: a lookup that starts meanwhile answers from
  * the refresh the trees hold; a cursor left unread for [[IdleMs]] is closed, and the next move
  * goes ahead. A view that is a COUNT(*) grouped by all its other columns is answered from the
- * same trees (a count is a tuple's multiplicity). Views that are not CQAP0, that have other
- * aggregates or DISTINCT, or whose atoms hold more tuples than
+ * same trees (a count is a tuple's multiplicity). Views that are not conjunctive queries, that
+ * have other aggregates or DISTINCT, or whose atoms hold more tuples than
  * `spark.ivm.lookup.residentMaxRows` have no trees: their lookups read the view's rows.
  */
 object ResidentTrees extends Logging {
@@ -52,7 +53,7 @@ object ResidentTrees extends Logging {
    * the view's COUNT(*), a tuple's multiplicity (the view groups by all its other columns).
    */
   private case class TreePlan(atoms: IndexedSeq[(LogicalPlan, Seq[Attribute])], leaves: Seq[SourceLeaf],
-      vars: IndexedSeq[IndexedSeq[String]], build: () => Either[String, AccessTrees], cls: CqapClass,
+      vars: IndexedSeq[IndexedSeq[String]], build: () => Either[String, AccessTrees], kind: String,
       inputs: Seq[(String, StructField)], outputs: Seq[(Option[String], StructField)])
 
   private val entries = mutable.Map[TableIdentifier, Either[(String, String), Entry]]()
@@ -101,10 +102,7 @@ object ResidentTrees extends Logging {
   /** How lookups of a view are answered, without building anything (EXPLAIN REFRESH). */
   def explain(spark: SparkSession, meta: ViewMetadata): String = plan(spark, meta) match {
     case Right(p) =>
-      val trees = if (p.cls == CqapClass.Cqap0) "CQAP0 view trees (Zhang 2022, chapter 4)"
-        else s"heavy/light view trees at eps = ${meta.eps} (Zhang 2022, chapter 5: O(N^(delta eps)) amortized " +
-          "update, O(N^(1-eps)) delay)"
-      s"enumerate the view's $trees, held in the driver's memory: built on the first lookup, moved forward by " +
+      s"enumerate the view's ${p.kind}, held in the driver's memory: built on the first lookup, moved forward by " +
         "the tables' changes on the first lookup after a refresh"
     case Left(why) => s"read the materialized result filtered by the inputs (the eager baseline): no view trees, $why"
   }
@@ -182,8 +180,6 @@ object ResidentTrees extends Logging {
     for {
       binding <- AccessPatterns.bind(analyzed, meta.columns, meta.accessBy)
       analysis = CqapAnalysis.of(binding.query)
-      _ <- Either.cond(analysis.components.forall(_.hierarchical), (),
-        s"its class is ${analysis.cls.name}, not hierarchical: a lookup reads the materialized view")
       columnVars = binding.columnVars
       plan <- atoms(binding)
     } yield {
@@ -195,14 +191,41 @@ object ResidentTrees extends Logging {
       val vars = plan.map(_._2.map(_._1).distinct.toIndexedSeq).toIndexedSeq
       TreePlan(plan.zip(vars).map { case ((p, cols), vs) => (p, vs.map(v => cols.find(_._1 == v).get._2)) },
         binding.units.flatMap(_.collect { case SourceLeaf(l) => l }), vars,
-        () => if (analysis.cls == CqapClass.Cqap0) {
-          ViewTree.build(vars, analysis.components.map(c => (c.accessTopOrder, c.query)),
-            a => binding.query.atoms.indexOf(a))
-        } else HeavyLightTrees.build(binding.query, vars, meta.eps),
-        analysis.cls,
+        trees(analysis, binding.query, vars, meta.eps), kind(analysis, meta.eps),
         inputCols.map(i => columnVars(i).get -> fields(i)), outputCols.map(i => columnVars(i) -> fields(i)))
     }
   }
+
+  /**
+   * The trees of a query: CQAP0 view trees over ACC-TOP orders (Zhang 2022, chapter 4); the
+   * heavy/light trees of chapter 5 if every component is hierarchical; otherwise (a cyclic
+   * component, such as a triangle with inputs) view trees over each component's chain order (its
+   * ACC-TOP order if CQAP0), the general trees of chapter 4 without indicator projections.
+   */
+  private def trees(analysis: CqapAnalysis, q: Cqap, vars: IndexedSeq[IndexedSeq[String]],
+      eps: Double): () => Either[String, AccessTrees] = {
+    val atomIndex = (a: Atom) => q.atoms.indexOf(a)
+    if (analysis.cls == CqapClass.Cqap0) {
+      () => ViewTree.build(vars, analysis.components.map(c => (c.accessTopOrder, c.query)), atomIndex)
+    } else if (analysis.components.forall(_.hierarchical)) {
+      () => HeavyLightTrees.build(q, vars, eps)
+    } else {
+      val orders = analysis.components.map { c =>
+        (if (c.cls == CqapClass.Cqap0) c.accessTopOrder else VariableOrder.chain(c.query), c.query)
+      }
+      () => ViewTree.build(vars, orders, atomIndex, layout = "view trees of chain orders (chapter 4's general " +
+        "trees: O(1) delay, updates join what their tuple does not fix)")
+    }
+  }
+
+  private def kind(analysis: CqapAnalysis, eps: Double): String =
+    if (analysis.cls == CqapClass.Cqap0) "CQAP0 view trees (Zhang 2022, chapter 4: O(1) update and delay)"
+    else if (analysis.components.forall(_.hierarchical)) {
+      s"heavy/light view trees at eps = $eps (Zhang 2022, chapter 5: O(N^(delta eps)) amortized update, " +
+        "O(N^(1-eps)) delay)"
+    } else "view trees over a chain variable order of each cyclic component (Zhang 2022, chapter 4, Thm. 3.4, " +
+      "without indicator projections: O(1) delay; an update joins the atoms its tuple does not fix, for a " +
+      "triangle up to O(N))"
 
   /**
    * The index of the view's COUNT(*) column if the view is `SELECT cols, count(*) ... GROUP BY

@@ -64,6 +64,23 @@ object VariableOrder {
       Seq(chain.foldRight(rest: VoTree)((v, t) => VarNode(v, Seq(t))))
   }
 
+  /**
+   * A chain over all of a (possibly cyclic) query's variables, inputs first, then outputs, then
+   * bound variables (most atoms first), each atom under the lowest of its variables: every atom's
+   * variables lie on the one root path, so it is a variable order of any query, access-top and
+   * free-top (section 4.1; Thm. 3.4's general view trees, without indicator projections). Its view
+   * trees give constant delay; an update joins the atoms that do not hold its path's variables.
+   */
+  def chain(q: Cqap): Seq[VoTree] = {
+    val order = q.inputs.toSeq.sorted ++ q.outputs.toSeq.sorted ++ q.bound.toSeq.sortBy(v => (-q.atomsOf(v).size, v))
+    val position = order.zipWithIndex.toMap
+    def lowest(a: Atom): Int = a.vars.map(position).max
+    def node(i: Int): VoTree = VarNode(order(i),
+      (if (i + 1 < order.size) Seq(node(i + 1)) else Nil) ++
+        q.atoms.filter(a => a.vars.nonEmpty && lowest(a) == i).map(AtomLeaf))
+    (if (order.isEmpty) Nil else Seq(node(0))) ++ q.atoms.filter(_.vars.isEmpty).map(AtomLeaf)
+  }
+
   /** Fig. 5.2: `tree` without the variables in `d` (a deleted variable's children move up). */
   private def delete(tree: VoTree, d: Set[String]): Seq[VoTree] = tree match {
     case leaf: AtomLeaf => Seq(leaf)

@@ -31,7 +31,7 @@ import scala.collection.mutable
  * thread-safe: [[ResidentTrees]] serializes updates and lookups.
  */
 final class ViewTree private (atomVars: IndexedSeq[IndexedSeq[String]], components: Seq[ViewTree.Component],
-    lowest: IndexedSeq[Option[ViewTree.Node]]) extends AccessTrees {
+    lowest: IndexedSeq[Option[ViewTree.Node]], val layout: String) extends AccessTrees {
   import ViewTree._
 
   private val atomCounts = atomVars.map(vs => new Counts(vs))
@@ -41,8 +41,6 @@ final class ViewTree private (atomVars: IndexedSeq[IndexedSeq[String]], componen
 
   /** Tuples held across all atoms (distinct per atom). */
   def size: Long = tuples
-
-  def layout: String = s"${components.size} view tree(s) of access-top orders (CQAP0: O(1) update and delay)"
 
   /** Atom `atom`'s tuples and multiplicities (for tests). */
   private[access] def atomTuples(atom: Int): collection.Map[Key, Long] = atomCounts(atom).counts
@@ -287,7 +285,8 @@ object ViewTree {
    * answers are merged. For an access-top order of a CQAP0 query every update is a path of lookups.
    */
   def build(atomVars: IndexedSeq[IndexedSeq[String]], components: Seq[(Seq[VoTree], Cqap)],
-      atomIndex: Atom => Int, pseudo: Set[String] = Set.empty): Either[String, ViewTree] = {
+      atomIndex: Atom => Int, pseudo: Set[String] = Set.empty,
+      layout: String = "view trees of access-top orders (CQAP0: O(1) update and delay)"): Either[String, ViewTree] = {
     val lowest = Array.fill[Option[Node]](atomVars.size)(None)
     def node(t: VarNode, parent: Node, path: Seq[String], q: Cqap): Either[String, Node] = {
       val free = q.free.contains(t.v) || pseudo.contains(t.v)
@@ -308,6 +307,6 @@ object ViewTree {
       roots.collectFirst { case Left(why) => return Left(why) }
       Component(roots.collect { case Right(r) => r }, order.collect { case AtomLeaf(a) => atomIndex(a) }, q.inputs)
     }
-    Right(new ViewTree(atomVars, built, lowest.toIndexedSeq))
+    Right(new ViewTree(atomVars, built, lowest.toIndexedSeq, s"${built.size} $layout"))
   }
 }

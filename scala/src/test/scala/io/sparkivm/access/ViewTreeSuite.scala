@@ -14,12 +14,13 @@ import org.scalatest.funsuite.AnyFunSuite
 class ViewTreeSuite extends AnyFunSuite {
   private def atom(name: String, vars: String*) = Atom(name, vars.toSet)
 
-  private def check(q: Cqap, seed: Int, steps: Int = 120, cqap0: Boolean = true): Unit = {
+  /** `chain`: over the chain order of each component (any query) instead of ACC-TOP's. */
+  private def check(q: Cqap, seed: Int, steps: Int = 120, cqap0: Boolean = true, chain: Boolean = false): Unit = {
     val analysis = CqapAnalysis.of(q)
     assert((analysis.cls == CqapClass.Cqap0) == cqap0, q)
     val atomVars = q.atoms.map(_.vars.toSeq.sorted.toIndexedSeq).toIndexedSeq
-    val tree = ViewTree.build(atomVars, analysis.components.map(c => (c.accessTopOrder, c.query)),
-      a => q.atoms.indexOf(a)).fold(why => fail(why), identity)
+    val orders = analysis.components.map(c => (if (chain) VariableOrder.chain(c.query) else c.accessTopOrder, c.query))
+    val tree = ViewTree.build(atomVars, orders, a => q.atoms.indexOf(a)).fold(why => fail(why), identity)
     val rnd = new Random(seed)
     val domain = Seq[Any](1, 2, 3)
     val db = Array.fill(q.atoms.size)(Map.empty[Seq[Any], Long])
@@ -67,5 +68,21 @@ class ViewTreeSuite extends AnyFunSuite {
     val q = Cqap(Seq(atom("R", "A", "B"), atom("S", "B", "C")), Set("A"), Set("C"))
     assert(CqapAnalysis.of(q).cls != CqapClass.Cqap0)
     check(q, seed = 6, cqap0 = false)
+  }
+
+  test("triangle CQAPs over chain orders (chapter 4's general view trees): every class of section 6") {
+    val triangle = Seq(atom("R", "A", "B"), atom("S", "B", "C"), atom("T", "C", "A"))
+    val patterns = Seq(
+      (Set.empty[String], Set.empty[String]), // C_count
+      (Set("A"), Set.empty[String]), (Set.empty[String], Set("A")), (Set("A"), Set("B")), (Set("A"), Set("B", "C")), // C1
+      (Set("A", "B"), Set.empty[String]), (Set.empty[String], Set("A", "B")), (Set("A", "B"), Set("C")), // C2
+      (Set.empty[String], Set("A", "B", "C"))) // C3
+    patterns.zipWithIndex.foreach { case ((inputs, outputs), i) =>
+      val q = Cqap(triangle, inputs, outputs)
+      check(q, seed = 70 + i, steps = 90, cqap0 = false, chain = true)
+    }
+    // The 4-cycle with no inputs: one cyclic component.
+    check(Cqap(Seq(atom("R", "A", "B"), atom("S", "B", "C"), atom("T", "C", "D"), atom("U", "D", "A")),
+      Set.empty, Set("A", "C")), seed = 80, steps = 90, cqap0 = false, chain = true)
   }
 }
