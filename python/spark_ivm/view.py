@@ -16,8 +16,6 @@ from spark_ivm.history import Lag, RefreshEntry
 from spark_ivm.report import RefreshReport
 
 POLICIES = ("AUTO", "INCREMENTAL", "INCREMENTAL STRICT", "FULL")
-# eps when 'ivm.epsilon' is not set (the Scala side's EpsilonState.Default).
-DEFAULT_EPSILON = "0.5"
 
 
 def quote_name(name: str) -> str:
@@ -207,13 +205,12 @@ class MaterializedView:
         which rebuilds a triangle view's heavy/light partitions and auxiliary views, and a view's
         lookup trees on its next lookup; a value outside [0, 1] is an error that changes nothing.
         """
-        state = self.describe()["maintenance"]["epsilon"]
+        described = self.describe()
+        state = described["maintenance"]["epsilon"]
         if state is not None:
             return float(state["eps"])
-        if not self.access_by:
-            return None
-        props = {r.key: r.value for r in self.spark.sql(f"SHOW TBLPROPERTIES {self._sql_name}").collect()}
-        return float(props.get("ivm.epsilon", DEFAULT_EPSILON))
+        access = described.get("access") or {}
+        return float(access["epsilon"]) if "epsilon" in access else None
 
     @epsilon.setter
     @raises_typed

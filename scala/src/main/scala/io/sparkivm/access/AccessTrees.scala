@@ -15,6 +15,19 @@ trait AccessTrees {
   def lookup(inputs: Map[String, Any]): Iterator[(Map[String, Any], Long)]
   /** Atom tuples held (distinct per atom). */
   def size: Long
+  /** View entries held beside them (a light tree's views may outgrow the atoms). */
+  def entries: Long
+  /**
+   * The most view entries an update may leave: past it the update throws [[AccessTrees.TooLarge]]
+   * (the trees are then dropped, and lookups read the view's rows).
+   */
+  var entryLimit: Long = Long.MaxValue
   /** A line on how they are laid out, for DESCRIBE and EXPLAIN. */
   def layout: String
+}
+
+object AccessTrees {
+  /** View trees that would hold more entries than their limit. */
+  final class TooLarge(val limit: Long)
+    extends RuntimeException(s"the view trees would hold more than $limit view entries", null, false, false)
 }

@@ -51,6 +51,8 @@ final class HeavyLightTrees private (val query: Cqap, atomVars: IndexedSeq[Index
 
   /** The threshold of the current partition, M^eps. */
   def threshold: Double = math.pow(bound.toDouble, eps)
+  def entries: Long = components.flatMap(_.variants).map(_.tree.entries).sum + n
+
   /** Work done by updates so far: view entries written and tuples joined, over all trees. */
   def updateWork: Long = components.flatMap(_.variants).map(_.tree.updateWork).sum
   /** Values visited by lookups so far, over all trees. */
@@ -70,8 +72,16 @@ final class HeavyLightTrees private (val query: Cqap, atomVars: IndexedSeq[Index
     !p.atoms.contains(atom) || heavy(keyIds(p.key)).contains(project(atom, keyIds(p.key), t)) == p.heavy
   }
 
+  /** Each tree may hold the limit less what the others hold (checked by the tree being updated). */
+  private def limitTrees(): Unit = if (entryLimit != Long.MaxValue) {
+    val all = components.flatMap(_.variants)
+    val total = entries
+    all.foreach(v => v.tree.entryLimit = entryLimit - (total - v.tree.entries))
+  }
+
   /** Adds `delta` to atom `atom`'s tuple `values`, then rebalances where the invariants broke. */
   def update(atom: Int, values: IndexedSeq[Any], delta: Long): Unit = if (delta != 0) {
+    limitTrees()
     val t = ArraySeq.from(values)
     val before = store(atom).get(t)
     store(atom).add(t, delta)
@@ -126,8 +136,9 @@ final class HeavyLightTrees private (val query: Cqap, atomVars: IndexedSeq[Index
         }
       }
     }
+    components.foreach(_.variants.foreach(v => v.tree = v.fresh()))
     components.foreach(_.variants.foreach { v =>
-      v.tree = v.fresh()
+      limitTrees()
       v.atoms.foreach(a => store(a).counts.foreach { case (t, m) => if (belongs(v, a, t)) v.tree.update(a, t, m) })
     })
   }

@@ -277,8 +277,12 @@ object ResidentTrees extends Logging {
         (i, valuesOf(row, types), row.getLong(types.size))
       }
     }
+    // The views may hold more than the atoms (a light tree's joins): at most 4 entries per tuple bound.
+    tree.entryLimit = 4 * max
     try tree.load(tuples) catch {
       case e: TooManyTuples => return Left(s"its atoms hold more than ${e.max} tuples (spark.ivm.lookup.residentMaxRows)")
+      case e: AccessTrees.TooLarge => return Left(s"its views would hold more than ${e.limit} entries (4 per tuple " +
+        "of spark.ivm.lookup.residentMaxRows; a lower ivm.epsilon keeps heavy/light trees smaller)")
     }
     Right(())
   }

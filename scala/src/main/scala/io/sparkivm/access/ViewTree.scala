@@ -38,6 +38,7 @@ final class ViewTree private (atomVars: IndexedSeq[IndexedSeq[String]], componen
   private var tuples = 0L
   private var work = 0L
   private var visits = 0L
+  private var held = 0L
 
   /** Tuples held across all atoms (distinct per atom). */
   def size: Long = tuples
@@ -47,6 +48,9 @@ final class ViewTree private (atomVars: IndexedSeq[IndexedSeq[String]], componen
 
   /** View entries written and tuples joined by updates so far: the cost measure of section 5.4. */
   def updateWork: Long = work
+
+  /** View entries held (V_X and V'_X), beside the atoms' tuples. */
+  def entries: Long = held
 
   /** Values visited by lookups so far (each a step of enumeration or of a `contains`): their cost measure. */
   def lookupWork: Long = visits
@@ -74,12 +78,19 @@ final class ViewTree private (atomVars: IndexedSeq[IndexedSeq[String]], componen
         val totals = mutable.HashMap[Key, Long]()
         own.foreach { case ((dep, x), d) => if (d != 0) {
           val xs = n.own.getOrElseUpdate(dep, mutable.LinkedHashMap[Any, Long]())
+          val had = xs.contains(x)
           add(xs, x, d)
+          held += (if (xs.contains(x)) 1 else 0) - (if (had) 1 else 0)
           if (xs.isEmpty) n.own.remove(dep)
           totals(dep) = totals.getOrElse(dep, 0L) + d
           work += 1
         }}
-        totals.foreach { case (dep, d) => n.total.add(dep, d) }
+        totals.foreach { case (dep, d) =>
+          val had = n.total.get(dep) != 0
+          n.total.add(dep, d)
+          held += (if (n.total.get(dep) != 0) 1 else 0) - (if (had) 1 else 0)
+        }
+        if (held > entryLimit) throw new AccessTrees.TooLarge(entryLimit)
         changes = totals.filter(_._2 != 0).map { case (dep, d) => n.dep.zip(dep).toMap -> d }
         from = n
         n = n.parent

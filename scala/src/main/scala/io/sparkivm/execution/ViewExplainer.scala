@@ -108,7 +108,8 @@ object ViewExplainer {
           "inputs" -> JArray(a.query.inputs.toSeq.sorted.map(JString(_)).toList),
           "outputs" -> JArray(a.query.outputs.toSeq.sorted.map(JString(_)).toList),
           "components" -> JLong(a.components.size),
-          "w" -> opt(a.widths)(w => JLong(w._1)), "delta" -> opt(a.widths)(w => JLong(w._2)))
+          "w" -> opt(a.widths)(w => JLong(w._1)), "delta" -> opt(a.widths)(w => JLong(w._2)),
+          "epsilon" -> JDouble(meta.eps))
         case Left(why) => JObject("class" -> JNull, "reason" -> JString(why))
       },
       "freshness" -> JObject("pending_commits" -> JLong(fresh.pendingCommits), "lag_ms" -> JLong(fresh.lagMs),

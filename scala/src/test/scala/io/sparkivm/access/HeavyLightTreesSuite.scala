@@ -161,4 +161,18 @@ class HeavyLightTreesSuite extends AnyFunSuite {
     assert(lazyEnd.heavyKeys.map(_._2).sum == 20)
     assert(eager.violations().isEmpty && lazyEnd.violations().isEmpty)
   }
+
+  test("trees past their entry limit stop with TooLarge (eps = 1 joins a hub's tuples; eps = 0 does not)") {
+    val q = Cqap(Seq(atom("R", "A", "B"), atom("U", "A", "D")), Set("B", "D"), Set("A"))
+    // One hub a = 0 with 30 tuples in each atom: its light view holds 30 x 30 (b, d) pairs.
+    val rows = (1 to 30).flatMap(x => Seq((0, IndexedSeq[Any](0, x), 1L), (1, IndexedSeq[Any](0, x), 1L)))
+    val eager = build(q, 1.0)
+    eager.entryLimit = 500
+    assertThrows[AccessTrees.TooLarge](eager.load(rows.iterator))
+    val lazyEnd = build(q, 0.0)
+    lazyEnd.entryLimit = 500
+    lazyEnd.load(rows.iterator)
+    assert(lazyEnd.entries <= 500 && lazyEnd.violations().isEmpty)
+    assert(lazyEnd.lookup(Map("B" -> 3, "D" -> 4)).toList == List(Map("A" -> 0) -> 1L))
+  }
 }
