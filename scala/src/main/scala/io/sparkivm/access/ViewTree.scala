@@ -285,7 +285,9 @@ object ViewTree {
     case (first, _) +: others =>
       val rest = union(others)
       val inRest = (t: T) => others.exists(_._2(t) != 0)
-      first().map(t => if (inRest(t)) rest.next() else t) ++ rest
+      // (Each of the others lists what it contains, so U has a next whenever the first's element
+      // is in it: the guard only keeps a tree whose counts went negative from failing the lookup.)
+      first().map(t => if (inRest(t) && rest.hasNext) rest.next() else t) ++ rest
   }
 
   /**

@@ -18,7 +18,11 @@ import scala.util.Random
  * the same number of edges (the nodes of degree at least d number about N / (d H_N)): the
  * family where a threshold of N^eps leaves about N^(1-eps) heavy keys and light keys of degree up to N^eps.
  *
- * Arguments: output file, sizes (comma-separated), eps values, updates and lookups per point, seed.
+ * With `adversarial`, the graph is instead built per eps as the worst case of the bounds
+ * ([[worstCase]]), where the costs should follow the thesis's exponents exactly.
+ *
+ * Arguments: output file, sizes (comma-separated), eps values, updates and lookups per point,
+ * seed, and `zipf` (the default) or `adversarial`.
  */
 object TradeOffBench {
   def main(args: Array[String]): Unit = {
@@ -28,18 +32,20 @@ object TradeOffBench {
     val updates = args(3).toInt
     val lookups = args(4).toInt
     val seed = args(5).toLong
+    val adversarial = args.length > 6 && args(6) == "adversarial"
     val q = Cqap(Seq(Atom("R", Set("A", "B")), Atom("S", Set("B", "C")), Atom("T", Set("C", "D")),
       Atom("U", Set("A", "D"))), Set("B", "D"), Set("A", "C"))
     // Each atom's variables in name order: R(A, B), S(B, C), T(C, D), U(A, D); U holds edges reversed.
     val atomVars = q.atoms.map(_.vars.toSeq.sorted.toIndexedSeq).toIndexedSeq
+    def tuples(e: (Int, Int), atom: Int): IndexedSeq[Any] = if (atom == 3) IndexedSeq(e._2, e._1) else IndexedSeq(e._1, e._2)
     for (n <- sizes) {
-      val edges = graph(n, new Random(seed + n))
-      val from = edges.groupMap(_._1)(_._2)
-      // Degrees of a node as R's A (an edge's source) and as U's A (an edge's target).
-      val degreeR = edges.groupMapReduce(_._1)(_ => 1)(_ + _)
-      val degreeU = edges.groupMapReduce(_._2)(_ => 1)(_ + _)
-      def tuples(e: (Int, Int), atom: Int): IndexedSeq[Any] = if (atom == 3) IndexedSeq(e._2, e._1) else IndexedSeq(e._1, e._2)
+      lazy val zipfEdges = graph(n, new Random(seed + n))
       for (eps <- epsilons) {
+        val edges = if (adversarial) worstCase(n, eps) else zipfEdges
+        val from = edges.groupMap(_._1)(_._2)
+        // Degrees of a node as R's A (an edge's source) and as U's A (an edge's target).
+        val degreeR = edges.groupMapReduce(_._1)(_ => 1)(_ + _)
+        val degreeU = edges.groupMapReduce(_._2)(_ => 1)(_ + _)
         val trees = HeavyLightTrees.build(q, atomVars, eps).fold(why => sys.error(why), identity)
         System.gc()
         val t0 = System.nanoTime()
@@ -120,6 +126,26 @@ object TradeOffBench {
       }
     }
     out.close()
+  }
+
+  /**
+   * The worst case of the bounds at `eps` (about n edges, both directions of each): hubs of
+   * degree 2 theta, heavy, about n^(1-eps) of them (a lookup without answers visits each), and
+   * light keys of degree 0.9 theta (an update at one joins that many tuples), theta = (8n)^eps
+   * the threshold the trees take after the first build (M = 2N + 1, N = 4n tuples); every
+   * other end a leaf of degree 1.
+   */
+  private def worstCase(n: Int, eps: Double): IndexedSeq[(Int, Int)] = {
+    val theta = math.pow(8.0 * n + 1, eps)
+    val hubDegree = math.ceil(2 * theta).toInt
+    val hubs = if (hubDegree > n / 4) 0 else n / (4 * hubDegree)
+    val lightDegree = math.min(math.floor(0.9 * theta).toInt, if (hubs == 0) n / 2 else n / 4)
+    val lights = if (lightDegree < 1) 0 else math.max(1, (n - 2 * hubs * hubDegree) / (2 * lightDegree))
+    var leaf = 10 * n
+    val keys = (1 to hubs).map(_ -> hubDegree) ++ (1 to lights).map(i => (hubs + i) -> lightDegree)
+    keys.flatMap { case (k, d) =>
+      (1 to d).flatMap { _ => leaf += 1; Seq((k, leaf), (leaf, k)) }
+    }
   }
 
   private def graph(n: Int, rnd: Random): IndexedSeq[(Int, Int)] = {
