@@ -200,7 +200,7 @@ object ResidentTrees extends Logging {
    * The trees of a query: CQAP0 view trees over ACC-TOP orders (Zhang 2022, chapter 4); the
    * heavy/light trees of chapter 5 if every component is hierarchical; otherwise (a cyclic
    * component, such as a triangle with inputs) view trees over each component's chain order (its
-   * ACC-TOP order if CQAP0), the general trees of chapter 4 without indicator projections.
+   * ACC-TOP order if CQAP0) with indicator projections, the general trees of chapter 4.
    */
   private def trees(analysis: CqapAnalysis, q: Cqap, vars: IndexedSeq[IndexedSeq[String]],
       eps: Double): () => Either[String, AccessTrees] = {
@@ -213,8 +213,9 @@ object ResidentTrees extends Logging {
       val orders = analysis.components.map { c =>
         (if (c.cls == CqapClass.Cqap0) c.accessTopOrder else VariableOrder.chain(c.query), c.query)
       }
-      () => ViewTree.build(vars, orders, atomIndex, layout = "view trees of chain orders (chapter 4's general " +
-        "trees: O(1) delay, updates join what their tuple does not fix)")
+      () => ViewTree.build(vars, orders, atomIndex, layout = "view trees of chain orders with indicator " +
+        "projections (chapter 4's general trees: O(1) delay, updates join what their tuple does not fix)",
+        indicators = true)
     }
   }
 
@@ -223,9 +224,9 @@ object ResidentTrees extends Logging {
     else if (analysis.components.forall(_.hierarchical)) {
       s"heavy/light view trees at eps = $eps (Zhang 2022, chapter 5: O(N^(delta eps)) amortized update, " +
         "O(N^(1-eps)) delay)"
-    } else "view trees over a chain variable order of each cyclic component (Zhang 2022, chapter 4, Thm. 3.4, " +
-      "without indicator projections: O(1) delay; an update joins the atoms its tuple does not fix, for a " +
-      "triangle up to O(N))"
+    } else "view trees over a chain variable order of each cyclic component, with indicator projections (Zhang " +
+      "2022, chapter 4, Thm. 3.4: O(1) delay; an update joins the atoms its tuple does not fix, for a triangle up " +
+      "to O(N))"
 
   /**
    * The index of the view's COUNT(*) column if the view is `SELECT cols, count(*) ... GROUP BY

@@ -31,7 +31,8 @@ import scala.collection.mutable
  * thread-safe: [[ResidentTrees]] serializes updates and lookups.
  */
 final class ViewTree private (atomVars: IndexedSeq[IndexedSeq[String]], components: Seq[ViewTree.Component],
-    lowest: IndexedSeq[Option[ViewTree.Node]], val layout: String) extends AccessTrees {
+    lowest: IndexedSeq[Option[ViewTree.Node]], val layout: String,
+    indicators: Map[Int, Seq[Int]]) extends AccessTrees {
   import ViewTree._
 
   private val atomCounts = atomVars.map(vs => new Counts(vs))
@@ -55,12 +56,24 @@ final class ViewTree private (atomVars: IndexedSeq[IndexedSeq[String]], componen
   /** Values visited by lookups so far (each a step of enumeration or of a `contains`): their cost measure. */
   def lookupWork: Long = visits
 
-  /** Adds `delta` to the multiplicity of atom `atom`'s tuple `values` (one per variable of the atom). */
+  /**
+   * Adds `delta` to the multiplicity of atom `atom`'s tuple `values` (one per variable of the
+   * atom). Where the tuple enters or leaves the atom, its indicator projections (if the tree has
+   * them) change too, after the atom's own change: then the views they restrict gain or lose the
+   * tuple's combinations, joined with the atom's new count above them.
+   */
   def update(atom: Int, values: IndexedSeq[Any], delta: Long): Unit = if (delta != 0) {
-    val key = ArraySeq.from(values)
-    val before = atomCounts(atom).get(key)
-    atomCounts(atom).add(key, delta)
+    val before = atomCounts(atom).get(ArraySeq.from(values))
     if (before == 0) tuples += 1 else if (before + delta == 0) tuples -= 1
+    propagate(atom, values, delta)
+    if (before == 0 || before + delta == 0) {
+      indicators.getOrElse(atom, Nil).foreach(i => propagate(i, values, if (before == 0) 1L else -1L))
+    }
+  }
+
+  /** One atom's change, up the path from its node to the root (section 4.2). */
+  private def propagate(atom: Int, values: IndexedSeq[Any], delta: Long): Unit = {
+    atomCounts(atom).add(ArraySeq.from(values), delta)
     lowest(atom).foreach { node =>
       var changes: Iterable[(Map[String, Any], Long)] = Seq(atomVars(atom).zip(values).toMap -> delta)
       var n = node
@@ -154,6 +167,11 @@ final class ViewTree private (atomVars: IndexedSeq[IndexedSeq[String]], componen
       n.total.counts.keys.filterNot(n.own.contains).foreach(dep => out += s"V'_${n.variable}($dep) without V_${n.variable}")
     }
     components.foreach(_.roots.foreach(check))
+    indicators.foreach { case (a, ids) => ids.foreach { i =>
+      if (atomCounts(i).counts != atomCounts(a).counts.map { case (t, _) => t -> 1L }) {
+        out += s"the indicator projection $i is not the support of atom $a"
+      }
+    }}
     out.result()
   }
 
@@ -299,7 +317,8 @@ object ViewTree {
    */
   def build(atomVars: IndexedSeq[IndexedSeq[String]], components: Seq[(Seq[VoTree], Cqap)],
       atomIndex: Atom => Int, pseudo: Set[String] = Set.empty,
-      layout: String = "view trees of access-top orders (CQAP0: O(1) update and delay)"): Either[String, ViewTree] = {
+      layout: String = "view trees of access-top orders (CQAP0: O(1) update and delay)",
+      indicators: Boolean = false): Either[String, ViewTree] = {
     val lowest = Array.fill[Option[Node]](atomVars.size)(None)
     def node(t: VarNode, parent: Node, path: Seq[String], q: Cqap): Either[String, Node] = {
       val free = q.free.contains(t.v) || pseudo.contains(t.v)
@@ -320,6 +339,27 @@ object ViewTree {
       roots.collectFirst { case Left(why) => return Left(why) }
       Component(roots.collect { case Right(r) => r }, order.collect { case AtomLeaf(a) => atomIndex(a) }, q.inputs)
     }
-    Right(new ViewTree(atomVars, built, lowest.toIndexedSeq, s"${built.size} $layout"))
+    // Indicator projections (section 4.3): an atom above a node whose variables its view's key
+    // holds restricts that view to the atom's support, which keeps the views of a cyclic join
+    // to the combinations the rest of the join can use (a triangle's wedge view to triangles).
+    val extra = mutable.ArrayBuffer[(Int, Node)]()
+    if (indicators) {
+      def visit(n: Node): Unit = {
+        var up = n.parent
+        while (up != null) {
+          up.atoms.filter(_ < atomVars.size).foreach { a =>
+            if (atomVars(a).forall(n.dep.contains)) extra += ((a, n))
+          }
+          up = up.parent
+        }
+        n.children.foreach(visit)
+      }
+      built.foreach(_.roots.foreach(visit))
+      extra.zipWithIndex.foreach { case ((_, n), i) => n.atoms = n.atoms :+ (atomVars.size + i) }
+    }
+    val allVars = atomVars ++ extra.map { case (a, _) => atomVars(a) }
+    val allLowest = lowest.toIndexedSeq ++ extra.map { case (_, n) => Some(n) }
+    val byAtom = extra.toSeq.zipWithIndex.groupMap(_._1._1)(e => atomVars.size + e._2).map { case (a, ids) => a -> ids.toSeq }
+    Right(new ViewTree(allVars, built, allLowest, s"${built.size} $layout", byAtom))
   }
 }
