@@ -256,7 +256,7 @@ def test_cqap0_lookups_read_view_trees_moved_by_each_refresh(spark: SparkSession
 
 def test_hierarchical_lookups_read_heavy_light_trees(spark: SparkSession, db: str) -> None:
     """Outside CQAP0, lookups read the heavy/light view trees of Zhang 2022, chapter 5: the
-    4-cycle Q(A, C | B, D) at three eps (all keys heavy, the threshold in between, all light),
+    4-cycle Q(A, C | B, D) at two eps (the threshold in between, and all keys light),
     each lookup equal to the query filtered on its inputs, as multisets, after refreshes of
     skewed random inserts, deletes and updates that move keys across the threshold."""
     spark.sql("CREATE TABLE r (a INT, b INT) USING delta")
@@ -276,9 +276,10 @@ def test_hierarchical_lookups_read_heavy_light_trees(spark: SparkSession, db: st
     # Key a = 1 of r heavy at eps = 1/2 (30 rows against a threshold near 13), light again at step 2.
     spark.sql("INSERT INTO r SELECT 1, id FROM range(1, 31)")
     spark.sql("INSERT INTO r VALUES (NULL, 1), (2, NULL)")
+    # eps = 0 (every key heavy) is covered by the Scala suites; here the middle and the eager end.
     views = {eps: MaterializedView.create(spark, f"cycle_{i}", FOUR_CYCLE, access_by=["b", "d"],
                                           properties={"ivm.epsilon": str(eps)})
-             for i, eps in enumerate((0.0, 0.5, 1.0))}
+             for i, eps in enumerate((0.5, 1.0))}
     assert "heavy/light view trees at eps = 0.5" in views[0.5].explain_refresh()
     assert views[1.0].epsilon == 1.0
     # The dial moves: the trees are built again at the new eps on the next lookup.
@@ -332,7 +333,7 @@ def test_triangle_lookups_read_chain_view_trees(spark: SparkSession, db: str) ->
     through = MaterializedView.create(spark, "through", TRIANGLES_AT, access_by=["a"])
     closing = MaterializedView.create(spark, "closing", TRIANGLES_AT, access_by=["a", "b"])
     assert "chain variable order" in through.explain_refresh()
-    for step in range(3):
+    for step in range(2):
         if step:
             spark.sql(f"INSERT INTO edges VALUES {edges(4)}")
             spark.sql(f"DELETE FROM edges WHERE src = {rnd.randint(1, 7)} AND dst % 2 = {step % 2}")
