@@ -36,6 +36,8 @@ final class HeavyLightTrees private (val query: Cqap, atomVars: IndexedSeq[Index
     components.flatMap(_.variants.flatMap(_.parts)).map(p => (p.key, p.atoms)).distinct.toIndexedSeq
   private val keyIds: Map[IndexedSeq[String], Int] = keys.map(_._1).zipWithIndex.toMap
   private val heavy = keys.map(_ => mutable.HashSet[Key]())
+  /** The partition keys each atom's tuples are placed by. */
+  private val keysOf: IndexedSeq[Seq[Int]] = atomVars.indices.map(a => keys.indices.filter(k => keys(k)._2.contains(a)))
   private var n = 0L
   private var bound = 1L
   private var moves = 0L
@@ -82,24 +84,25 @@ final class HeavyLightTrees private (val query: Cqap, atomVars: IndexedSeq[Index
   /** Adds `delta` to atom `atom`'s tuple `values`, then rebalances where the invariants broke. */
   def update(atom: Int, values: IndexedSeq[Any], delta: Long): Unit = if (delta != 0) {
     limitTrees()
-    val t = ArraySeq.from(values)
-    val before = store(atom).get(t)
-    store(atom).add(t, delta)
-    if (before == 0) n += 1 else if (before + delta == 0) n -= 1
+    val t = hold(atom, values, delta)
     componentOf(atom).variants.foreach(v => if (belongs(v, atom, t)) v.tree.update(atom, values, delta))
     if (n >= bound || n < bound / 4) major()
-    else keys.indices.filter(k => keys(k)._2.contains(atom)).foreach(k => minor(k, project(atom, k, t)))
+    else keysOf(atom).foreach(k => minor(k, project(atom, k, t)))
   }
 
   /** Loads tuples in bulk (the first build): held, then partitioned strictly and the trees built once. */
   override def load(tuples: Iterator[(Int, IndexedSeq[Any], Long)]): Unit = {
-    tuples.foreach { case (atom, values, m) =>
-      val t = ArraySeq.from(values)
-      val before = store(atom).get(t)
-      store(atom).add(t, m)
-      if (before == 0 && m != 0) n += 1 else if (before != 0 && before + m == 0) n -= 1
-    }
+    tuples.foreach { case (atom, values, m) => if (m != 0) hold(atom, values, m) }
     major()
+  }
+
+  /** Adds to the held tuples (not the trees), keeping N; the tuple as a key. */
+  private def hold(atom: Int, values: IndexedSeq[Any], delta: Long): Key = {
+    val t = ArraySeq.from(values)
+    val before = store(atom).get(t)
+    store(atom).add(t, delta)
+    if (before == 0) n += 1 else if (before + delta == 0) n -= 1
+    t
   }
 
   /** Minor rebalancing of one key value (section 5.6.2). */
@@ -198,7 +201,7 @@ object HeavyLightTrees {
         (() => v.tree.lookup(at).map(_._1.filter(kv => query.outputs.contains(kv._1))),
           (o: Map[String, Any]) => v.tree.multiplicity(at ++ o))
       }
-      ViewTree.union(parts).map(o => o -> parts.map(_._2(o)).sum)
+      ViewTree.merged(parts)
     }
   }
 

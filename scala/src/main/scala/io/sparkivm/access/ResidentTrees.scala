@@ -189,44 +189,43 @@ object ResidentTrees extends Logging {
       val outputCols = meta.columns.indices.filterNot(inputCols.contains)
       // An atom's variables once each (two columns equal by a selection carry one variable).
       val vars = plan.map(_._2.map(_._1).distinct.toIndexedSeq).toIndexedSeq
+      val (build, kind) = trees(analysis, binding.query, vars, meta.eps)
       TreePlan(plan.zip(vars).map { case ((p, cols), vs) => (p, vs.map(v => cols.find(_._1 == v).get._2)) },
         binding.units.flatMap(_.collect { case SourceLeaf(l) => l }), vars,
-        trees(analysis, binding.query, vars, meta.eps), kind(analysis, meta.eps),
+        build, kind,
         inputCols.map(i => columnVars(i).get -> fields(i)), outputCols.map(i => columnVars(i) -> fields(i)))
     }
   }
 
   /**
-   * The trees of a query: CQAP0 view trees over ACC-TOP orders (Zhang 2022, chapter 4); the
-   * heavy/light trees of chapter 5 if every component is hierarchical; otherwise (a cyclic
-   * component, such as a triangle with inputs) view trees over each component's chain order (its
-   * ACC-TOP order if CQAP0) with indicator projections, the general trees of chapter 4.
+   * The trees of a query, and what they are for EXPLAIN: CQAP0 view trees over ACC-TOP orders
+   * (Zhang 2022, chapter 4); the heavy/light trees of chapter 5 if every component is
+   * hierarchical; otherwise (a cyclic component, such as a triangle with inputs) view trees over
+   * each component's chain order (its ACC-TOP order if CQAP0) with indicator projections, the
+   * general trees of chapter 4.
    */
   private def trees(analysis: CqapAnalysis, q: Cqap, vars: IndexedSeq[IndexedSeq[String]],
-      eps: Double): () => Either[String, AccessTrees] = {
+      eps: Double): (() => Either[String, AccessTrees], String) = {
     val atomIndex = (a: Atom) => q.atoms.indexOf(a)
     if (analysis.cls == CqapClass.Cqap0) {
-      () => ViewTree.build(vars, analysis.components.map(c => (c.accessTopOrder, c.query)), atomIndex)
+      (() => ViewTree.build(vars, analysis.components.map(c => (c.accessTopOrder, c.query)), atomIndex),
+        "CQAP0 view trees (Zhang 2022, chapter 4: O(1) update and delay)")
     } else if (analysis.components.forall(_.hierarchical)) {
-      () => HeavyLightTrees.build(q, vars, eps)
+      (() => HeavyLightTrees.build(q, vars, eps),
+        s"heavy/light view trees at eps = $eps (Zhang 2022, chapter 5: O(N^(delta eps)) amortized update, " +
+          "O(N^(1-eps)) delay)")
     } else {
       val orders = analysis.components.map { c =>
         (if (c.cls == CqapClass.Cqap0) c.accessTopOrder else VariableOrder.chain(c.query), c.query)
       }
-      () => ViewTree.build(vars, orders, atomIndex, layout = "view trees of chain orders with indicator " +
+      (() => ViewTree.build(vars, orders, atomIndex, layout = "view trees of chain orders with indicator " +
         "projections (chapter 4's general trees: O(1) delay, updates join what their tuple does not fix)",
-        indicators = true)
+        indicators = true),
+        "view trees over a chain variable order of each cyclic component, with indicator projections (Zhang " +
+          "2022, chapter 4, Thm. 3.4: O(1) delay; an update joins the atoms its tuple does not fix, for a " +
+          "triangle up to O(N))")
     }
   }
-
-  private def kind(analysis: CqapAnalysis, eps: Double): String =
-    if (analysis.cls == CqapClass.Cqap0) "CQAP0 view trees (Zhang 2022, chapter 4: O(1) update and delay)"
-    else if (analysis.components.forall(_.hierarchical)) {
-      s"heavy/light view trees at eps = $eps (Zhang 2022, chapter 5: O(N^(delta eps)) amortized update, " +
-        "O(N^(1-eps)) delay)"
-    } else "view trees over a chain variable order of each cyclic component, with indicator projections (Zhang " +
-      "2022, chapter 4, Thm. 3.4: O(1) delay; an update joins the atoms its tuple does not fix, for a triangle up " +
-      "to O(N))"
 
   /**
    * The index of the view's COUNT(*) column if the view is `SELECT cols, count(*) ... GROUP BY

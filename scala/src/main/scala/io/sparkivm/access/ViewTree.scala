@@ -182,7 +182,7 @@ final class ViewTree private (atomVars: IndexedSeq[IndexedSeq[String]], componen
    */
   def lookup(inputs: Map[String, Any]): Iterator[(Map[String, Any], Long)] =
     ViewTree.product(components.map { c => () =>
-      val rootAtoms = c.rootAtoms.foldLeft(1L)((acc, a) => acc * atomCounts(a).get(keyOf(atomVars(a), inputs)))
+      val rootAtoms = atomsAt(c.rootAtoms, inputs)
       if (rootAtoms == 0) Iterator.empty else combined(c.roots, inputs, rootAtoms, c.inputs)
     })
 
@@ -194,7 +194,7 @@ final class ViewTree private (atomVars: IndexedSeq[IndexedSeq[String]], componen
   def multiplicity(at: Map[String, Any]): Long =
     components.foldLeft(1L) { (acc, c) =>
       if (acc == 0) 0L
-      else acc * c.rootAtoms.foldLeft(1L)((p, a) => p * atomCounts(a).get(keyOf(atomVars(a), at))) *
+      else acc * atomsAt(c.rootAtoms, at) *
         c.roots.foldLeft(1L)((p, r) => if (p == 0) 0L else p * below(r, at))
     }
 
@@ -207,10 +207,14 @@ final class ViewTree private (atomVars: IndexedSeq[IndexedSeq[String]], componen
           .map(x => product(n, at.updated(n.variable, x))).sum
     }
 
+  /** The product of the multiplicities of `atoms` at `at`, which fixes their variables. */
+  private def atomsAt(atoms: Seq[Int], at: Map[String, Any]): Long =
+    atoms.foldLeft(1L)((acc, a) => if (acc == 0) 0L else acc * atomCounts(a).get(keyOf(atomVars(a), at)))
+
   /** The product of `node`'s atoms and children at `at`, the children evaluated by [[below]]. */
   private def product(node: Node, at: Map[String, Any]): Long = {
     visits += 1
-    var p = node.atoms.foldLeft(1L)((acc, a) => if (acc == 0) 0L else acc * atomCounts(a).get(keyOf(atomVars(a), at)))
+    var p = atomsAt(node.atoms, at)
     val children = node.children.iterator
     while (p != 0 && children.hasNext) p *= below(children.next(), at)
     p
@@ -228,7 +232,7 @@ final class ViewTree private (atomVars: IndexedSeq[IndexedSeq[String]], componen
     def under(x: Any): Iterator[(Map[String, Any], Long)] = {
       visits += 1
       val extended = at.updated(n.variable, x)
-      val atoms = n.atoms.foldLeft(1L)((acc, a) => acc * atomCounts(a).get(keyOf(atomVars(a), extended)))
+      val atoms = atomsAt(n.atoms, extended)
       if (atoms == 0) Iterator.empty else combined(n.children, extended, atoms, inputs)
     }
     if (!n.free) Iterator.single((at, n.total.get(dep))).filter(_._2 != 0)
@@ -245,7 +249,7 @@ final class ViewTree private (atomVars: IndexedSeq[IndexedSeq[String]], componen
         val values = xs.toIndexedSeq
         val parts = values.map(x => (() => under(x).map(_._1 - n.variable),
           (o: Map[String, Any]) => product(n, o.updated(n.variable, x))))
-        ViewTree.union(parts).map(o => o -> parts.map(_._2(o)).sum)
+        ViewTree.merged(parts)
       }
     }
   }
@@ -297,7 +301,7 @@ object ViewTree {
    * others are listed; then the rest of U. Each step lists an element after at most one call
    * per iterator, so the delay is the iterators' count times the slowest one's.
    */
-  def union[T](parts: Seq[(() => Iterator[T], T => Long)]): Iterator[T] = parts match {
+  private def union[T](parts: Seq[(() => Iterator[T], T => Long)]): Iterator[T] = parts match {
     case Seq() => Iterator.empty
     case Seq((only, _)) => only()
     case (first, _) +: others =>
@@ -307,6 +311,10 @@ object ViewTree {
       // is in it: the guard only keeps a tree whose counts went negative from failing the lookup.)
       first().map(t => if (inRest(t) && rest.hasNext) rest.next() else t) ++ rest
   }
+  /** [[union]], each element with its multiplicity: the sum of the iterators' `contains`. */
+  def merged[T](parts: Seq[(() => Iterator[T], T => Long)]): Iterator[(T, Long)] =
+    union(parts).map(o => o -> parts.map(_._2(o)).sum)
+
 
   /**
    * Empty view trees for `atomVars` (each atom's variables, in the order its tuples give them)
