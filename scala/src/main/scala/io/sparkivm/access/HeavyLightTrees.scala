@@ -25,7 +25,7 @@ import scala.collection.mutable
  * theta / 2 in all of them, moves to the other part (minor). Not thread-safe.
  */
 final class HeavyLightTrees private (val query: Cqap, atomVars: IndexedSeq[IndexedSeq[String]], val eps: Double,
-    components: Seq[HeavyLightTrees.ComponentTrees]) extends AccessTrees {
+    components: Seq[HeavyLightTrees.ComponentTrees], kind: String = "heavy/light view tree(s)") extends AccessTrees {
   import HeavyLightTrees._
 
   private val store = atomVars.map(vs => new Counts(vs))
@@ -47,7 +47,7 @@ final class HeavyLightTrees private (val query: Cqap, atomVars: IndexedSeq[Index
   def size: Long = n
   def layout: String = {
     val heavyNow = heavyKeys.map(_._2).sum
-    f"$trees heavy/light view tree(s) at eps = $eps%.2f (threshold M^eps = $threshold%.1f, $heavyNow heavy " +
+    f"$trees $kind at eps = $eps%.2f (threshold M^eps = $threshold%.1f, $heavyNow heavy " +
       s"key(s); rebalancing so far: ${moves} tuple(s) moved, $majors major)"
   }
 
@@ -266,6 +266,60 @@ object HeavyLightTrees {
       new ComponentTrees(c, c.atoms.map(atomIndex), variants)
     }
     Right(new HeavyLightTrees(q, atomVars, eps, comps))
+  }
+
+  /**
+   * IVM^eps's trees for listing triangles, Q(A, B, C) = R(A, B), S(B, C), T(C, A) with every
+   * variable free and no input (Kara et al. 2020, section 4, Fig. 10), or None if `q` is not
+   * that query. R is partitioned on A, S on B, T on C; five trees over disjoint parts whose
+   * union is the query:
+   *
+   *  - R^H S^H T^H and R^L S^L T^L over the order A-B-C, with indicator projections so that the
+   *    leaf view holds triangles only (the paper materializes these two as listings);
+   *  - R^H S^L T, R S^H T^L and R^L S T^H over the orders A-C-B, B-A-C and C-B-A, so that their
+   *    leaf views are V_RS(a, b, c) = R^H S^L and its rotations, and the root joins the third
+   *    relation by a lookup.
+   *
+   * Each update then joins either a light part's values (fewer than 3/2 N^eps per key) or the
+   * heavy values (at most 2 N^(1-eps)); [[ViewTree]]'s join takes the smaller of two
+   * candidates. Update O(N^max(eps, 1-eps)) amortized, delay O(1) (Theorem 4 of the paper); the
+   * partitions and rebalancing are this class's, with each part's key a single variable.
+   */
+  def triangle(q: Cqap, atomVars: IndexedSeq[IndexedSeq[String]], eps: Double): Option[HeavyLightTrees] = {
+    require(eps >= 0 && eps <= 1, s"eps must be in [0, 1]: $eps")
+    if (q.atoms.size != 3 || q.inputs.nonEmpty || q.vars.size != 3 || q.outputs != q.vars ||
+      atomVars.exists(_.size != 2) || q.hierarchical) return None
+    // R is atom 0 over (A, B); S the other atom with B; T the third, which must hold C and A.
+    val (a, b) = (atomVars(0)(0), atomVars(0)(1))
+    val s = (1 to 2).find(i => atomVars(i).contains(b)).getOrElse(return None)
+    val t = 3 - s
+    val c = atomVars(s).find(_ != b).get
+    if (atomVars(t).toSet != Set(c, a)) return None
+    val atoms = IndexedSeq(0, s, t).map(q.atoms)
+    def chain(order: String*): Seq[VoTree] = {
+      def lowest(atom: Atom) = atom.vars.map(order.indexOf).max
+      def node(i: Int): VoTree = VarNode(order(i),
+        (if (i + 1 < order.size) Seq(node(i + 1)) else Nil) ++ atoms.filter(lowest(_) == i).map(AtomLeaf))
+      Seq(node(0))
+    }
+    val (h, l) = (true, false)
+    def parts(r: Option[Boolean], sp: Option[Boolean], tp: Option[Boolean]) =
+      Seq(r.map(Part(Set(0), IndexedSeq(a), _)), sp.map(Part(Set(s), IndexedSeq(b), _)),
+        tp.map(Part(Set(t), IndexedSeq(c), _))).flatten
+    val atomIndex = (x: Atom) => q.atoms.indexOf(x)
+    val variants = Seq(
+      (chain(a, b, c), parts(Some(h), Some(h), Some(h)), true),
+      (chain(a, b, c), parts(Some(l), Some(l), Some(l)), true),
+      (chain(a, c, b), parts(Some(h), Some(l), None), false),
+      (chain(b, a, c), parts(None, Some(h), Some(l)), false),
+      (chain(c, b, a), parts(Some(l), None, Some(h)), false)
+    ).map { case (order, ps, indicators) =>
+      def fresh() = ViewTree.build(atomVars, Seq((order, q)), atomIndex, indicators = indicators,
+        layout = "").toOption.get
+      new Variant(Order(order, ps, Set.empty), q.atoms.indices, () => fresh())
+    }
+    Some(new HeavyLightTrees(q, atomVars, eps, Seq(new ComponentTrees(q, q.atoms.indices, variants)),
+      kind = "IVM^eps triangle view trees"))
   }
 
   /** What EXPLAIN prints of the trees of `q`: per component, each order with its parts. */

@@ -21,8 +21,9 @@ import org.apache.spark.sql.types.{StructField, StructType}
 
 /**
  * The view trees of views with ACCESS BY ([[AccessTrees]]: [[ViewTree]] for CQAP0 views and for
- * cyclic ones over chain orders, [[HeavyLightTrees]] for other hierarchical ones), held on the
- * driver per view and kept at the base-table versions of the view's last committed refresh, so
+ * cyclic ones over chain orders, [[HeavyLightTrees]] for other hierarchical ones), and of views
+ * without ACCESS BY that list triangles (IVM^eps's trees, [[HeavyLightTrees.triangle]], which
+ * their rows() enumerate as a lookup without inputs), held on the driver per view and kept at the base-table versions of the view's last committed refresh, so
  * that a lookup sees that refresh: the trees are built from the tables at those versions on the
  * first lookup, and moved forward by the tables' net changes (their change data feeds) on the
  * first lookup after a later refresh. A lookup then reads only what matches its inputs.
@@ -167,7 +168,6 @@ object ResidentTrees extends Logging {
   private def plan(spark: SparkSession, meta: ViewMetadata): Either[String, TreePlan] = {
     val max = IvmConf.LookupResidentMaxRows.get(spark)
     if (max == 0) return Left("spark.ivm.lookup.residentMaxRows is 0")
-    if (meta.accessBy.isEmpty) return Left("the view has no ACCESS BY")
     val analyzed = try ViewAnalysis.reanalyze(spark, meta, incremental = true).plan catch {
       case NonFatal(e) => return Left(s"the query is not maintained incrementally (${e.getMessage})")
     }
@@ -179,17 +179,17 @@ object ResidentTrees extends Logging {
     }
     for {
       binding <- AccessPatterns.bind(analyzed, meta.columns, meta.accessBy)
-      analysis = CqapAnalysis.of(binding.query)
-      columnVars = binding.columnVars
       plan <- atoms(binding)
+      // An atom's variables once each (two columns equal by a selection carry one variable).
+      vars = plan.map(_._2.map(_._1).distinct.toIndexedSeq).toIndexedSeq
+      chosen <- trees(CqapAnalysis.of(binding.query), binding.query, vars, meta.eps)
     } yield {
+      val (build, kind) = chosen
       val lower = meta.columns.map(_.toLowerCase(java.util.Locale.ROOT))
       val fields = analyzed.schema.fields.toSeq.zip(meta.columns).map { case (f, n) => f.copy(name = n) }
       val inputCols = meta.accessBy.map(c => lower.indexOf(c.toLowerCase(java.util.Locale.ROOT)))
       val outputCols = meta.columns.indices.filterNot(inputCols.contains)
-      // An atom's variables once each (two columns equal by a selection carry one variable).
-      val vars = plan.map(_._2.map(_._1).distinct.toIndexedSeq).toIndexedSeq
-      val (build, kind) = trees(analysis, binding.query, vars, meta.eps)
+      val columnVars = binding.columnVars
       TreePlan(plan.zip(vars).map { case ((p, cols), vs) => (p, vs.map(v => cols.find(_._1 == v).get._2)) },
         binding.units.flatMap(_.collect { case SourceLeaf(l) => l }), vars,
         build, kind,
@@ -205,16 +205,23 @@ object ResidentTrees extends Logging {
    * general trees of chapter 4.
    */
   private def trees(analysis: CqapAnalysis, q: Cqap, vars: IndexedSeq[IndexedSeq[String]],
-      eps: Double): (() => Either[String, AccessTrees], String) = {
+      eps: Double): Either[String, (() => Either[String, AccessTrees], String)] = {
     val atomIndex = (a: Atom) => q.atoms.indexOf(a)
-    if (analysis.cls == CqapClass.Cqap0) {
+    if (q.inputs.isEmpty) {
+      // Without ACCESS BY, only a triangle listing has trees: what its rows() enumerates.
+      if (HeavyLightTrees.triangle(q, vars, eps).isEmpty) {
+        Left("the view has no ACCESS BY (without one, only a triangle listing's rows() are enumerated from trees)")
+      } else Right((() => Right(HeavyLightTrees.triangle(q, vars, eps).get),
+        s"IVM^eps triangle view trees at eps = $eps (Kara et al. 2020, section 4: five trees over disjoint " +
+          "heavy/light parts; O(N^max(eps, 1-eps)) amortized update, O(1) delay)"))
+    } else if (analysis.cls == CqapClass.Cqap0) Right {
       (() => ViewTree.build(vars, analysis.components.map(c => (c.accessTopOrder, c.query)), atomIndex),
         "CQAP0 view trees (Zhang 2022, chapter 4: O(1) update and delay)")
-    } else if (analysis.components.forall(_.hierarchical)) {
+    } else if (analysis.components.forall(_.hierarchical)) Right {
       (() => HeavyLightTrees.build(q, vars, eps),
         s"heavy/light view trees at eps = $eps (Zhang 2022, chapter 5: O(N^(delta eps)) amortized update, " +
           "O(N^(1-eps)) delay)")
-    } else {
+    } else Right {
       val orders = analysis.components.map { c =>
         (if (c.cls == CqapClass.Cqap0) c.accessTopOrder else VariableOrder.chain(c.query), c.query)
       }

@@ -115,19 +115,28 @@ final class ViewTree private (atomVars: IndexedSeq[IndexedSeq[String]], componen
 
   /**
    * The assignment `at` (multiplicity `m`) joined with `rels`: relations whose variables `at`
-   * fixes first (lookups), then the one sharing most variables with it, through an index.
+   * fixes first (lookups), then the one sharing most variables with it, through an index; of
+   * several such, the one with the fewest matching tuples. That choice is what bounds a cyclic
+   * join's update: of a light part's values and the heavy values, it enumerates whichever side
+   * is smaller (Kara et al. 2020, section 4, Fig. 11).
    */
   private def join(at: Map[String, Any], m: Long, rels: Seq[Rel]): Iterator[(Map[String, Any], Long)] =
     if (rels.isEmpty) Iterator.single(at -> m)
     else {
-      val r = rels.find(_.vars.forall(at.contains)).getOrElse(rels.maxBy(_.vars.count(at.contains)))
+      def fixed(r: Rel) = r.vars.indices.filter(i => at.contains(r.vars(i)))
+      def fanOut(r: Rel) = { val f = fixed(r); r.counts.matchCount(f, ArraySeq.from(f.map(i => at(r.vars(i))))) }
+      val r = rels.find(_.vars.forall(at.contains)).getOrElse {
+        val most = rels.map(_.vars.count(at.contains)).max
+        val tied = rels.filter(_.vars.count(at.contains) == most)
+        if (tied.size == 1) tied.head else tied.minBy(fanOut)
+      }
       val rest = rels.filterNot(_ eq r)
       if (r.vars.forall(at.contains)) {
         val c = r.counts.get(keyOf(r.vars, at))
         if (c == 0) Iterator.empty else join(at, m * c, rest)
       } else {
-        val fixed = r.vars.indices.filter(i => at.contains(r.vars(i)))
-        r.counts.matching(fixed, ArraySeq.from(fixed.map(i => at(r.vars(i))))).flatMap { case (t, c) =>
+        val f = fixed(r)
+        r.counts.matching(f, ArraySeq.from(f.map(i => at(r.vars(i))))).flatMap { case (t, c) =>
           work += 1
           join(at ++ r.vars.zip(t), m * c, rest)
         }

@@ -25,8 +25,9 @@ class HeavyLightTreesSuite extends AnyFunSuite {
    * degree in a binary atom is at most the domain's size), with `sample` requests per check.
    */
   private def check(q: Cqap, eps: Double, seed: Int, steps: Int = 150, domainSize: Int = 4,
-      sample: Int = Int.MaxValue, every: Int = 15, skewedFirst: Boolean = false): HeavyLightTrees = {
-    val trees = build(q, eps)
+      sample: Int = Int.MaxValue, every: Int = 15, skewedFirst: Boolean = false,
+      make: (Cqap, Double) => HeavyLightTrees = build): HeavyLightTrees = {
+    val trees = make(q, eps)
     val atomVars = q.atoms.map(_.vars.toSeq.sorted.toIndexedSeq)
     val rnd = new Random(seed)
     val domain = (1 to domainSize).map(x => x: Any)
@@ -174,5 +175,55 @@ class HeavyLightTreesSuite extends AnyFunSuite {
     lazyEnd.load(rows.iterator)
     assert(lazyEnd.entries <= 500 && lazyEnd.violations().isEmpty)
     assert(lazyEnd.lookup(Map("B" -> 3, "D" -> 4)).toList == List(Map("A" -> 0) -> 1L))
+  }
+
+  private val triangle = Cqap(Seq(atom("R", "A", "B"), atom("S", "B", "C"), atom("T", "C", "A")), Set.empty,
+    Set("A", "B", "C"))
+  private def triangleTrees(q: Cqap, eps: Double): HeavyLightTrees =
+    HeavyLightTrees.triangle(q, q.atoms.map(_.vars.toSeq.sorted.toIndexedSeq).toIndexedSeq, eps)
+      .getOrElse(fail(s"$q is a triangle listing"))
+
+  test("IVM^eps triangle listing (Kara et al. 2020, section 4): five disjoint parts, every eps, skewed streams") {
+    epsilons.zipWithIndex.foreach { case (eps, i) =>
+      val trees = check(triangle, eps, seed = 90 + i, steps = 200, domainSize = 6, every = 10, make = triangleTrees)
+      assert(trees.trees == 5)
+      // Both parts in use in the middle (at eps = 1/2 the threshold outgrows this small domain).
+      if (eps == 0.25) assert(heaviest > 0, "heavy values at eps = 1/4 over the skewed stream")
+    }
+  }
+
+  test("only the triangle listing gets IVM^eps's trees: not with an input, a projection, or a path") {
+    val vars = (q: Cqap) => q.atoms.map(_.vars.toSeq.sorted.toIndexedSeq).toIndexedSeq
+    val withInput = triangle.copy(inputs = Set("A"), outputs = Set("B", "C"))
+    val projected = triangle.copy(outputs = Set("A", "B"))
+    val path = Cqap(Seq(atom("R", "A", "B"), atom("S", "B", "C"), atom("T", "C", "D")), Set.empty, Set("A", "B", "C", "D"))
+    Seq(withInput, projected, path).foreach(q => assert(HeavyLightTrees.triangle(q, vars(q), 0.5).isEmpty, q))
+  }
+
+  test("a triangle update costs what its light or heavy side holds, not a hub's degree (Kara et al. 2020, Fig. 11)") {
+    // a = 0 points to k values b, each of which points to c = 0: inserting T(0, 0) closes k
+    // triangles. One chain tree (chapter 4's general tree) joins the k tuples of S(., 0) or
+    // R(0, .); IVM^eps finds V_RS(0, ., 0) = R^H(0, b) S^L(b, 0) already joined (A = 0 is heavy,
+    // every b light) and looks it up.
+    val k = 300
+    val rows = (1 to k).flatMap(b => Seq((0, IndexedSeq[Any](0, b), 1L), (1, IndexedSeq[Any](b, 0), 1L))) ++
+      (1 to k).map(x => (2, IndexedSeq[Any](k + x, k + x + 1), 1L)) // T elsewhere: |D| large enough
+    val trees = triangleTrees(triangle, 0.5)
+    trees.load(rows.iterator)
+    assert(trees.heavyKeys.find(_._1 == Seq("A")).exists(_._2 == 1), trees.layout)
+    val before = trees.updateWork
+    trees.update(2, IndexedSeq(0, 0), 1) // T(C = 0, A = 0), variables in name order (A, C)
+    val work = trees.updateWork - before
+    assert(work <= 10, s"$work view entries written and tuples joined for one update")
+    assert(trees.lookup(Map.empty).map(_._2).sum == k)
+    assert(trees.violations().isEmpty)
+    val chain = ViewTree.build(IndexedSeq(IndexedSeq("A", "B"), IndexedSeq("B", "C"), IndexedSeq("A", "C")),
+      Seq((VariableOrder.chain(triangle), triangle)), (a: Atom) => triangle.atoms.indexOf(a), indicators = true)
+      .fold(fail(_), identity)
+    chain.load(rows.iterator)
+    val chainBefore = chain.updateWork
+    chain.update(2, IndexedSeq(0, 0), 1)
+    assert(chain.updateWork - chainBefore >= k, "one chain tree joins the hub's tuples")
+    assert(chain.lookup(Map.empty).map(_._2).sum == k)
   }
 }
