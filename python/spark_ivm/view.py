@@ -311,7 +311,18 @@ class MaterializedView:
 
         ``mv.rows(c_custkey=42)`` yields the rows whose ``c_custkey`` is 42 (``None`` matches
         NULL). Rows are fetched one partition at a time, never the whole view at once.
+
+        A view that lists triangles (``SELECT a, b, c`` over ``R(a, b), S(b, c), T(c, a)``),
+        read without equalities, is enumerated instead from IVM^eps's view trees (Kara et al.
+        2020, section 4), held in the driver's memory like :meth:`lookup`'s: built on the first
+        call, moved forward by the tables' changes on the first call after a refresh, with a
+        delay between rows that does not grow with the data. :meth:`lookup_structure` says
+        whether a view has them.
         """
+        if not equalities:
+            cursor = self._open_trees({})
+            if cursor is not None:
+                return _drain(cursor)
         df = self.to_df()
         for column, value in equalities.items():
             if column not in df.columns:

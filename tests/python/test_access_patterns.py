@@ -351,6 +351,35 @@ def test_triangle_lookups_read_chain_view_trees(spark: SparkSession, db: str) ->
         assert "heavy/light" in closing.lookup_structure(), closing.lookup_structure()
 
 
+def test_triangle_listing_rows_are_enumerated_from_ivm_eps_trees(spark: SparkSession, db: str) -> None:
+    """A view listing triangles, without ACCESS BY: ``rows()`` enumerates IVM^eps's five trees
+    (Kara et al. 2020, section 4), moved forward by each refresh, and lists the query's rows
+    with their multiplicities, as the hub node 1 turns heavy and light again; ``rows(a=...)``
+    still reads the view's rows."""
+    spark.sql("CREATE TABLE edges (src INT, dst INT) USING delta")
+    rnd = random.Random(4)
+    spark.sql("INSERT INTO edges VALUES " + ", ".join(
+        f"({a}, {b}), ({b}, {a})" for a, b in {(rnd.randint(2, 9), rnd.randint(2, 9)) for _ in range(16)} if a != b))
+    mv = MaterializedView.create(spark, "listing", TRIANGLES_AT, properties={"ivm.epsilon": "0.25"})
+    assert "Enumeration of rows(): IVM^eps triangle view trees at eps = 0.25" in mv.explain_refresh()
+    for step in range(3):
+        if step == 1:  # node 1 becomes a hub, with a duplicate edge
+            spark.sql("INSERT INTO edges VALUES " + ", ".join(f"(1, {b}), ({b}, 1)" for b in range(2, 10)) + ", (1, 2)")
+        if step == 2:
+            spark.sql("DELETE FROM edges WHERE src = 1 AND dst > 4")
+        mv.refresh()
+        want = multiset(spark.sql(TRIANGLES_AT).collect())
+        assert multiset(mv.rows()) == want, step
+        structure = mv.lookup_structure()
+        assert "5 IVM^eps triangle view trees at eps = 0.25" in structure, structure
+        if step == 1:
+            assert ", 0 heavy key(s)" not in structure, structure
+        assert multiset(mv.rows(a=1)) == Counter({r: n for r, n in want.items() if r[0] == 1})
+    assert "no view trees: the view has no ACCESS BY" in MaterializedView.create(
+        spark, "paths", "SELECT e1.src AS a, e2.dst AS c FROM edges e1 JOIN edges e2 ON e1.dst = e2.src"
+    ).lookup_structure()
+
+
 def test_a_lookup_reads_one_refresh_while_another_commits(spark: SparkSession, db: str) -> None:
     """A lookup whose answers are still being read keeps the refresh it started from; a lookup
     started meanwhile answers from that refresh too, and the next one after both sees the new one."""

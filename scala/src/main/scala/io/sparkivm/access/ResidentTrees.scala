@@ -108,6 +108,11 @@ object ResidentTrees extends Logging {
     case Left(why) => s"read the materialized result filtered by the inputs (the eager baseline): no view trees, $why"
   }
 
+  /** How rows() of a view without ACCESS BY is enumerated, if from trees (a triangle listing). */
+  def enumeration(spark: SparkSession, meta: ViewMetadata): Option[String] =
+    (try plan(spark, meta).toOption catch { case NonFatal(_) => None }).map(p => s"${p.kind}, held in the driver's memory: built on the first rows(), " +
+      "moved forward by the tables' changes on the first rows() after a refresh")
+
   private def idOf(spark: SparkSession, view: String): TableIdentifier =
     ViewCatalog.qualify(spark, SessionInternals.parser(spark).parseMultipartIdentifier(view))
 

@@ -171,7 +171,7 @@ object ViewExplainer {
         case Left(why) => line(s"  not classified: $why")
       }
       line(s"  lookups: ${io.sparkivm.access.ResidentTrees.explain(spark, meta)}")
-    }
+    } else io.sparkivm.access.ResidentTrees.enumeration(spark, meta).foreach(e => line(s"Enumeration of rows(): $e"))
     val decision = policyDecision(spark, meta, last, pinned)
     line(s"Next refresh: ${decision.mode}, because ${decision.reason}")
     decision.candidates.foreach(c => line(s"  candidate ${c.mode}: estimated ${CostModel.seconds(c.ms)} (${c.basis})"))
