@@ -22,6 +22,10 @@ trait AccessTrees {
    * (the trees are then dropped, and lookups read the view's rows).
    */
   var entryLimit: Long = Long.MaxValue
+  /** View entries written and tuples joined by updates so far: the cost measure of updates. */
+  def updateWork: Long
+  /** Values visited by lookups so far (each a step of enumeration or of a `contains`). */
+  def lookupWork: Long
   /** A line on how they are laid out, for DESCRIBE and EXPLAIN. */
   def layout: String
 }

@@ -197,8 +197,12 @@ object HeavyLightTrees {
   private[access] final class ComponentTrees(val query: Cqap, val atoms: Seq[Int], val variants: Seq[Variant]) {
     def answers(inputs: Map[String, Any]): Iterator[(Map[String, Any], Long)] = {
       val at = inputs.filter(kv => query.inputs.contains(kv._1))
+      // With every variable free, an answer fixes each atom's tuple and so the one part, and
+      // tree, it comes from: the trees' answers are disjoint and are listed one after another.
+      def outputs(o: Map[String, Any]) = o.filter(kv => query.outputs.contains(kv._1))
+      if (query.bound.isEmpty) return variants.iterator.flatMap(_.tree.lookup(at).map(a => (outputs(a._1), a._2)))
       val parts = variants.map { v =>
-        (() => v.tree.lookup(at).map(_._1.filter(kv => query.outputs.contains(kv._1))),
+        (() => v.tree.lookup(at).map(a => outputs(a._1)),
           (o: Map[String, Any]) => v.tree.multiplicity(at ++ o))
       }
       ViewTree.merged(parts)

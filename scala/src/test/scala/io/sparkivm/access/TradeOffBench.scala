@@ -168,7 +168,7 @@ object TradeOffBench {
     edges
   }
 
-  private def graph(n: Int, rnd: Random): IndexedSeq[(Int, Int)] = {
+  private[access] def graph(n: Int, rnd: Random): IndexedSeq[(Int, Int)] = {
     val edges = scala.collection.mutable.LinkedHashSet[(Int, Int)]()
     while (edges.size < n) {
       val (x, y) = (zipf(n, rnd), zipf(n, rnd))
@@ -178,6 +178,6 @@ object TradeOffBench {
   }
 
   /** A rank in 1..n with probability proportional to 1/rank (inverse of the harmonic CDF, approximately). */
-  private def zipf(n: Int, rnd: Random): Int =
+  private[access] def zipf(n: Int, rnd: Random): Int =
     math.min(n, math.max(1, math.exp(rnd.nextDouble() * math.log(n + 1.0)).toInt))
 }
