@@ -49,8 +49,8 @@ FIRST = 100_000
 
 
 def trees(sizes: str, eps: str, updates: int, raw: str) -> List[Dict[str, Any]]:
-    command = ["java", "-Xmx14g", "-cp", classpath(), "io.sparkivm.access.TriangleTreesBench", raw, sizes, eps,
-               str(updates), "1"]
+    command = ["java", "-Xmx14g", "-cp", classpath(), "io.sparkivm.access.TriangleTreesBench", raw, sizes,
+               eps, str(updates), "1"]
     subprocess.run(command, check=True)
     with open(raw) as f:
         return [json.loads(line) for line in f if line.strip()]
@@ -124,10 +124,11 @@ def spark_part(sizes: List[int], work: str, memory: str) -> List[Dict[str, Any]]
                            f"{key}scan_first_s": s_first, f"{key}scan_per_row_us": s_last / len(s_rows) * 1e6,
                            f"{key}rows_read": len(t_rows)})
         result["structure_after"] = mv.lookup_structure()
-        print(f"  {len(rows)} edges, {count} triangles: rows() first row {result['rows_first_s'] * 1000:.1f} ms, "
-              f"{result['rows_per_row_us']:.1f} us/row; scan {result['scan_first_s'] * 1000:.0f} ms, "
-              f"{result['scan_per_row_us']:.1f} us/row; after a refresh of 10 hub edges "
-              f"({result['refresh_s']:.2f} s): rows() first row {result['after_refresh_rows_first_s'] * 1000:.0f} ms",
+        r = result
+        print(f"  {len(rows)} edges, {count} triangles: rows() first row {r['rows_first_s'] * 1000:.1f} ms, "
+              f"{r['rows_per_row_us']:.1f} us/row; scan {r['scan_first_s'] * 1000:.0f} ms, "
+              f"{r['scan_per_row_us']:.1f} us/row; after a refresh of 10 hub edges "
+              f"({r['refresh_s']:.2f} s): rows() first row {r['after_refresh_rows_first_s'] * 1000:.0f} ms",
               flush=True)
         out.append(result)
         spark.stop()
@@ -162,11 +163,13 @@ def plot(rows: List[Dict[str, Any]], name: str) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="3000,10000,30000,100000,300000")
     parser.add_argument("--eps", default="0,0.25,0.5,0.75,1")
     parser.add_argument("--updates", type=int, default=500)
-    parser.add_argument("--spark-edges", default="10000,100000", help="sizes of the Spark part; empty for none")
+    parser.add_argument("--spark-edges", default="10000,100000",
+                        help="sizes of the Spark part; empty for none")
     parser.add_argument("--memory", default="8g")
     parser.add_argument("--work", default=os.path.join(ROOT, "work"))
     parser.add_argument("--out", default="triangle_enumeration")
@@ -179,9 +182,11 @@ def main() -> None:
     fitted = fits(rows)
     print("trees      hub update exponent (paper)  typical update  delay")
     for label, f in fitted.items():
-        print(f"{label:>6}  {f['hub_update']:8.2f} ({f['paper_update']:.2f})  {f['update']:13.2f}  {f['delay']:6.2f}")
+        print(f"{label:>6}  {f['hub_update']:8.2f} ({f['paper_update']:.2f})  {f['update']:13.2f}  "
+              f"{f['delay']:6.2f}")
     spark = [int(s) for s in args.spark_edges.split(",") if s]
-    result = {"trees": rows, "exponents": fitted, "spark": spark_part(spark, args.work, args.memory) if spark else []}
+    result = {"trees": rows, "exponents": fitted,
+              "spark": spark_part(spark, args.work, args.memory) if spark else []}
     with open(os.path.join(RESULTS, f"{args.out}.json"), "w") as f:
         json.dump(result, f, indent=1)
     print("plot:", plot(rows, args.out))

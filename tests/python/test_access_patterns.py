@@ -358,13 +358,14 @@ def test_triangle_listing_rows_are_enumerated_from_ivm_eps_trees(spark: SparkSes
     still reads the view's rows."""
     spark.sql("CREATE TABLE edges (src INT, dst INT) USING delta")
     rnd = random.Random(4)
-    spark.sql("INSERT INTO edges VALUES " + ", ".join(
-        f"({a}, {b}), ({b}, {a})" for a, b in {(rnd.randint(2, 9), rnd.randint(2, 9)) for _ in range(16)} if a != b))
+    pairs = {(rnd.randint(2, 9), rnd.randint(2, 9)) for _ in range(16)}
+    spark.sql("INSERT INTO edges VALUES " + ", ".join(f"({a}, {b}), ({b}, {a})" for a, b in pairs if a != b))
     mv = MaterializedView.create(spark, "listing", TRIANGLES_AT, properties={"ivm.epsilon": "0.25"})
     assert "Enumeration of rows(): IVM^eps triangle view trees at eps = 0.25" in mv.explain_refresh()
     for step in range(3):
         if step == 1:  # node 1 becomes a hub, with a duplicate edge
-            spark.sql("INSERT INTO edges VALUES " + ", ".join(f"(1, {b}), ({b}, 1)" for b in range(2, 10)) + ", (1, 2)")
+            hub = ", ".join(f"(1, {b}), ({b}, 1)" for b in range(2, 10))
+            spark.sql(f"INSERT INTO edges VALUES {hub}, (1, 2)")
         if step == 2:
             spark.sql("DELETE FROM edges WHERE src = 1 AND dst > 4")
         mv.refresh()

@@ -46,6 +46,8 @@ object ResidentTrees extends Logging {
     var epoch = 0L
     /** Atom tuples the last move forward changed (each a path of views up its tree). */
     var moved = 0L
+    /** The work of that move: view entries written and tuples joined ([[AccessTrees.updateWork]]). */
+    var movedWork = 0L
   }
 
   /**
@@ -94,7 +96,8 @@ object ResidentTrees extends Logging {
     val id = idOf(spark, view)
     entries.synchronized { current(spark, id); entries.get(id) } match {
       case Some(Right(e)) => s"view trees held: ${e.tree.size} tuples at ${e.versions.toSeq.sorted.mkString(", ")}" +
-        (if (e.epoch > 0) s"; the last refresh's changes moved ${e.moved} of them" else "") + s"; ${e.tree.layout}"
+        (if (e.epoch > 0) s"; the last refresh's changes moved ${e.moved} of them (work ${e.movedWork}: view " +
+          "entries written and tuples joined)" else "") + s"; ${e.tree.layout}"
       case Some(Left((_, why))) => s"no view trees: $why"
       case None => "no view trees"
     }
@@ -310,6 +313,7 @@ object ResidentTrees extends Logging {
     val target = record.sourceVersions
     val changed = e.plan.leaves.map(_.name).distinct.filter(t => e.versions.get(t) != target.get(t))
     e.moved = 0L
+    val work = e.tree.updateWork
     if (changed.nonEmpty) {
       val requests = changed.map { t =>
         val leaf = e.plan.leaves.find(_.name == t).get
@@ -330,6 +334,7 @@ object ResidentTrees extends Logging {
         }
       } finally changes.values.foreach(_.release())
     }
+    e.movedWork = e.tree.updateWork - work
     e.versions = target
     e.backingVersion = backingVersion
     e.epoch += 1
