@@ -60,10 +60,11 @@ def expected_update(label: str) -> float:
     return 1.0 if label == "chain" else max(float(label), 1 - float(label))
 
 
-def fits(rows: List[Dict[str, Any]]) -> Dict[str, Dict[str, float]]:
+def fits(rows: List[Dict[str, Any]], smallest: int) -> Dict[str, Dict[str, float]]:
+    """Per eps (and the chain tree), the exponents of the costs in N over the sizes from `smallest`."""
     out = {}
     for label in dict.fromkeys(r["eps"] for r in rows):
-        at = sorted((r["n"], r) for r in rows if r["eps"] == label)
+        at = sorted((r["n"], r) for r in rows if r["eps"] == label and r["n"] >= smallest)
         out[label] = {"hub_update": slope([(n, r["hub_update_work"]) for n, r in at]),
                       "update": slope([(n, r["update_work"]) for n, r in at]),
                       "delay": slope([(n, max(r["delay_work"], 1)) for n, r in at]),
@@ -166,20 +167,28 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="3000,10000,30000,100000,300000")
+    parser.add_argument("--from-jsonl", help="the trees' rows measured before, instead of the harness")
     parser.add_argument("--eps", default="0,0.25,0.5,0.75,1")
     parser.add_argument("--updates", type=int, default=500)
     parser.add_argument("--spark-edges", default="10000,100000",
                         help="sizes of the Spark part; empty for none")
+    parser.add_argument("--fit-from", type=int, default=30000,
+                        help="fit exponents over sizes from this one: below it, at eps = 1/2, the hubs' "
+                             "degrees are close to the threshold and rebalancing dominates a hub edge's cost")
     parser.add_argument("--memory", default="8g")
     parser.add_argument("--work", default=os.path.join(ROOT, "work"))
     parser.add_argument("--out", default="triangle_enumeration")
     args = parser.parse_args()
     os.makedirs(RESULTS, exist_ok=True)
-    rows = trees(args.sizes, args.eps, args.updates, os.path.join(RESULTS, f"{args.out}.jsonl"))
+    if args.from_jsonl:
+        with open(args.from_jsonl) as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+    else:
+        rows = trees(args.sizes, args.eps, args.updates, os.path.join(RESULTS, f"{args.out}.jsonl"))
     for n in sorted({r["n"] for r in rows}):  # every eps and the chain tree list the same triangles
         answers = {r["answers"] for r in rows if r["n"] == n}
         assert len(answers) == 1, f"the trees disagree at n = {n}: {answers}"
-    fitted = fits(rows)
+    fitted = fits(rows, args.fit_from)
     print("trees      hub update exponent (paper)  typical update  delay")
     for label, f in fitted.items():
         print(f"{label:>6}  {f['hub_update']:8.2f} ({f['paper_update']:.2f})  {f['update']:13.2f}  "

@@ -129,8 +129,11 @@ final class PartitionedRows private (val schema: StructType, keyIndex: Int, part
     pairs.iterator.flatMap { case (k, key) => found.get(key).map(k -> _) }.toMap
   }
 
-  /** Frees the executors' memory; later reads recompute from the source. */
-  def release(): Unit = rdd.unpersist(blocking = false)
+  /**
+   * Frees the executors' memory; later reads recompute from the source. The blocks of a stopped
+   * context went with it (and its block manager can no longer be asked): nothing to free.
+   */
+  def release(): Unit = if (!rdd.context.isStopped) rdd.unpersist(blocking = false)
 }
 
 object PartitionedRows {
