@@ -60,6 +60,14 @@ object ResidentTrees extends Logging {
       inputs: Seq[(String, StructField)], outputs: Seq[(Option[String], StructField)])
 
   private val entries = mutable.Map[TableIdentifier, Either[(String, String), Entry]]()
+  /**
+   * One lock per view, held while its trees are found, built or moved forward: a build (a read
+   * of every atom) blocks the lookups of that view only. `entries` itself is locked per access.
+   */
+  private val locks = mutable.Map[TableIdentifier, Object]()
+
+  private def withView[T](id: TableIdentifier)(f: => T): T =
+    entries.synchronized(locks.getOrElseUpdate(id, new Object)).synchronized(f)
 
   /**
    * Opens a lookup of `view` with the values of its ACCESS BY columns, in their order; null when
@@ -68,7 +76,7 @@ object ResidentTrees extends Logging {
   def open(spark: SparkSession, view: String, names: java.util.List[String],
       inputs: java.util.List[Any]): LookupCursor = {
     val id = idOf(spark, view)
-    val entry = entries.synchronized(current(spark, id))
+    val entry = withView(id)(current(spark, id))
     val named = (0 until names.size).map(i => names.get(i).toLowerCase(java.util.Locale.ROOT) -> inputs.get(i)).toMap
     entry match {
       // Inputs named otherwise than the view's (a view replaced since the caller read them).
@@ -94,7 +102,7 @@ object ResidentTrees extends Logging {
   /** Why a view has no trees, or a line on those it has (for EXPLAIN and tests). */
   def describe(spark: SparkSession, view: String): String = {
     val id = idOf(spark, view)
-    entries.synchronized { current(spark, id); entries.get(id) } match {
+    withView(id) { current(spark, id); entries.synchronized(entries.get(id)) } match {
       case Some(Right(e)) => s"view trees held: ${e.tree.size} tuples at ${e.versions.toSeq.sorted.mkString(", ")}" +
         (if (e.epoch > 0) s"; the last refresh's changes moved ${e.moved} of them (work ${e.movedWork}: view " +
           "entries written and tuples joined)" else "") + s"; ${e.tree.layout}"
@@ -124,11 +132,11 @@ object ResidentTrees extends Logging {
     types.indices.map(j => InternalRow.copyValue(row.get(j, types(j))))
 
   /** Drops the trees of `view` (DROP MATERIALIZED VIEW). */
-  def forget(view: TableIdentifier): Unit = entries.synchronized(entries.remove(view))
+  def forget(view: TableIdentifier): Unit = withView(view)(entries.synchronized(entries.remove(view)))
 
   private def current(spark: SparkSession, id: TableIdentifier): Option[Entry] = {
     // The common case, one look at the backing table's log: the same table, no refresh since.
-    entries.get(id) match {
+    entries.synchronized(entries.get(id)) match {
       case Some(Right(e)) =>
         val snapshot = ViewCatalog.deltaLog(spark, e.backing).update()
         if (snapshot.version == e.backingVersion && e.definition.startsWith(snapshot.metadata.id + "|")) {
@@ -142,7 +150,7 @@ object ResidentTrees extends Logging {
     // A view dropped and created again has a new backing table: its trees are not these.
     val definition = Seq(backing.metadata.id, meta.queryText, meta.accessBy.mkString(","),
       meta.columns.mkString(","), meta.eps.toString).mkString("|")
-    entries.get(id) match {
+    entries.synchronized(entries.get(id)) match {
       case Some(Right(e)) if e.definition == definition =>
         if (e.backingVersion == backingVersion) Some(e)
         else try {
@@ -151,7 +159,7 @@ object ResidentTrees extends Logging {
         } catch {
           // A change feed no longer there, a table replaced: the trees are built again.
           case NonFatal(_) =>
-            entries.remove(id)
+            entries.synchronized(entries.remove(id))
             current(spark, id)
         }
       case Some(Left((d, _))) if d == definition => None
@@ -167,7 +175,7 @@ object ResidentTrees extends Logging {
               "read its rows", e)
             Left(s"building them failed (${e.getMessage})")
         }
-        entries(id) = built.left.map(why => (definition, why))
+        entries.synchronized(entries(id) = built.left.map(why => (definition, why)))
         built.toOption
     }
   }
