@@ -72,12 +72,13 @@ def fits(rows: List[Dict[str, Any]], smallest: int) -> Dict[str, Dict[str, float
     return out
 
 
-def timed(rows: Any, limit: int) -> tuple:
-    """Seconds to the first row and to the `limit`-th (or last), and those rows."""
+def timed(request: Any, limit: int) -> tuple:
+    """Seconds to the first row and to the `limit`-th (or last) of the iterator `request`
+    returns (the call included), and those rows."""
     t0 = time.perf_counter()
     first = None
     got = []
-    for r in rows:
+    for r in request():
         if first is None:
             first = time.perf_counter() - t0
         got.append(tuple(r))
@@ -116,8 +117,8 @@ def spark_part(sizes: List[int], work: str, memory: str) -> List[Dict[str, Any]]
                 report = mv.refresh()
                 result["refresh_s"] = time.perf_counter() - t0
                 result["refresh_jobs"] = report.spark_jobs
-            t_first, t_last, t_rows = timed(mv.rows(), FIRST)
-            s_first, s_last, s_rows = timed(spark.table("listing").toLocalIterator(), FIRST)
+            t_first, t_last, t_rows = timed(mv.rows, FIRST)
+            s_first, s_last, s_rows = timed(lambda: spark.table("listing").toLocalIterator(), FIRST)
             if len(t_rows) < FIRST and Counter(t_rows) != Counter(s_rows):
                 raise SystemExit(f"{edges} edges, round {rnd}: rows() and the view differ")
             key = "after_refresh_" if rnd else ""
