@@ -142,7 +142,9 @@ final class HeavyLightTrees private (val query: Cqap, atomVars: IndexedSeq[Index
     components.foreach(_.variants.foreach(v => v.tree = v.fresh()))
     components.foreach(_.variants.foreach { v =>
       limitTrees()
-      v.atoms.foreach(a => store(a).counts.foreach { case (t, m) => if (belongs(v, a, t)) v.tree.update(a, t, m) })
+      v.tree.load(v.atoms.iterator.flatMap(a => store(a).counts.iterator.collect {
+        case (t, m) if belongs(v, a, t) => (a, t: IndexedSeq[Any], m)
+      }))
     })
   }
 

@@ -71,6 +71,43 @@ final class ViewTree private (atomVars: IndexedSeq[IndexedSeq[String]], componen
     }
   }
 
+  /**
+   * Loads tuples into empty trees in bulk: the atoms (and their indicator projections) first,
+   * then each node's views once, bottom-up, as the join of its atoms and children's V'. The
+   * same views as one update per tuple, without walking a tuple's path to the root.
+   */
+  override def load(input: Iterator[(Int, IndexedSeq[Any], Long)]): Unit = {
+    require(tuples == 0, "load fills empty trees")
+    input.foreach { case (atom, values, m) => if (m != 0) {
+      val key = ArraySeq.from(values)
+      val before = atomCounts(atom).get(key)
+      if (before == 0) tuples += 1 else if (before + m == 0) tuples -= 1
+      atomCounts(atom).add(key, m)
+    }}
+    indicators.foreach { case (a, ids) =>
+      ids.foreach(i => atomCounts(a).counts.keysIterator.foreach(t => atomCounts(i).add(t, 1L)))
+    }
+    def fill(n: Node): Unit = {
+      n.children.foreach(fill)
+      val rels = n.atoms.map(a => Rel(atomVars(a), atomCounts(a))) ++ n.children.map(c => Rel(c.dep, c.total))
+      join(Map.empty, 1L, rels).foreach { case (at, m) => if (m != 0) {
+        val dep = keyOf(n.dep, at)
+        val xs = n.own.getOrElseUpdate(dep, mutable.LinkedHashMap[Any, Long]())
+        val had = xs.contains(at(n.variable))
+        add(xs, at(n.variable), m)
+        held += (if (xs.contains(at(n.variable))) 1 else 0) - (if (had) 1 else 0)
+        if (xs.isEmpty) n.own.remove(dep)
+        work += 1
+      }}
+      n.own.foreach { case (dep, xs) =>
+        val sum = xs.valuesIterator.sum
+        if (sum != 0) { n.total.add(dep, sum); held += 1 }
+      }
+      if (held > entryLimit) throw new AccessTrees.TooLarge(entryLimit)
+    }
+    components.foreach(_.roots.foreach(fill))
+  }
+
   /** One atom's change, up the path from its node to the root (section 4.2). */
   private def propagate(atom: Int, values: IndexedSeq[Any], delta: Long): Unit = {
     atomCounts(atom).add(ArraySeq.from(values), delta)

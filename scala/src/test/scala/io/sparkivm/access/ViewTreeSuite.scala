@@ -46,6 +46,13 @@ class ViewTreeSuite extends AnyFunSuite {
       }
     }
     assert(tree.size == db.map(_.size).sum)
+    // The same tuples loaded in bulk into empty trees: the same views, entries and answers.
+    val loaded = ViewTree.build(atomVars, orders, a => q.atoms.indexOf(a), indicators = indicators)
+      .fold(why => fail(why), identity)
+    loaded.load(db.indices.iterator.flatMap(i => db(i).iterator.map { case (t, m) => (i, t.toIndexedSeq, m) }))
+    assert(loaded.violations().isEmpty, s"$q loaded: ${loaded.violations()}")
+    assert(loaded.entries == tree.entries && loaded.size == tree.size, q)
+    requests.foreach(inputs => assert(loaded.lookup(inputs).toMap == tree.lookup(inputs).toMap, s"$q loaded, $inputs"))
     tree
   }
 
