@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 from decimal import Decimal
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
 
@@ -65,6 +66,7 @@ class MaterializedView:
         self.spark = spark
         self.name = name
         self._sql_name = quote_name(name)
+        self._trees: Any = None
 
     @classmethod
     @raises_typed
@@ -277,18 +279,23 @@ class MaterializedView:
         that are not the view's (which the eager path then reports)."""
         if not all(v is None or isinstance(v, (bool, int, float, str, Decimal)) for v in inputs.values()):
             return None
-        jvm = self.spark._jvm
-        assert jvm is not None
-        return jvm.io.sparkivm.access.ResidentTrees.open(
-            self.spark._jsparkSession, self._sql_name, list(inputs), list(inputs.values()))
+        # One round trip: names joined, values pickled (lists would cost one per element).
+        return self._resident_trees().open(self.spark._jsparkSession, self._sql_name, "\0".join(inputs),
+                                           bytearray(pickle.dumps(list(inputs.values()), protocol=2)))
+
+    def _resident_trees(self) -> Any:
+        """The JVM's ResidentTrees, resolved once (each resolution is a round trip per package)."""
+        if self._trees is None:
+            jvm = self.spark._jvm
+            assert jvm is not None
+            self._trees = jvm.io.sparkivm.access.ResidentTrees
+        return self._trees
 
     @raises_typed
     def lookup_structure(self) -> str:
         """How :meth:`lookup` answers: ``view trees held: <n> tuples at <versions>``, or ``no view
         trees: <why>`` (then it reads the view's rows). Builds the trees if the view has them."""
-        jvm = self.spark._jvm
-        assert jvm is not None
-        text: str = jvm.io.sparkivm.access.ResidentTrees.describe(self.spark._jsparkSession, self._sql_name)
+        text: str = self._resident_trees().describe(self.spark._jsparkSession, self._sql_name)
         return text
 
     @raises_typed
@@ -341,15 +348,18 @@ class MaterializedView:
 
 def _drain(cursor: Any) -> Iterator[Row]:
     """The rows of a lookup cursor of the view trees, in growing batches (the first one small,
-    for a quick first answer); the cursor is closed when the generator ends or is dropped."""
+    for a quick first answer); the cursor is closed when it runs out, or here when the
+    generator is dropped before."""
     serializer = CPickleSerializer()
     size = 64
+    done = False
     try:
-        while True:
+        while not done:
             batch = serializer.loads(bytes(cursor.next(size)))  # type: ignore[no-untyped-call]
-            if not batch:
-                return
+            # A short batch is the last: the cursor closed itself (no round trip to ask again).
+            done = len(batch) < size
             yield from batch
             size = min(size * 4, 4096)
     finally:
-        cursor.close()
+        if not done:
+            cursor.close()

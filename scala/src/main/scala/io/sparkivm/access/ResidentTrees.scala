@@ -41,7 +41,9 @@ object ResidentTrees extends Logging {
 
   /** A view's trees and what they were built from. */
   private final class Entry(val definition: String, val backing: TableIdentifier, val plan: TreePlan,
-      val tree: AccessTrees, var versions: Map[String, Long], var backingVersion: Long) {
+      val tree: AccessTrees, var versions: Map[String, Long], var backingVersion: Long,
+      /** The backing table's log, resolved once: a lookup's check for a new refresh is its update. */
+      val log: org.apache.spark.sql.delta.DeltaLog) {
     val open: mutable.Map[LookupCursor, Long] = mutable.Map()
     var epoch = 0L
     /** Atom tuples the last move forward changed (each a path of views up its tree). */
@@ -74,10 +76,26 @@ object ResidentTrees extends Logging {
    * the view has no trees (the caller reads the view's rows instead).
    */
   def open(spark: SparkSession, view: String, names: java.util.List[String],
-      inputs: java.util.List[Any]): LookupCursor = {
+      inputs: java.util.List[Any]): LookupCursor =
+    open(spark, view, (0 until names.size).map(i => names.get(i) -> inputs.get(i)))
+
+  /**
+   * [[open]] in one call from Python: the input names joined by NUL characters, and their
+   * values pickled as a list (what a call with lists would send element by element).
+   */
+  def open(spark: SparkSession, view: String, names: String, pickledInputs: Array[Byte]): LookupCursor = {
+    val values = new net.razorvine.pickle.Unpickler().loads(pickledInputs).asInstanceOf[java.util.List[Any]]
+    val split = if (names.isEmpty) Array.empty[String] else names.split("\u0000", -1)
+    open(spark, view, split.indices.map(i => split(i) -> (values.get(i) match {
+      case b: java.math.BigInteger => new java.math.BigDecimal(b)
+      case v => v
+    })))
+  }
+
+  private def open(spark: SparkSession, view: String, inputs: Seq[(String, Any)]): LookupCursor = {
     val id = idOf(spark, view)
     val entry = withView(id)(current(spark, id))
-    val named = (0 until names.size).map(i => names.get(i).toLowerCase(java.util.Locale.ROOT) -> inputs.get(i)).toMap
+    val named = inputs.map { case (n, v) => n.toLowerCase(java.util.Locale.ROOT) -> v }.toMap
     entry match {
       // Inputs named otherwise than the view's (a view replaced since the caller read them).
       case Some(e) if e.plan.inputs.map(_._2.name.toLowerCase(java.util.Locale.ROOT)).toSet != named.keySet => null
@@ -138,14 +156,15 @@ object ResidentTrees extends Logging {
     // The common case, one look at the backing table's log: the same table, no refresh since.
     entries.synchronized(entries.get(id)) match {
       case Some(Right(e)) =>
-        val snapshot = ViewCatalog.deltaLog(spark, e.backing).update()
+        val snapshot = e.log.update()
         if (snapshot.version == e.backingVersion && e.definition.startsWith(snapshot.metadata.id + "|")) {
           return Some(e)
         }
       case _ =>
     }
     val meta = ViewCatalog.lookup(spark, id.nameParts)
-    val backing = ViewCatalog.deltaLog(spark, meta.backing).update()
+    val log = ViewCatalog.deltaLog(spark, meta.backing)
+    val backing = log.update()
     val backingVersion = backing.version
     // A view dropped and created again has a new backing table: its trees are not these.
     val definition = Seq(backing.metadata.id, meta.queryText, meta.accessBy.mkString(","),
@@ -168,7 +187,7 @@ object ResidentTrees extends Logging {
         val built = try plan(spark, meta).flatMap { p =>
           val (record, _) = ViewCatalog.lastRefresh(spark, meta)
           p.build().flatMap(tree => fill(spark, meta, p, tree, record.sourceVersions).map(_ =>
-            new Entry(definition, meta.backing, p, tree, record.sourceVersions, backingVersion)))
+            new Entry(definition, meta.backing, p, tree, record.sourceVersions, backingVersion, log)))
         } catch {
           case NonFatal(e) =>
             logWarning(s"spark-ivm: the view trees of ${meta.viewName} could not be built; its lookups " +
