@@ -36,7 +36,7 @@ import statistics
 import sys
 import time
 from collections import Counter
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, List, Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -67,9 +67,10 @@ VIEWS = {  # name: (query, the lazy baseline's query for one customer key)
 }
 
 
-def timed(request: Callable[[], Any]) -> tuple:
-    """Seconds to the first row and to the last of the lazy iterator `request` returns (the call
-    included: opening a lookup or planning a query is part of its answer's time), and the rows."""
+def timed(request: Callable[[], Any], limit: Optional[int] = None) -> tuple:
+    """Seconds to the first row and to the last (or the `limit`-th) of the lazy iterator
+    `request` returns (the call included: opening a lookup or planning a query is part of its
+    answer's time), and those rows."""
     t0 = time.perf_counter()
     first = None
     out = []
@@ -77,6 +78,8 @@ def timed(request: Callable[[], Any]) -> tuple:
         if first is None:
             first = time.perf_counter() - t0
         out.append(tuple(r))
+        if len(out) == limit:
+            break
     total = time.perf_counter() - t0
     return (first if first is not None else total), total, out
 

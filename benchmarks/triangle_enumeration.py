@@ -72,23 +72,9 @@ def fits(rows: List[Dict[str, Any]], smallest: int) -> Dict[str, Dict[str, float
     return out
 
 
-def timed(request: Any, limit: int) -> tuple:
-    """Seconds to the first row and to the `limit`-th (or last) of the iterator `request`
-    returns (the call included), and those rows."""
-    t0 = time.perf_counter()
-    first = None
-    got = []
-    for r in request():
-        if first is None:
-            first = time.perf_counter() - t0
-        got.append(tuple(r))
-        if len(got) == limit:
-            break
-    return (first if first is not None else time.perf_counter() - t0), time.perf_counter() - t0, got
-
-
 def spark_part(sizes: List[int], work: str, memory: str) -> List[Dict[str, Any]]:
     from bench_session import session
+    from lookups import timed
     from spark_ivm import MaterializedView
     from triangles import graph, hub_round, load
 
