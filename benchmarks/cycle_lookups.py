@@ -89,7 +89,8 @@ def run(edges: int, requests: int, updates: int, eps: float, work: str, memory: 
         e_first, e_total, e_rows = timed(lambda: eager(b, d))
         l_first, l_total, l_rows = timed(lambda: spark.sql(LAZY.format(b=b, d=d)).toLocalIterator())
         if not Counter(t_rows) == Counter(e_rows) == Counter(l_rows):
-            raise SystemExit(f"{edges} edges, request ({b}, {d}): the lookup, the view and the query differ")
+            raise SystemExit(f"{edges} edges, request ({b}, {d}): the lookup, the view and the query differ: "
+                             f"{sorted(t_rows)[:20]} / {sorted(e_rows)[:20]} / {sorted(l_rows)[:20]}")
         lookups.append({"b": b, "d": d, "answers": len(e_rows), "lookup_first_s": t_first,
                         "lookup_total_s": t_total, "eager_first_s": e_first, "eager_total_s": e_total,
                         "lazy_first_s": l_first, "lazy_total_s": l_total})

@@ -42,8 +42,16 @@ object ResidentTrees extends Logging {
   /** A view's trees and what they were built from. */
   private final class Entry(val definition: String, val backing: TableIdentifier, val plan: TreePlan,
       val tree: AccessTrees, var versions: Map[String, Long], var backingVersion: Long,
-      /** The backing table's log, resolved once: a lookup's check for a new refresh is its update. */
-      val log: org.apache.spark.sql.delta.DeltaLog) {
+      /** The backing table's log as the session that built the entry resolved it. */
+      log: org.apache.spark.sql.delta.DeltaLog, context: org.apache.spark.SparkContext) {
+    /**
+     * The backing table's log for a lookup's check for a new refresh: the one resolved when the
+     * entry was built while its Spark context runs (the catalog is not asked again); in another
+     * context (a new session, maybe over another warehouse) resolved again, so that a table of
+     * the same name elsewhere is not mistaken for this one.
+     */
+    def logFor(spark: SparkSession): org.apache.spark.sql.delta.DeltaLog =
+      if ((spark.sparkContext eq context) && !context.isStopped) log else ViewCatalog.deltaLog(spark, backing)
     val open: mutable.Map[LookupCursor, Long] = mutable.Map()
     var epoch = 0L
     /** Atom tuples the last move forward changed (each a path of views up its tree). */
@@ -156,7 +164,7 @@ object ResidentTrees extends Logging {
     // The common case, one look at the backing table's log: the same table, no refresh since.
     entries.synchronized(entries.get(id)) match {
       case Some(Right(e)) =>
-        val snapshot = e.log.update()
+        val snapshot = e.logFor(spark).update()
         if (snapshot.version == e.backingVersion && e.definition.startsWith(snapshot.metadata.id + "|")) {
           return Some(e)
         }
@@ -187,7 +195,7 @@ object ResidentTrees extends Logging {
         val built = try plan(spark, meta).flatMap { p =>
           val (record, _) = ViewCatalog.lastRefresh(spark, meta)
           p.build().flatMap(tree => fill(spark, meta, p, tree, record.sourceVersions).map(_ =>
-            new Entry(definition, meta.backing, p, tree, record.sourceVersions, backingVersion, log)))
+            new Entry(definition, meta.backing, p, tree, record.sourceVersions, backingVersion, log, spark.sparkContext)))
         } catch {
           case NonFatal(e) =>
             logWarning(s"spark-ivm: the view trees of ${meta.viewName} could not be built; its lookups " +

@@ -226,4 +226,30 @@ class HeavyLightTreesSuite extends AnyFunSuite {
     assert(chain.updateWork - chainBefore >= k, "one chain tree joins the hub's tuples")
     assert(chain.lookup(Map.empty).map(_._2).sum == k)
   }
+
+  test("trees loaded in bulk answer as trees built one tuple at a time, on a skewed graph past the small domains") {
+    val q = Cqap(Seq(atom("R", "A", "B"), atom("S", "B", "C"), atom("T", "C", "D"), atom("U", "A", "D")),
+      Set("B", "D"), Set("A", "C"))
+    val atomVars = q.atoms.map(_.vars.toSeq.sorted.toIndexedSeq).toIndexedSeq
+    val edges = TradeOffBench.graph(3000, new Random(5))
+    def tuples = edges.iterator.flatMap { case (x, y) =>
+      (0 until 4).iterator.map(a => (a, if (a == 3) IndexedSeq[Any](y, x) else IndexedSeq[Any](x, y), 1L))
+    }
+    epsilons.foreach { eps =>
+      val loaded = build(q, eps)
+      loaded.load(tuples)
+      val streamed = build(q, eps)
+      tuples.foreach { case (a, t, m) => streamed.update(a, t, m) }
+      assert(loaded.violations().isEmpty, s"eps $eps: ${loaded.violations().take(5)}")
+      val rnd = new Random(9)
+      val requests = (0 until 300).map { _ =>
+        val (b, c) = edges(rnd.nextInt(edges.size))
+        Map[String, Any]("B" -> b, "D" -> edges.find(_._1 == c).map(_._2).getOrElse(b))
+      }
+      requests.foreach { in =>
+        assert(loaded.lookup(in).toMap == streamed.lookup(in).toMap, s"eps $eps, request $in")
+      }
+    }
+  }
 }
+
