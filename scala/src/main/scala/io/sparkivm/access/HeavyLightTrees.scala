@@ -288,7 +288,7 @@ object HeavyLightTrees {
    *
    * Each update then joins either a light part's values (fewer than 3/2 N^eps per key) or the
    * heavy values (at most 2 N^(1-eps)); [[ViewTree]]'s join takes the smaller of two
-   * candidates. Update O(N^max(eps, 1-eps)) amortized, delay O(1) (Theorem 4 of the paper); the
+   * candidates. Update O(N^max(eps, 1-eps)) amortized, delay O(1) (the paper's Theorem 3); the
    * partitions and rebalancing are this class's, with each part's key a single variable.
    */
   def triangle(q: Cqap, atomVars: IndexedSeq[IndexedSeq[String]], eps: Double): Option[HeavyLightTrees] = {

@@ -23,8 +23,9 @@ import org.apache.spark.sql.types.{StructField, StructType}
  * The view trees of views with ACCESS BY ([[AccessTrees]]: [[ViewTree]] for CQAP0 views and for
  * cyclic ones over chain orders, [[HeavyLightTrees]] for other hierarchical ones), and of views
  * without ACCESS BY that list triangles (IVM^eps's trees, [[HeavyLightTrees.triangle]], which
- * their rows() enumerate as a lookup without inputs), held on the driver per view and kept at the base-table versions of the view's last committed refresh, so
- * that a lookup sees that refresh: the trees are built from the tables at those versions on the
+ * their rows() enumerate as a lookup without inputs), held on the driver per view and kept at
+ * the base-table versions of the view's last committed refresh, so that a lookup sees that
+ * refresh: the trees are built from the tables at those versions on the
  * first lookup, and moved forward by the tables' net changes (their change data feeds) on the
  * first lookup after a later refresh. A lookup then reads only what matches its inputs.
  *
@@ -80,16 +81,10 @@ object ResidentTrees extends Logging {
     entries.synchronized(locks.getOrElseUpdate(id, new Object)).synchronized(f)
 
   /**
-   * Opens a lookup of `view` with the values of its ACCESS BY columns, in their order; null when
-   * the view has no trees (the caller reads the view's rows instead).
-   */
-  def open(spark: SparkSession, view: String, names: java.util.List[String],
-      inputs: java.util.List[Any]): LookupCursor =
-    open(spark, view, (0 until names.size).map(i => names.get(i) -> inputs.get(i)))
-
-  /**
-   * [[open]] in one call from Python: the input names joined by NUL characters, and their
-   * values pickled as a list (what a call with lists would send element by element).
+   * Opens a lookup of `view` with the values of its ACCESS BY columns; null when the view has
+   * no trees (the caller reads the view's rows instead). One call from Python: the input names
+   * joined by NUL characters, their values pickled as a list (Py4J would send a list's
+   * elements one round trip each).
    */
   def open(spark: SparkSession, view: String, names: String, pickledInputs: Array[Byte]): LookupCursor = {
     val values = new net.razorvine.pickle.Unpickler().loads(pickledInputs).asInstanceOf[java.util.List[Any]]
@@ -147,8 +142,9 @@ object ResidentTrees extends Logging {
 
   /** How rows() of a view without ACCESS BY is enumerated, if from trees (a triangle listing). */
   def enumeration(spark: SparkSession, meta: ViewMetadata): Option[String] =
-    (try plan(spark, meta).toOption catch { case NonFatal(_) => None }).map(p => s"${p.kind}, held in the driver's memory: built on the first rows(), " +
-      "moved forward by the tables' changes on the first rows() after a refresh")
+    (try plan(spark, meta).toOption catch { case NonFatal(_) => None }).map(p =>
+      s"${p.kind}, held in the driver's memory: built on the first rows(), moved forward by the tables' " +
+        "changes on the first rows() after a refresh")
 
   private def idOf(spark: SparkSession, view: String): TableIdentifier =
     ViewCatalog.qualify(spark, SessionInternals.parser(spark).parseMultipartIdentifier(view))
@@ -195,7 +191,8 @@ object ResidentTrees extends Logging {
         val built = try plan(spark, meta).flatMap { p =>
           val (record, _) = ViewCatalog.lastRefresh(spark, meta)
           p.build().flatMap(tree => fill(spark, meta, p, tree, record.sourceVersions).map(_ =>
-            new Entry(definition, meta.backing, p, tree, record.sourceVersions, backingVersion, log, spark.sparkContext)))
+            new Entry(definition, meta.backing, p, tree, record.sourceVersions, backingVersion, log,
+              spark.sparkContext)))
         } catch {
           case NonFatal(e) =>
             logWarning(s"spark-ivm: the view trees of ${meta.viewName} could not be built; its lookups " +
@@ -254,7 +251,7 @@ object ResidentTrees extends Logging {
       // Without ACCESS BY, only a triangle listing has trees: what its rows() enumerates.
       if (HeavyLightTrees.triangle(q, vars, eps).isEmpty) {
         Left("the view has no ACCESS BY (without one, only a triangle listing's rows() are enumerated from trees)")
-      } else Right((() => Right(HeavyLightTrees.triangle(q, vars, eps).get),
+      } else Right((() => HeavyLightTrees.triangle(q, vars, eps).toRight("not a triangle listing"),
         s"IVM^eps triangle view trees at eps = $eps (Kara et al. 2020, section 4: five trees over disjoint " +
           "heavy/light parts; O(N^max(eps, 1-eps)) amortized update, O(1) delay)"))
     } else if (analysis.cls == CqapClass.Cqap0) Right {
