@@ -22,7 +22,7 @@ import json
 import math
 import os
 import subprocess
-from typing import Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
@@ -36,13 +36,21 @@ def classpath() -> str:
     return [line for line in out.splitlines() if not line.startswith("[")][-1].strip()
 
 
-def run(sizes: str, eps: str, updates: int, lookups: int, graph: str, out: str) -> List[Dict[str, float]]:
-    harness = "io.sparkivm.access.TradeOffBench"
-    command = ["java", "-Xmx14g", "-cp", classpath(), harness, out, sizes, eps, str(updates), str(lookups),
-               "1", graph]
-    subprocess.run(command, check=True)
-    with open(out) as f:
+def rows_of(path: str) -> List[Dict[str, Any]]:
+    """The rows of a harness's output (one JSON object per line)."""
+    with open(path) as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def harness(main: str, out: str, *args: str) -> List[Dict[str, Any]]:
+    """Runs a Scala harness of the test sources in its own JVM, writing `out`; its rows."""
+    subprocess.run(["java", "-Xmx14g", "-cp", classpath(), main, out, *args], check=True)
+    return rows_of(out)
+
+
+def run(sizes: str, eps: str, updates: int, lookups: int, graph: str, out: str) -> List[Dict[str, Any]]:
+    return harness("io.sparkivm.access.TradeOffBench", out, sizes, eps, str(updates), str(lookups), "1",
+                   graph)
 
 
 def slope(points: Sequence[Tuple[float, float]]) -> float:
@@ -120,8 +128,7 @@ def main() -> None:
     os.makedirs(RESULTS, exist_ok=True)
     raw = os.path.join(RESULTS, f"{args.out}.jsonl")
     if args.from_jsonl:
-        with open(args.from_jsonl) as f:
-            rows = [json.loads(line) for line in f if line.strip()]
+        rows = rows_of(args.from_jsonl)
     else:
         rows = run(args.sizes, args.eps, args.updates, args.lookups, args.graph, raw)
     # On one graph every eps answers every request alike: the trees are checked against each other.

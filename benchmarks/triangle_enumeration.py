@@ -31,7 +31,6 @@ import json
 import os
 import random
 import shutil
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -41,7 +40,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-from cqap_tradeoff import IMAGES, RESULTS, classpath, slope  # noqa: E402
+from cqap_tradeoff import IMAGES, RESULTS, harness, rows_of, slope  # noqa: E402
 
 LISTING = ("SELECT e1.src AS a, e1.dst AS b, e2.dst AS c FROM edges e1 JOIN edges e2 ON e1.dst = e2.src "
            "JOIN edges e3 ON e2.dst = e3.src AND e3.dst = e1.src")
@@ -49,11 +48,7 @@ FIRST = 100_000
 
 
 def trees(sizes: str, eps: str, updates: int, raw: str) -> List[Dict[str, Any]]:
-    command = ["java", "-Xmx14g", "-cp", classpath(), "io.sparkivm.access.TriangleTreesBench", raw, sizes,
-               eps, str(updates), "1"]
-    subprocess.run(command, check=True)
-    with open(raw) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    return harness("io.sparkivm.access.TriangleTreesBench", raw, sizes, eps, str(updates), "1")
 
 
 def expected_update(label: str) -> float:
@@ -168,8 +163,7 @@ def main() -> None:
     args = parser.parse_args()
     os.makedirs(RESULTS, exist_ok=True)
     if args.from_jsonl:
-        with open(args.from_jsonl) as f:
-            rows = [json.loads(line) for line in f if line.strip()]
+        rows = rows_of(args.from_jsonl)
     else:
         rows = trees(args.sizes, args.eps, args.updates, os.path.join(RESULTS, f"{args.out}.jsonl"))
     for n in sorted({r["n"] for r in rows}):  # every eps and the chain tree list the same triangles

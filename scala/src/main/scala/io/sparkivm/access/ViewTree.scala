@@ -64,7 +64,7 @@ final class ViewTree private (atomVars: IndexedSeq[IndexedSeq[String]], componen
    */
   def update(atom: Int, values: IndexedSeq[Any], delta: Long): Unit = if (delta != 0) {
     val before = atomCounts(atom).get(ArraySeq.from(values))
-    if (before == 0) tuples += 1 else if (before + delta == 0) tuples -= 1
+    countTuple(before, delta)
     propagate(atom, values, delta)
     if (before == 0 || before + delta == 0) {
       indicators.getOrElse(atom, Nil).foreach(i => propagate(i, values, if (before == 0) 1L else -1L))
@@ -80,8 +80,7 @@ final class ViewTree private (atomVars: IndexedSeq[IndexedSeq[String]], componen
     require(tuples == 0, "load fills empty trees")
     input.foreach { case (atom, values, m) => if (m != 0) {
       val key = ArraySeq.from(values)
-      val before = atomCounts(atom).get(key)
-      if (before == 0) tuples += 1 else if (before + m == 0) tuples -= 1
+      countTuple(atomCounts(atom).get(key), m)
       atomCounts(atom).add(key, m)
     }}
     indicators.foreach { case (a, ids) =>
@@ -90,19 +89,8 @@ final class ViewTree private (atomVars: IndexedSeq[IndexedSeq[String]], componen
     def fill(n: Node): Unit = {
       n.children.foreach(fill)
       val rels = n.atoms.map(a => Rel(atomVars(a), atomCounts(a))) ++ n.children.map(c => Rel(c.dep, c.total))
-      join(Map.empty, 1L, rels).foreach { case (at, m) => if (m != 0) {
-        val dep = keyOf(n.dep, at)
-        val xs = n.own.getOrElseUpdate(dep, mutable.LinkedHashMap[Any, Long]())
-        val had = xs.contains(at(n.variable))
-        add(xs, at(n.variable), m)
-        held += (if (xs.contains(at(n.variable))) 1 else 0) - (if (had) 1 else 0)
-        if (xs.isEmpty) n.own.remove(dep)
-        work += 1
-      }}
-      n.own.foreach { case (dep, xs) =>
-        val sum = xs.valuesIterator.sum
-        if (sum != 0) { n.total.add(dep, sum); held += 1 }
-      }
+      join(Map.empty, 1L, rels).foreach { case (at, m) => if (m != 0) addOwn(n, keyOf(n.dep, at), at(n.variable), m) }
+      n.own.foreach { case (dep, xs) => addTotal(n, dep, xs.valuesIterator.sum) }
       if (held > entryLimit) throw new AccessTrees.TooLarge(entryLimit)
     }
     components.foreach(_.roots.foreach(fill))
@@ -127,25 +115,37 @@ final class ViewTree private (atomVars: IndexedSeq[IndexedSeq[String]], componen
         }
         val totals = mutable.HashMap[Key, Long]()
         own.foreach { case ((dep, x), d) => if (d != 0) {
-          val xs = n.own.getOrElseUpdate(dep, mutable.LinkedHashMap[Any, Long]())
-          val had = xs.contains(x)
-          add(xs, x, d)
-          held += (if (xs.contains(x)) 1 else 0) - (if (had) 1 else 0)
-          if (xs.isEmpty) n.own.remove(dep)
+          addOwn(n, dep, x, d)
           totals(dep) = totals.getOrElse(dep, 0L) + d
-          work += 1
         }}
-        totals.foreach { case (dep, d) =>
-          val had = n.total.get(dep) != 0
-          n.total.add(dep, d)
-          held += (if (n.total.get(dep) != 0) 1 else 0) - (if (had) 1 else 0)
-        }
+        totals.foreach { case (dep, d) => addTotal(n, dep, d) }
         if (held > entryLimit) throw new AccessTrees.TooLarge(entryLimit)
         changes = totals.filter(_._2 != 0).map { case (dep, d) => n.dep.zip(dep).toMap -> d }
         from = n
         n = n.parent
       }
     }
+  }
+
+  /** A distinct tuple entering or leaving an atom: `before` its multiplicity, `delta` the change. */
+  private def countTuple(before: Long, delta: Long): Unit =
+    if (before == 0) tuples += 1 else if (before + delta == 0) tuples -= 1
+
+  /** Adds `d` to V_X(dep, x) of node `n`, keeping the count of entries held. */
+  private def addOwn(n: Node, dep: Key, x: Any, d: Long): Unit = {
+    val xs = n.own.getOrElseUpdate(dep, mutable.LinkedHashMap[Any, Long]())
+    val had = xs.contains(x)
+    add(xs, x, d)
+    held += (if (xs.contains(x)) 1 else 0) - (if (had) 1 else 0)
+    if (xs.isEmpty) n.own.remove(dep)
+    work += 1
+  }
+
+  /** Adds `d` to V'_X(dep) of node `n`, keeping the count of entries held. */
+  private def addTotal(n: Node, dep: Key, d: Long): Unit = {
+    val had = n.total.get(dep) != 0
+    n.total.add(dep, d)
+    held += (if (n.total.get(dep) != 0) 1 else 0) - (if (had) 1 else 0)
   }
 
   private case class Rel(vars: IndexedSeq[String], counts: Counts)
