@@ -94,6 +94,10 @@ def _local_cores(master: Optional[str]) -> Optional[int]:
 # Compiled classes Spark keeps (see session_defaults).
 CODEGEN_CACHE_ENTRIES = 2000
 
+# Hadoop's local FileContext without shell processes (see session_defaults).
+LOCAL_FILE_CONTEXT = "spark.hadoop.fs.AbstractFileSystem.file.impl"
+NIO_LOCAL_FS = "io.sparkivm.storage.NioLocalFs"
+
 
 def session_defaults(master: Optional[str] = None) -> Dict[str, str]:
     """Settings that make refreshes cheap, applied where the user has not set them.
@@ -111,6 +115,11 @@ def session_defaults(master: Optional[str] = None) -> Dict[str, str]:
       each other's classes and every refresh compiled them again, about a second of CPU each;
       with 2,000 a view's later refreshes compile nothing. A static setting: it takes effect
       only in a session started with it.
+    - ``spark.hadoop.fs.AbstractFileSystem.file.impl``: on a local master, Hadoop's local file
+      system for ``FileContext`` (through which Delta commits) with its ``chmod`` and
+      ``readlink`` done in the JVM (``io.sparkivm.storage.NioLocalFs``). Without Hadoop's
+      native library, Hadoop's own starts a shell process for each, about a dozen per Delta
+      commit on a local path: some 40 ms per commit, several commits per refresh.
     """
     confs = {"spark.sql.adaptive.enabled": "true",
              "spark.sql.codegen.cache.maxEntries": str(CODEGEN_CACHE_ENTRIES)}
@@ -118,6 +127,7 @@ def session_defaults(master: Optional[str] = None) -> Dict[str, str]:
     if cores is not None:
         confs["spark.databricks.delta.snapshotPartitions"] = str(max(1, min(cores, 8)))
         confs["spark.sql.shuffle.partitions"] = str(max(2, 2 * cores))
+        confs[LOCAL_FILE_CONTEXT] = NIO_LOCAL_FS
     return confs
 
 

@@ -16,7 +16,7 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from ivm_testing import assert_matches_query, condition, multiset, refused, short_jvm_env
 from ivm_testing import session_confs as confs
 from spark_ivm import MaterializedView, configure_spark_with_ivm
-from spark_ivm.session import CODEGEN_CACHE_ENTRIES, session_defaults
+from spark_ivm.session import CODEGEN_CACHE_ENTRIES, LOCAL_FILE_CONTEXT, NIO_LOCAL_FS, session_defaults
 
 AGG = "SELECT g, count(*) AS n, sum(v) AS s, max(v) AS hi FROM f GROUP BY g"
 JOIN = "SELECT d.name, count(*) AS n, sum(f.v) AS s FROM f JOIN d ON f.g = d.g GROUP BY d.name"
@@ -348,6 +348,23 @@ def test_session_set_up_keeps_the_users_settings() -> None:
     assert options["spark.databricks.delta.snapshotPartitions"] == "3"
     assert "spark.databricks.delta.snapshotPartitions" not in session_defaults("yarn")
     assert session_defaults("yarn")["spark.sql.codegen.cache.maxEntries"] == str(CODEGEN_CACHE_ENTRIES)
+    assert options[LOCAL_FILE_CONTEXT] == NIO_LOCAL_FS and LOCAL_FILE_CONTEXT not in session_defaults("yarn")
+
+
+def test_delta_commits_on_local_paths_go_through_the_file_context_without_processes(
+        spark: SparkSession, db: str) -> None:
+    """On a local master, the FileContext Delta's log store commits through is
+    io.sparkivm.storage.NioLocalFs (loadable from the session's class path), and commits land."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    conf = spark._jsparkSession.sessionState().newHadoopConf()  # type: ignore[attr-defined]
+    uri = jvm.java.net.URI.create("file:///")
+    fs = jvm.org.apache.hadoop.fs.FileContext.getFileContext(uri, conf).getDefaultFileSystem()
+    assert fs.getClass().getName() == NIO_LOCAL_FS
+    spark.sql("CREATE TABLE nio (k INT) USING delta")
+    for k in range(3):
+        spark.sql(f"INSERT INTO nio VALUES ({k})")
+    assert spark.sql("DESCRIBE HISTORY nio").count() == 4 and spark.table("nio").count() == 3
 
 
 def test_fault_injection_needs_test_mode(tmp_path: Path) -> None:

@@ -1,0 +1,82 @@
+package io.sparkivm.storage
+
+import java.net.URI
+import java.nio.file.Files
+import java.nio.file.attribute.PosixFilePermission
+import java.util.{EnumSet => JEnumSet}
+
+import org.apache.hadoop.conf.Configuration
+import org.apache.hadoop.fs.{ChecksumFs, DelegateToFileSystem, FileStatus, FsServerDefaults, LocalFileSystem, Path, RawLocalFileSystem}
+import org.apache.hadoop.fs.local.LocalConfigKeys
+import org.apache.hadoop.fs.permission.{FsAction, FsPermission}
+
+/**
+ * Hadoop's local file system, with its two per-file shell commands done by `java.nio`.
+ *
+ * Without Hadoop's native library (which no Maven artifact ships), `RawLocalFileSystem` starts
+ * a process for each `chmod` it applies to a file it creates through `FileContext` and for
+ * each `readlink` of a path whose link status it is asked for. Every Delta commit on a local
+ * path goes through both (`HDFSLogStore` writes a temporary file and renames it over
+ * `FileContext`): about a dozen processes, some 40 ms, per commit, and a refresh commits
+ * several times (the backing table, state tables). `java.nio` does the same in the JVM.
+ * Everything else is Hadoop's own code; `spark_ivm.session_defaults` installs these classes for
+ * `file:` paths on local masters only (`fs.file.impl`, `fs.AbstractFileSystem.file.impl`).
+ */
+class NioRawLocalFileSystem extends RawLocalFileSystem {
+
+  /** As Hadoop's `chmod` (it follows links, as this does), without the process. A sticky or
+   * set-id bit, or a file system without POSIX permissions, goes to Hadoop's own path. */
+  override def setPermission(p: Path, permission: FsPermission): Unit = {
+    val posix = NioRawLocalFileSystem.posixPermissions(permission)
+    val file = pathToFile(p).toPath
+    if (posix.isEmpty || !Files.getFileStore(file).supportsFileAttributeView("posix")) {
+      super.setPermission(p, permission)
+    } else {
+      Files.setPosixFilePermissions(file, posix.get)
+    }
+  }
+
+  /** A path that is not a symbolic link has its own status as its link status; Hadoop asks
+   * `readlink` (a process) to find that out. Links go to Hadoop's own path. */
+  override def getFileLinkStatus(f: Path): FileStatus = {
+    if (Files.isSymbolicLink(pathToFile(f).toPath)) super.getFileLinkStatus(f)
+    else getFileStatus(f)
+  }
+}
+
+object NioRawLocalFileSystem {
+  private val Actions = Seq(
+    (PosixFilePermission.OWNER_READ, PosixFilePermission.OWNER_WRITE, PosixFilePermission.OWNER_EXECUTE),
+    (PosixFilePermission.GROUP_READ, PosixFilePermission.GROUP_WRITE, PosixFilePermission.GROUP_EXECUTE),
+    (PosixFilePermission.OTHERS_READ, PosixFilePermission.OTHERS_WRITE, PosixFilePermission.OTHERS_EXECUTE))
+
+  /** The nine rwx bits of `permission`, or None if it has a bit `java.nio` cannot set. */
+  def posixPermissions(permission: FsPermission): Option[java.util.Set[PosixFilePermission]] = {
+    if (permission.getStickyBit || (permission.toShort & ~0x1ff) != 0) return None
+    val set = JEnumSet.noneOf(classOf[PosixFilePermission])
+    Seq(permission.getUserAction, permission.getGroupAction, permission.getOtherAction)
+      .zip(Actions).foreach { case (action, (r, w, x)) =>
+        if (action.implies(FsAction.READ)) set.add(r)
+        if (action.implies(FsAction.WRITE)) set.add(w)
+        if (action.implies(FsAction.EXECUTE)) set.add(x)
+      }
+    Some(set)
+  }
+}
+
+/** `fs.file.impl`: Hadoop's checksummed local file system over [[NioRawLocalFileSystem]]. */
+class NioLocalFileSystem extends LocalFileSystem(new NioRawLocalFileSystem)
+
+/** `fs.AbstractFileSystem.file.impl` (what `FileContext`, and so Delta's log store, uses):
+ * Hadoop's `LocalFs` over [[NioRawLocalFileSystem]]. */
+class NioLocalFs(uri: URI, conf: Configuration) extends ChecksumFs(new NioRawLocalFs(uri, conf))
+
+/** Hadoop's `RawLocalFs` over [[NioRawLocalFileSystem]]. */
+class NioRawLocalFs(uri: URI, conf: Configuration)
+  extends DelegateToFileSystem(uri, new NioRawLocalFileSystem, conf, "file", false) {
+  override def getUriDefaultPort: Int = -1
+  override def getServerDefaults(f: Path): FsServerDefaults = LocalConfigKeys.getServerDefaults()
+  @deprecated("as Hadoop's", "") override def getServerDefaults: FsServerDefaults =
+    LocalConfigKeys.getServerDefaults()
+  override def isValidName(src: String): Boolean = true
+}
