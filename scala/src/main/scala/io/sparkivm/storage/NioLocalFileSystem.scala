@@ -1,7 +1,7 @@
 package io.sparkivm.storage
 
 import java.net.URI
-import java.nio.file.Files
+import java.nio.file.{Files, FileSystems}
 import java.nio.file.attribute.PosixFilePermission
 import java.util.{EnumSet => JEnumSet}
 
@@ -19,22 +19,20 @@ import org.apache.hadoop.fs.permission.{FsAction, FsPermission}
  * path goes through both (`HDFSLogStore` writes a temporary file and renames it over
  * `FileContext`): about a dozen processes, some 40 ms, per commit, and a refresh commits
  * several times (the backing table, state tables). `java.nio` does the same in the JVM.
- * Everything else is Hadoop's own code; `spark_ivm.session_defaults` installs these classes for
- * `file:` paths on local masters only (`fs.file.impl`, `fs.AbstractFileSystem.file.impl`).
+ * Everything else is Hadoop's own code. `spark_ivm.session_defaults` installs [[NioLocalFs]] for
+ * `file:` paths on local masters (`fs.AbstractFileSystem.file.impl`). [[NioLocalFileSystem]] is
+ * the same for `fs.file.impl`, which `spark-submit` resolves before it adds the spark-ivm jar to
+ * its class path: only for a JVM started with the jar on its own class path.
  */
 class NioRawLocalFileSystem extends RawLocalFileSystem {
 
   /** As Hadoop's `chmod` (it follows links, as this does), without the process. A sticky or
    * set-id bit, or a file system without POSIX permissions, goes to Hadoop's own path. */
-  override def setPermission(p: Path, permission: FsPermission): Unit = {
-    val posix = NioRawLocalFileSystem.posixPermissions(permission)
-    val file = pathToFile(p).toPath
-    if (posix.isEmpty || !Files.getFileStore(file).supportsFileAttributeView("posix")) {
-      super.setPermission(p, permission)
-    } else {
-      Files.setPosixFilePermissions(file, posix.get)
+  override def setPermission(p: Path, permission: FsPermission): Unit =
+    NioRawLocalFileSystem.posixPermissions(permission) match {
+      case Some(bits) if NioRawLocalFileSystem.Posix => Files.setPosixFilePermissions(pathToFile(p).toPath, bits)
+      case _ => super.setPermission(p, permission)
     }
-  }
 
   /** A path that is not a symbolic link has its own status as its link status; Hadoop asks
    * `readlink` (a process) to find that out. Links go to Hadoop's own path. */
@@ -45,6 +43,9 @@ class NioRawLocalFileSystem extends RawLocalFileSystem {
 }
 
 object NioRawLocalFileSystem {
+  /** Whether the JVM's file system has POSIX permissions (Linux and macOS do, Windows not). */
+  private val Posix = FileSystems.getDefault.supportedFileAttributeViews.contains("posix")
+
   private val Actions = Seq(
     (PosixFilePermission.OWNER_READ, PosixFilePermission.OWNER_WRITE, PosixFilePermission.OWNER_EXECUTE),
     (PosixFilePermission.GROUP_READ, PosixFilePermission.GROUP_WRITE, PosixFilePermission.GROUP_EXECUTE),
@@ -76,7 +77,7 @@ class NioRawLocalFs(uri: URI, conf: Configuration)
   extends DelegateToFileSystem(uri, new NioRawLocalFileSystem, conf, "file", false) {
   override def getUriDefaultPort: Int = -1
   override def getServerDefaults(f: Path): FsServerDefaults = LocalConfigKeys.getServerDefaults()
-  @deprecated("as Hadoop's", "") override def getServerDefaults: FsServerDefaults =
+  @deprecated("deprecated in Hadoop's AbstractFileSystem", "") override def getServerDefaults: FsServerDefaults =
     LocalConfigKeys.getServerDefaults()
   override def isValidName(src: String): Boolean = true
 }

@@ -53,6 +53,17 @@ class NioLocalFileSystemSuite extends AnyFunSuite {
     assert(permissions(Paths.get(committed.toUri)) == "rw-------")
   }
 
+  test("the FileSystem API: files created with permissions, link status") {
+    val fs = new NioLocalFileSystem
+    fs.initialize(java.net.URI.create("file:///"), new Configuration())
+    val dir = Files.createTempDirectory("nio-local-fs")
+    val p = new Path(dir.toUri.toString, "part-0.parquet")
+    fs.create(p, new FsPermission(Integer.parseInt("640", 8).toShort), true, 4096, 1.toShort, 1L << 20, null).close()
+    assert(permissions(Paths.get(p.toUri)) == "rw-r-----")
+    assert(!fs.getFileLinkStatus(p).isSymlink && fs.exists(p))
+    fs.close()
+  }
+
   test("link status as Hadoop's own local file system gives it: files, links, missing paths") {
     val ours = fileContext()
     val hadoops = FileContext.getLocalFSFileContext(new Configuration())
