@@ -2,13 +2,12 @@ package io.sparkivm.storage
 
 import java.net.URI
 import java.nio.file.{Files, FileSystems}
-import java.nio.file.attribute.PosixFilePermission
-import java.util.{EnumSet => JEnumSet}
+import java.nio.file.attribute.{PosixFilePermission, PosixFilePermissions}
 
 import org.apache.hadoop.conf.Configuration
 import org.apache.hadoop.fs.{ChecksumFs, DelegateToFileSystem, FileStatus, FsServerDefaults, LocalFileSystem, Path, RawLocalFileSystem}
 import org.apache.hadoop.fs.local.LocalConfigKeys
-import org.apache.hadoop.fs.permission.{FsAction, FsPermission}
+import org.apache.hadoop.fs.permission.FsPermission
 
 /**
  * Hadoop's local file system, with its two per-file shell commands done by `java.nio`.
@@ -46,23 +45,12 @@ object NioRawLocalFileSystem {
   /** Whether the JVM's file system has POSIX permissions (Linux and macOS do, Windows not). */
   private val Posix = FileSystems.getDefault.supportedFileAttributeViews.contains("posix")
 
-  private val Actions = Seq(
-    (PosixFilePermission.OWNER_READ, PosixFilePermission.OWNER_WRITE, PosixFilePermission.OWNER_EXECUTE),
-    (PosixFilePermission.GROUP_READ, PosixFilePermission.GROUP_WRITE, PosixFilePermission.GROUP_EXECUTE),
-    (PosixFilePermission.OTHERS_READ, PosixFilePermission.OTHERS_WRITE, PosixFilePermission.OTHERS_EXECUTE))
-
-  /** The nine rwx bits of `permission`, or None if it has a bit `java.nio` cannot set. */
-  def posixPermissions(permission: FsPermission): Option[java.util.Set[PosixFilePermission]] = {
-    if (permission.getStickyBit || (permission.toShort & ~0x1ff) != 0) return None
-    val set = JEnumSet.noneOf(classOf[PosixFilePermission])
-    Seq(permission.getUserAction, permission.getGroupAction, permission.getOtherAction)
-      .zip(Actions).foreach { case (action, (r, w, x)) =>
-        if (action.implies(FsAction.READ)) set.add(r)
-        if (action.implies(FsAction.WRITE)) set.add(w)
-        if (action.implies(FsAction.EXECUTE)) set.add(x)
-      }
-    Some(set)
-  }
+  /** The nine rwx bits of `permission`, or None if it has a bit `java.nio` cannot set (sticky,
+   * set-id). */
+  def posixPermissions(permission: FsPermission): Option[java.util.Set[PosixFilePermission]] =
+    if ((permission.toShort & ~0x1ff) != 0) None
+    else Some(PosixFilePermissions.fromString(
+      permission.getUserAction.SYMBOL + permission.getGroupAction.SYMBOL + permission.getOtherAction.SYMBOL))
 }
 
 /** `fs.file.impl`: Hadoop's checksummed local file system over [[NioRawLocalFileSystem]]. */
