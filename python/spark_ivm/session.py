@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import glob
+import hashlib
 import os
 import re
+import tempfile
 import zipfile
 from importlib import metadata
 from typing import Any, Dict, Iterable, List, Optional, Tuple
@@ -57,23 +59,60 @@ def _merged(existing: Optional[str], ours: Iterable[str]) -> str:
     return ",".join(have + [e for e in ours if e not in have])
 
 
-def _session_confs(extra_packages: Iterable[str], options: Optional[Dict[str, Any]] = None) -> Dict[str, str]:
+# Confs that change how Maven packages resolve: a session that sets any resolves them itself.
+_RESOLUTION_CONFS = ("spark.jars.packages", "spark.jars.excludes", "spark.jars.repositories",
+                     "spark.jars.ivy", "spark.jars.ivySettings")
+
+
+def _resolved_list(packages: List[str], excludes: List[str]) -> str:
+    """The file that lists the jars ``packages`` (less ``excludes``) resolved to, written by
+    :func:`fetch_packages`: in ``$SPARK_IVM_CACHE``, else ``$XDG_CACHE_HOME/spark-ivm``, else
+    ``~/.cache/spark-ivm``; named for the exact coordinates, so that other versions never share it."""
+    root = os.environ.get("SPARK_IVM_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "spark-ivm")
+    key = hashlib.sha256("\n".join([*packages, "--", *excludes]).encode("utf-8")).hexdigest()[:16]
+    return os.path.join(root, f"resolved-jars-{key}.txt")
+
+
+def _resolved_jars(packages: List[str], excludes: List[str]) -> Optional[List[str]]:
+    """The local jars ``packages`` resolved to when :func:`fetch_packages` last ran, if every
+    one is still there; None otherwise (the session then resolves them itself)."""
+    try:
+        with open(_resolved_list(packages, excludes), encoding="utf-8") as f:
+            jars = [line.strip() for line in f if line.strip()]
+    except OSError:
+        return None
+    return jars if jars and all(os.path.isfile(j) for j in jars) else None
+
+
+def _session_confs(extra_packages: Iterable[str], options: Optional[Dict[str, Any]] = None,
+                   resolve: bool = False) -> Dict[str, str]:
     """The confs spark-ivm needs: its jar, the Delta package and the jar's own packages, both
-    extensions, Delta's catalog. List-valued confs the user set are extended, not replaced."""
+    extensions, Delta's catalog. List-valued confs the user set are extended, not replaced.
+
+    The packages are given as the local jars they resolved to when :func:`fetch_packages` ran
+    (``make install`` runs it), unless ``resolve`` or the user asks for packages or resolution
+    settings of their own: Spark's resolution of Maven coordinates at each start takes about a
+    second and prints some hundred lines of Ivy's report, which no setting silences.
+    """
     options = options or {}
+    extra = list(extra_packages)
     jar = ivm_jar_path()
     packages, excludes = jar_packages(jar)
+    wanted = [delta_package(), *packages]
+    local = None if resolve or extra or any(options.get(k) for k in _RESOLUTION_CONFS) \
+        else _resolved_jars(wanted, excludes)
     confs = {
-        "spark.jars": _merged(options.get("spark.jars"), [jar]),
-        "spark.jars.packages": _merged(options.get("spark.jars.packages"),
-                                       [delta_package(), *packages, *extra_packages]),
+        "spark.jars": _merged(options.get("spark.jars"), [jar, *(local or [])]),
         # Appended to the user's own extensions, never replacing them.
         "spark.sql.extensions": _merged(options.get("spark.sql.extensions"),
                                         [DELTA_EXTENSION, IVM_EXTENSION]),
         "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
     }
-    if excludes:
-        confs["spark.jars.excludes"] = _merged(options.get("spark.jars.excludes"), excludes)
+    if local is None:
+        confs["spark.jars.packages"] = _merged(options.get("spark.jars.packages"), [*wanted, *extra])
+        if excludes:
+            confs["spark.jars.excludes"] = _merged(options.get("spark.jars.excludes"), excludes)
     return confs
 
 
@@ -137,7 +176,8 @@ def configure_spark_with_ivm(
     """Return ``builder`` configured for spark-ivm.
 
     Adds the spark-ivm jar, the Delta package (fetched from Maven Central on first use, as
-    ``delta.configure_spark_with_delta_pip`` does), the Delta and spark-ivm session extensions
+    ``delta.configure_spark_with_delta_pip`` does; once :func:`fetch_packages` has run, the jars
+    it resolved to, without resolving again), the Delta and spark-ivm session extensions
     (after any the builder already has) and the Delta catalog, then the settings of
     :func:`session_defaults` that the builder does not set. Works for ``local[*]`` and cluster
     masters alike: the jars are shipped to executors.
@@ -153,12 +193,32 @@ def configure_spark_with_ivm(
 
 def fetch_packages() -> None:
     """Resolve the Maven packages spark-ivm needs into Spark's Ivy cache (``make install`` runs
-    this once), so that later sessions, started side by side, find them there instead of
-    racing each other to download them."""
-    session = configure_spark_with_ivm(
-        SparkSession.builder.master("local[1]").appName("spark-ivm-fetch")
-        .config("spark.ui.enabled", "false")).getOrCreate()
-    session.stop()
+    this once), and record the jars they resolved to: later sessions, started side by side, use
+    those jars instead of resolving (or racing each other to download) the packages again."""
+    jar = ivm_jar_path()
+    packages, excludes = jar_packages(jar)
+    builder = SparkSession.builder.master("local[1]").appName("spark-ivm-fetch") \
+        .config("spark.ui.enabled", "false")
+    for key, value in _session_confs([], resolve=True).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    try:
+        # In client mode, spark-submit puts the jar and the resolved jars on the driver's class
+        # path and lists them here.
+        listed = session.sparkContext.getConf().get("spark.repl.local.jars", "") or ""
+    finally:
+        session.stop()
+    jars = [re.sub(r"^file:(//)?", "", j) for j in listed.split(",") if j.strip()]
+    jars = [j for j in jars if os.path.isfile(j) and os.path.abspath(j) != os.path.abspath(jar)]
+    if not jars:
+        return
+    target = _resolved_list([delta_package(), *packages], excludes)
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    # Written whole, then renamed: a session starting meanwhile reads the old list or the new.
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(target), prefix=".resolved-")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write("\n".join(jars) + "\n")
+    os.replace(tmp, target)
 
 
 def spark_sql_args(extra_packages: Optional[Iterable[str]] = None,
@@ -166,7 +226,9 @@ def spark_sql_args(extra_packages: Optional[Iterable[str]] = None,
     """Command-line arguments that start ``spark-sql`` (or ``spark-submit``) with spark-ivm,
     with :func:`session_defaults` for ``master`` (a later ``--conf`` overrides them)."""
     confs = _session_confs(extra_packages or [])
-    args = ["--jars", confs.pop("spark.jars"), "--packages", confs.pop("spark.jars.packages")]
+    args = ["--jars", confs.pop("spark.jars")]
+    if "spark.jars.packages" in confs:
+        args += ["--packages", confs.pop("spark.jars.packages")]
     if "spark.jars.excludes" in confs:
         args += ["--exclude-packages", confs.pop("spark.jars.excludes")]
     for key, value in {**confs, **session_defaults(master)}.items():

@@ -77,13 +77,45 @@ def test_describe_and_explain_from_python(spark: SparkSession, orders: str) -> N
 def test_session_configuration(spark: SparkSession) -> None:
     conf = spark.sparkContext.getConf()
     assert IVM_EXTENSION in conf.get("spark.sql.extensions")
-    assert delta_package() in conf.get("spark.jars.packages")
-    assert conf.get("spark.jars").endswith(".jar") and os.path.exists(conf.get("spark.jars"))
+    jars = conf.get("spark.jars").split(",")
+    assert jars[0].endswith(".jar") and all(os.path.exists(j) for j in jars)
+    # The Delta jar: as the jars `make install` resolved, or as the package to resolve.
+    artifact = delta_package().split(":")[1]
+    assert any(artifact in os.path.basename(j) for j in jars[1:]) \
+        or delta_package() in conf.get("spark.jars.packages", "")
     builder = configure_spark_with_ivm(SparkSession.builder, extra_packages=["g:a:1"])
     assert builder is not None
     args = spark_sql_args()
-    assert "--jars" in args and "--packages" in args
+    assert "--jars" in args
     assert f"spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension,{IVM_EXTENSION}" in args
+
+
+def test_sessions_use_the_jars_resolved_at_install_unless_asked_to_resolve(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """fetch_packages records the jars the packages resolved to; sessions use them, and fall
+    back to resolving when the list is missing, names a jar that is gone, or the user brings
+    packages or resolution settings of their own."""
+    from spark_ivm import session
+    monkeypatch.setenv("SPARK_IVM_CACHE", str(tmp_path))
+    packages, excludes = session.jar_packages()
+    wanted = [delta_package(), *packages]
+    assert "spark.jars.packages" in session._session_confs([])  # nothing recorded yet
+    kept = tmp_path / "delta.jar"
+    kept.write_bytes(b"")
+    listed = Path(session._resolved_list(wanted, excludes))
+    listed.write_text(f"{kept}\n")
+    confs = session._session_confs([])
+    assert "spark.jars.packages" not in confs and "spark.jars.excludes" not in confs
+    assert confs["spark.jars"].split(",")[1:] == [str(kept)]
+    args = spark_sql_args()
+    assert "--packages" not in args and args[args.index("--jars") + 1].endswith(str(kept))
+    assert delta_package() in session._session_confs(["g:a:1"])["spark.jars.packages"]
+    assert "spark.jars.packages" in session._session_confs([], {"spark.jars.repositories": "https://r"})
+    assert "spark.jars.packages" in session._session_confs([], resolve=True)
+    # Other coordinates never read this list.
+    assert session._resolved_list([*wanted, "g:a:1"], excludes) != str(listed)
+    kept.unlink()
+    assert "spark.jars.packages" in session._session_confs([])
 
 
 def test_spark_sql_command_runs_a_script(tmp_path: Path) -> None:
