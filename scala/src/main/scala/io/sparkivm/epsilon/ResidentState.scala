@@ -43,10 +43,21 @@ object ResidentState {
     PartitionedRows(df, keyColumn, partitions, KeyProbe.equalsAsJvm(df.schema(keyColumn).dataType))
 
   final case class Entry(version: String, base: PartitionedRows, appended: Vector[InternalRow]) {
-    /** The rows whose probe key is one of `keys` (or more rows: the caller filters). */
-    def frame(spark: SparkSession, keys: Option[Seq[Any]]): DataFrame = {
-      val kept = base.frame(spark, keys)
-      if (appended.isEmpty) kept else kept.union(LocalRows.frame(spark, base.schema, appended))
+    /**
+     * The rows whose probe key is one of `keys`, and whose columns at the indexes in `where`
+     * hold one of the values given (or more rows: the caller filters). Read in place
+     * where they can be, the kept and the appended rows are one local relation, which Spark
+     * computes on the driver (and folds the caller's filters into) without a job.
+     */
+    def frame(spark: SparkSession, keys: Option[Seq[Any]], where: Seq[(Int, Seq[Any])] = Nil): DataFrame = {
+      // Pre-filters in place by the other columns the caller filters on, where values compare as the JVM's.
+      val tests = where.filter { case (i, _) => KeyProbe.equalsAsJvm(base.schema(i).dataType) }
+      keys.flatMap(base.rowsInPlace(_, appended, tests)) match {
+        case Some(rows) => LocalRows.frame(spark, base.schema, rows)
+        case None =>
+          val kept = base.frame(spark, keys)
+          if (appended.isEmpty) kept else kept.union(LocalRows.frame(spark, base.schema, appended))
+      }
     }
 
     /**

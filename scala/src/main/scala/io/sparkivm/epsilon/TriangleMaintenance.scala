@@ -7,7 +7,7 @@ import io.sparkivm.catalog.EpsilonState
 import io.sparkivm.planner.{DeltaRules, KeyProbe, TriangleQuery}
 import org.apache.spark.sql.{DataFrame, Row, SparkSession}
 import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, Cast, Literal}
-import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, Project}
+import org.apache.spark.sql.catalyst.plans.logical.{LocalRelation, LogicalPlan, Project, Union}
 import org.apache.spark.sql.functions.{broadcast, col, lit, sum}
 import org.apache.spark.sql.catalyst.CatalystTypeConverters
 import org.apache.spark.sql.catalyst.expressions.GenericRowWithSchema
@@ -89,18 +89,31 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
     val branches = rules.delta(q.sides(i).plan)
     if (branches.isEmpty) None else {
       val raw = frame(i, rules.unionAll(branches.map(_.plan)), Some(rules.m))
-      val net = if (isLocal(raw)) {
+      val net = localRows(raw).map { rows =>
         // Folded on the driver: the rows are here already.
-        val rows = raw.collect().toSeq
         local(raw.schema, fold(rows, cols(i).size))
-      } else small(raw.groupBy(cols(i).map(col): _*).agg(sum(W).as(W)).filter(col(W) =!= 0))
+      }.getOrElse(small(raw.groupBy(cols(i).map(col): _*).agg(sum(W).as(W)).filter(col(W) =!= 0)))
       if (net.isEmpty) None else Some(net)
     }
   }
 
-  /** True if Spark computes `df` without a job (its optimized plan is a local relation). */
-  private def isLocal(df: DataFrame): Boolean =
-    df.queryExecution.optimizedPlan.isInstanceOf[org.apache.spark.sql.catalyst.plans.logical.LocalRelation]
+  /**
+   * `df`'s rows, as `collect` returns them, when they are computed on the driver without a job:
+   * its optimized plan is a local relation (Spark folds filters and projections over rows held
+   * here into one), or a union of them, which Spark would run as a job.
+   */
+  private def localRows(df: DataFrame): Option[Seq[Row]] = {
+    val relations = df.queryExecution.optimizedPlan match {
+      case l: LocalRelation => Some(Seq(l))
+      case u: Union if u.children.forall(_.isInstanceOf[LocalRelation]) =>
+        Some(u.children.collect { case l: LocalRelation => l })
+      case _ => None
+    }
+    relations.map { ls =>
+      val toRow = CatalystTypeConverters.createToScalaConverter(df.schema)
+      ls.flatMap(_.data).map(r => toRow(r).asInstanceOf[Row])
+    }
+  }
 
   /** Rows whose first `width` columns are the same, their weights (the last column) summed, zeros dropped. */
   private def fold(rows: Seq[Row], width: Int): Seq[Row] =
@@ -149,6 +162,17 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
       case Some(keys) => df.where(!col(s"a$i").isin(keys.toSeq: _*))
       case None => df.join(hint(h.table, h.size), Seq(s"a$i"), "left_anti")
     }
+  /**
+   * Probe keys of an occurrence's light (heavy) part: those not in (those in) its heavy set when
+   * it is held here, so that a probe of one part never reads the rows of the other's keys (a
+   * light probe by a heavy key would read all of its up to N rows only to drop them). The part's
+   * filter still applies: a key of another type than the set's is kept here, not dropped.
+   */
+  private def lightOnly(h: HeavySet, keys: Option[Seq[Any]]): Option[Seq[Any]] =
+    h.keys.filter(_ => !h.allHeavy).fold(keys)(set => keys.map(_.filterNot(set)))
+  private def heavyOnly(h: HeavySet, keys: Option[Seq[Any]]): Option[Seq[Any]] =
+    h.keys.filter(_ => !h.allHeavy).fold(keys)(set => keys.map(_.filter(set)))
+
   private def hint(t: DataFrame, size: Long) = if (size <= BroadcastKeys) broadcast(t) else t
 
   // ---- resident occurrences ----
@@ -167,8 +191,9 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
    * read); with no kept rows, the occurrence is read at Post once and kept. None when resident
    * state is off or the occurrence does not read pinned Delta tables.
    */
-  private def residentPost(i: Int, layout: String, keys: Seq[Any]): Option[DataFrame] =
-    residentEntry(i, layout).map(_.frame(spark, Some(keys)).toDF(cols(i) :+ W: _*))
+  private def residentPost(i: Int, layout: String, keys: Seq[Any], where: Seq[(String, Seq[Any])]): Option[DataFrame] =
+    residentEntry(i, layout).map(_.frame(spark, Some(keys), where.map { case (c, v) => cols(i).indexOf(c) -> v })
+      .toDF(cols(i) :+ W: _*))
 
   /** The resident rows of occurrence i at Post laid out by `layout` (see [[residentPost]]). */
   private def residentEntry(i: Int, layout: String): Option[ResidentState.Entry] = for {
@@ -203,8 +228,16 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
    * rows when a filter is on its a or b column, else read from the Delta tables.
    */
   private def side(k: Int, atPost: Boolean, filters: (String, Option[Seq[Any]])*): DataFrame = {
-    val kept = filters.collectFirst { case (c, Some(v)) if c == s"a$k" || c == s"b$k" => (c.take(1), v) }
-      .flatMap { case (layout, v) => residentPost(k, layout, v) }
+    val probes = filters.collect { case (c, Some(v)) if c == s"a$k" || c == s"b$k" => (c, v) }
+    // A point lookup by both columns reads the layout whose keys have fewer rows (a heavy key's
+    // rows by a, its few in-edges by b), when both are kept here to count.
+    val sized = if (probes.size < 2) Nil else probes.map { case (c, v) =>
+      residentEntry(k, c.take(1)).flatMap(_.base.sizeInPlace(v)) }
+    val chosen = if (sized.nonEmpty && sized.forall(_.isDefined)) Some(probes.zip(sized).minBy(_._2.get)._1)
+      else probes.headOption
+    val kept = chosen.flatMap { case (probed, v) =>
+      residentPost(k, probed.take(1), v, filters.collect { case (c, Some(vs)) if c != probed => c -> vs })
+    }
     val rows = kept match {
       case Some(postRows) if atPost => postRows
       case Some(postRows) => deltas(k).fold(postRows)(d => postRows.unionByName(d.frame.withColumn(W, -col(W))))
@@ -251,9 +284,10 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
 
   /** Several results computed in one Spark job (see [[small]]). */
   private def smallAll(dfs: Seq[DataFrame]): Seq[LocalDelta] = {
-    val (here, remote) = dfs.zipWithIndex.partition { case (df, _) => isLocal(df) }
     val done = mutable.Map[Int, LocalDelta]()
-    here.foreach { case (df, i) => done(i) = local(df.schema, df.collect().toSeq) }
+    val remote = dfs.zipWithIndex.filter { case (df, i) =>
+      localRows(df).map(rows => done(i) = local(df.schema, rows)).isEmpty
+    }
     LocalRows.collect(spark, remote.map(_._1), MaxLocalRows) match {
       case Some(all) if all.forall(_.size <= MaxLocalRows) =>
         remote.zip(all).foreach { case ((df, i), rows) =>
@@ -273,8 +307,7 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
   /** `df` summed per row of `keys` (weights `w`), computed now: on the driver when it is there. */
   def settled(df: DataFrame, keys: Seq[String]): LocalDelta = {
     val cols = df.select((keys :+ W).map(col): _*)
-    if (isLocal(cols)) local(cols.schema, fold(cols.collect().toSeq, keys.size))
-    else small(aggregate(cols, keys))
+    localRows(cols).map(rows => local(cols.schema, fold(rows, keys.size))).getOrElse(small(aggregate(cols, keys)))
   }
 
   /** `df` with every column of the block's delta rows (nulls for those the view never reads). */
@@ -314,10 +347,14 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
    * X_p^L, which is F1 restricted to D's heavy rows; V_q gains X_q^H x D^L, F2 restricted to
    * its light rows). Then every step's second hops (point lookups keyed by F1 and F2) and
    * auxiliary-view lookups (V_p as of the step: stored plus earlier steps' changes) are one
-   * query, summed per row.
+   * query, summed per row. Where the resident rows are read in place (a local master), the
+   * hops run no job at all: each probe is a local relation ([[ResidentState.Entry.frame]]).
+   *
+   * `auxTable(i, keys, where)` gives auxiliary view i's rows whose b_{i+1} is in `keys` (its
+   * light side's variable) and whose columns in `where` hold the values given, or more rows.
    */
   def blockDelta(state: EpsilonState, heavy: IndexedSeq[HeavySet],
-      auxTable: (Int, Option[Seq[Any]]) => DataFrame): DataFrame = {
+      auxTable: (Int, Option[Seq[Any]], Seq[(String, Seq[Any])]) => DataFrame): DataFrame = {
     val changed = sides.flatMap(j => deltas(j).map(j -> _))
     // 1. First hops of every step, in one job.
     val hops = changed.map { case (j, d) =>
@@ -326,7 +363,7 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
       val aKeys = keysOf(d, s"a$j")
       val bKeys = keysOf(d, s"b$j")
       val allHeavy = heavy(p).allHeavy
-      val f1 = if (allHeavy) None else Some(Hop(d, lightPart(side(p, p < j, s"a$p" -> bKeys), p, heavy(p)),
+      val f1 = if (allHeavy) None else Some(Hop(d, lightPart(side(p, p < j, s"a$p" -> lightOnly(heavy(p), bKeys)), p, heavy(p)),
         Seq(s"b$j" -> s"a$p")))
       val needF2 = !heavy(prev).empty && (!heavy(p).empty || !allHeavy)
       val f2 = if (!needF2) None else Some(Hop(d, heavyPart(side(prev, prev < j, s"b$prev" -> aKeys), prev,
@@ -350,12 +387,14 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
       }
       // Heavy C-values pointing at each A-value (HH), then point lookups in X_p^H.
       f2.filter(_ => !heavy(p).empty).foreach { second =>
-        seconds += Hop(second, heavyPart(side(p, p < j, s"a$p" -> bKeys, s"b$p" -> keysOf(second, s"a$prev")), p,
+        val heavyB = if (types(s"b$j") == types(s"a$p")) heavyOnly(heavy(p), bKeys) else bKeys
+        seconds += Hop(second, heavyPart(side(p, p < j, s"a$p" -> heavyB, s"b$p" -> keysOf(second, s"a$prev")), p,
           heavy(p)), Seq(s"b$j" -> s"a$p", s"a$prev" -> s"b$p")) -> complete
       }
       // The auxiliary view V_p = X_p^H x X_q^L as of this step (HL): a lookup.
       if (!allHeavy && !heavy(p).empty) {
-        val v = (probe(auxTable(p, bKeys), s"a$p" -> bKeys, s"b$prev" -> aKeys) +: pending(p)).reduce(_ unionByName _)
+        val v = (probe(auxTable(p, aKeys, bKeys.map(s"a$p" -> _).toSeq), s"a$p" -> bKeys, s"b$prev" -> aKeys) +:
+          pending(p)).reduce(_ unionByName _)
         seconds += Hop(d, v, Seq(s"b$j" -> s"a$p", s"a$j" -> s"b$prev")) -> { hit =>
           complete(if (q.needsY(p)) hit.withColumn(s"a$prev", col(s"b$p")) else hit)
         }
@@ -371,9 +410,10 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
     }
     val out = hopsAll(seconds.map(_._1).toSeq).zip(seconds.map(_._2)).map { case (hit, finish) => finish(hit.frame) }
     val schema = StructType(allCols.map(c => StructField(c, types(c))) :+ StructField(W, LongType))
-    if (out.forall(isLocal)) {
+    val here = out.map(localRows)
+    if (here.forall(_.isDefined)) {
       // Every term is held here: summed per row here, no job.
-      local(schema, fold(out.flatMap(_.collect().toSeq).toSeq, allCols.size)).frame
+      local(schema, fold(here.flatMap(_.get).toSeq, allCols.size)).frame
     } else materialize(aggregate(out.reduce(_ unionByName _), allCols))
   }
 

@@ -81,9 +81,11 @@ class TriangleStateTables(spark: SparkSession, meta: ViewMetadata, attempt: Stri
 
   /**
    * Auxiliary view i as of a version, the rows whose first column (its probe key) is one of
-   * `keys` or more: resident when kept ([[ResidentState]]), else read from its table and kept.
+   * `keys` and whose columns named in `where` hold one of the values given, or more rows:
+   * resident when kept ([[ResidentState]]), else read from its table and kept.
    */
-  def aux(i: Int, version: Long, rows: Long, keyColumn: String, keys: Option[Seq[Any]]): DataFrame =
+  def aux(i: Int, version: Long, rows: Long, keyColumn: String, keys: Option[Seq[Any]],
+      where: Seq[(String, Seq[Any])] = Nil): DataFrame =
     if (!resident) read(3 + i, version) else {
       val table = ResidentState.tableName(names(3 + i))
       val entry = ResidentState.get(spark, table, stamp(3 + i, version)).getOrElse {
@@ -93,7 +95,7 @@ class TriangleStateTables(spark: SparkSession, meta: ViewMetadata, attempt: Stri
         ResidentState.put(table, built)
         built
       }
-      entry.frame(spark, keys)
+      entry.frame(spark, keys, where.map { case (c, v) => entry.base.schema.fieldIndex(c) -> v })
     }
 
   /** Replaces table i's rows, laid out in files by `sortKey`; returns the new version. */

@@ -66,11 +66,16 @@ object TriangleViews extends Logging {
     state
   }
 
-  /** The state's heavy sets and auxiliary views as of `state`, for one refresh's delta. */
+  /**
+   * The state's heavy sets and auxiliary views as of `state`, for one refresh's delta. An
+   * auxiliary view V_i = X_i^H x X_{i+1}^L is looked up by its light side's variable b_{i+1}:
+   * each value has at most one row per heavy key (fewer than 2 N^(1-eps), Kara et al. 2020,
+   * section 4), where a heavy key's rows by a_i can number N.
+   */
   def blockDelta(engine: TriangleMaintenance, tables: TriangleStateTables, state: EpsilonState)(
       heavy: IndexedSeq[engine.HeavySet]): DataFrame =
-    engine.blockDelta(state, heavy, (i, keys) =>
-      tables.aux(i, state.versions(3 + i), state.auxRows(i), s"a$i", keys))
+    engine.blockDelta(state, heavy, (i, keys, where) =>
+      tables.aux(i, state.versions(3 + i), state.auxRows(i), s"b${(i + 1) % 3}", keys, where))
 
   /**
    * The state after a refresh whose block delta `engine` computed: auxiliary-view changes

@@ -5,7 +5,7 @@ import java.util.{HashMap => JHashMap}
 import scala.collection.mutable
 import scala.collection.mutable.ArrayBuffer
 
-import org.apache.spark.SparkContext
+import org.apache.spark.{SparkContext, SparkEnv}
 import org.apache.spark.rdd.{PartitionPruningRDD, RDD}
 import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.catalyst.{CatalystTypeConverters, InternalRow}
@@ -16,8 +16,8 @@ import org.apache.spark.sql.classic
 import org.apache.spark.sql.execution.LogicalRDD
 import org.apache.spark.sql.functions.col
 import org.apache.spark.sql.internal.SQLConf
-import org.apache.spark.sql.types.StructType
-import org.apache.spark.storage.StorageLevel
+import org.apache.spark.sql.types.{DataType, StructType}
+import org.apache.spark.storage.{RDDBlockId, StorageLevel}
 
 /**
  * Rows kept in the executors' memory (spilling to their disks) across queries and sessions of
@@ -31,6 +31,12 @@ import org.apache.spark.storage.StorageLevel
  *
  * Holds the RDD, not a DataFrame: each read builds its plan in the reading session (the RDD's
  * lineage keeps the plan, and so the session, that first computed the rows).
+ *
+ * On a local master the one executor is this JVM: a lookup of indexed rows reads the kept hash
+ * maps in place from its block manager, with no Spark job, as the paper's model probes its maps
+ * (a job costs tens of milliseconds to schedule, far more than a lookup of a few keys). The
+ * rows read that way are a local relation. A partition not kept (not computed yet, evicted)
+ * and other masters read through a job.
  */
 final class PartitionedRows private (val schema: StructType, keyIndex: Int, partitions: Int,
     val indexed: Boolean, rdd: RDD[JHashMap[Any, Array[InternalRow]]]) {
@@ -48,14 +54,14 @@ final class PartitionedRows private (val schema: StructType, keyIndex: Int, part
    */
   private def toKeys(keys: Iterable[Any]): Array[Any] = toKeyPairs(keys).map(_._2).distinct
 
-  /** Each key value (not null) with its Catalyst value of the key type, where it has one. */
-  private def toKeyPairs(keys: Iterable[Any]): Array[(Any, Any)] = {
+  /** Each key value (not null) with its Catalyst value of type `to`, where it has one. */
+  private def toKeyPairs(keys: Iterable[Any], to: DataType = keyType): Array[(Any, Any)] = {
     val converters = mutable.HashMap[Class[_], Any => Any]()
     def converter(sample: Any): Any => Any = {
       val from = Literal.create(sample).dataType
       val toCatalyst = CatalystTypeConverters.createToCatalystConverter(from)
-      if (from == keyType) toCatalyst else {
-        val cast = Cast(BoundReference(0, from, nullable = true), keyType,
+      if (from == to) toCatalyst else {
+        val cast = Cast(BoundReference(0, from, nullable = true), to,
           Some(SQLConf.get.sessionLocalTimeZone), EvalMode.TRY)
         v => cast.eval(InternalRow(toCatalyst(v)))
       }
@@ -89,6 +95,62 @@ final class PartitionedRows private (val schema: StructType, keyIndex: Int, part
     partitionId.eval(row).asInstanceOf[Int]
   }
 
+  /**
+   * The kept hash map of each partition of `parts`, read in place from this JVM's block manager
+   * (see the class comment); None unless the master is local and every partition is kept.
+   */
+  private def inPlace(parts: Iterable[Int]): Option[Seq[JHashMap[Any, Array[InternalRow]]]] =
+    if (!indexed || !rdd.context.isLocal || rdd.context.isStopped || rdd.getStorageLevel == StorageLevel.NONE) None
+    else {
+      val blocks = SparkEnv.get.blockManager
+      val found = ArrayBuffer[JHashMap[Any, Array[InternalRow]]]()
+      val all = parts.iterator.forall { p =>
+        blocks.getLocalValues(RDDBlockId(rdd.id, p)).exists { result =>
+          val values = result.data
+          val index = if (values.hasNext) values.next() else null
+          // Read to the end: the block's read lock is released when its iterator completes.
+          while (values.hasNext) values.next()
+          index match {
+            case m: JHashMap[_, _] =>
+              found += m.asInstanceOf[JHashMap[Any, Array[InternalRow]]]
+              true
+            case _ => false
+          }
+        }
+      }
+      if (all) Some(found.toSeq) else None
+    }
+
+  /**
+   * The rows whose key is one of `keys`, read in place if they can be (see [[inPlace]]), and
+   * those of `more` (rows of this schema held on the driver) with such a key; of those, with
+   * `where`, only the rows whose column at each given index holds one of the given values
+   * (external values; for columns whose values compare as the JVM's `equals` does): a point
+   * lookup by two columns reads a key's rows but keeps only its matches.
+   */
+  def rowsInPlace(keys: Iterable[Any], more: Seq[InternalRow] = Nil,
+      where: Seq[(Int, Iterable[Any])] = Nil): Option[Seq[InternalRow]] = {
+    val wanted = toKeys(keys)
+    inPlace(wanted.map(partitionOf).toSet).map { maps =>
+      val set = wanted.toSet
+      val tests = where.map { case (i, values) =>
+        val t = schema(i).dataType
+        val allowed = toKeyPairs(values, t).iterator.map(_._2).filter(_ != null).toSet
+        (r: InternalRow) => !r.isNullAt(i) && allowed(r.get(i, t))
+      }
+      def kept(r: InternalRow) = tests.forall(_(r))
+      maps.flatMap(PartitionedRows.groupsOf(_, wanted).flatMap(_._2.iterator.filter(kept))) ++
+        more.filter(r => set(if (r.isNullAt(keyIndex)) null else r.get(keyIndex, keyType)) && kept(r))
+    }
+  }
+
+  /** How many kept rows `keys` have, counted in place; None where they cannot be read in place. */
+  def sizeInPlace(keys: Iterable[Any]): Option[Long] = {
+    val wanted = toKeys(keys)
+    inPlace(wanted.map(partitionOf).toSet).map(_.iterator.flatMap(PartitionedRows.groupsOf(_, wanted))
+      .map(_._2.length.toLong).sum)
+  }
+
   /** True while the rows' SparkContext runs (a stopped context has lost them). */
   def alive(sc: SparkContext): Boolean = (rdd.context eq sc) && !sc.isStopped
 
@@ -97,7 +159,10 @@ final class PartitionedRows private (val schema: StructType, keyIndex: Int, part
    * `spark`. Indexed rows are exactly those; otherwise the read partitions' rows with other
    * keys are left for the caller's filter. A null key reads the rows whose key is null.
    */
-  def frame(spark: SparkSession, keys: Option[Iterable[Any]]): DataFrame = {
+  def frame(spark: SparkSession, keys: Option[Iterable[Any]]): DataFrame =
+    keys.flatMap(rowsInPlace(_)).map(LocalRows.frame(spark, schema, _)).getOrElse(frameByJob(spark, keys))
+
+  private def frameByJob(spark: SparkSession, keys: Option[Iterable[Any]]): DataFrame = {
     val read: RDD[InternalRow] = keys match {
       case Some(ks) =>
         val wanted = toKeys(ks)
@@ -113,8 +178,8 @@ final class PartitionedRows private (val schema: StructType, keyIndex: Int, part
 
   /**
    * For each key value of `keys` (not null) that has rows, the sum of the BIGINT column at
-   * `weight` over its rows: one Spark job over the partitions the keys hash to, whose tasks
-   * read only the keys' rows and return one number per key (the degrees IVM^eps tests its
+   * `weight` over its rows: read in place, or one Spark job over the partitions the keys hash
+   * to, whose tasks read only the keys' rows and return one number per key (the degrees IVM^eps tests its
    * heavy/light thresholds on in minor rebalancing, Kara et al. 2020, section 7). Indexed rows
    * only.
    */
@@ -123,9 +188,10 @@ final class PartitionedRows private (val schema: StructType, keyIndex: Int, part
     val pairs = toKeyPairs(keys).filter(_._2 != null)
     val wanted = pairs.map(_._2).distinct
     if (wanted.isEmpty) return Map.empty
-    val found = prune(wanted).mapPartitions(_.flatMap(PartitionedRows.groupsOf(_, wanted).map {
-      case (k, rows) => k -> rows.iterator.map(_.getLong(weight)).sum
-    })).collect().toMap
+    val found = inPlace(wanted.map(partitionOf).toSet) match {
+      case Some(maps) => maps.iterator.flatMap(PartitionedRows.sumsOf(_, wanted, weight)).toMap
+      case None => prune(wanted).mapPartitions(_.flatMap(PartitionedRows.sumsOf(_, wanted, weight))).collect().toMap
+    }
     pairs.iterator.flatMap { case (k, key) => found.get(key).map(k -> _) }.toMap
   }
 
@@ -171,6 +237,11 @@ object PartitionedRows {
   private def groupsOf(index: JHashMap[Any, Array[InternalRow]],
       keys: Array[Any]): Iterator[(Any, Array[InternalRow])] =
     keys.iterator.flatMap(k => Option(index.get(k)).map(k -> _))
+
+  /** Per key of `keys` that has rows in one partition's index, the sum of its BIGINT column `weight`. */
+  private def sumsOf(index: JHashMap[Any, Array[InternalRow]], keys: Array[Any],
+      weight: Int): Iterator[(Any, Long)] =
+    groupsOf(index, keys).map { case (k, rows) => k -> rows.iterator.map(_.getLong(weight)).sum }
 
   /** Every row of one partition's index (in the executors: no reference to the driver's object). */
   private def allRows(index: JHashMap[Any, Array[InternalRow]]): Iterator[InternalRow] = {

@@ -19,8 +19,19 @@ import org.scalatest.funsuite.AnyFunSuite
 class PartitionedRowsSuite extends AnyFunSuite with BeforeAndAfterAll {
   private lazy val spark: SparkSession = TestSpark.session("rows")
 
-  private def readRdd(df: org.apache.spark.sql.DataFrame): RDD[_] =
-    SparkInternals.analyzed(df).collectFirst { case l: LogicalRDD => l.rdd }.get
+  /** The RDD a read reads; None when it reads the rows in place (a local relation). */
+  private def readRdd(df: org.apache.spark.sql.DataFrame): Option[RDD[_]] =
+    SparkInternals.analyzed(df).collectFirst { case l: LogicalRDD => l.rdd }
+
+  /** The Spark jobs `body` runs. */
+  private def jobsOf[T](body: => T): (T, Int) = {
+    val group = s"probe-${Random.nextLong()}"
+    spark.sparkContext.setJobGroup(group, group)
+    try {
+      val result = body
+      (result, spark.sparkContext.statusTracker.getJobIdsForGroup(group).length)
+    } finally spark.sparkContext.clearJobGroup()
+  }
 
   /** The partitions a read kept of the resident ones (before any grouping into tasks). */
   private def prunedTo(rdd: RDD[_]): Int = rdd match {
@@ -44,15 +55,46 @@ class PartitionedRowsSuite extends AnyFunSuite with BeforeAndAfterAll {
         // Indexed, a lookup returns only the rows of its keys; unindexed, whole partitions.
         val all = read.count()
         if (indexed) assert(all == want.size) else assert(all >= want.size)
-        val parts = prunedTo(readRdd(read))
-        assert(parts <= keys.distinct.size && parts < 16)
-        // Indexed lookups run as at most one task per core.
-        if (indexed) assert(readRdd(read).getNumPartitions <= spark.sparkContext.defaultParallelism)
+        readRdd(read) match {
+          case Some(rdd) =>
+            val parts = prunedTo(rdd)
+            assert(parts <= keys.distinct.size && parts < 16)
+            // Indexed lookups run as at most one task per core.
+            if (indexed) assert(rdd.getNumPartitions <= spark.sparkContext.defaultParallelism)
+          // Read in place: only indexed rows, whose partitions an earlier lookup computed.
+          case None => assert(indexed)
+        }
       }
       assert(kept.frame(spark, None).count() == data.size)
-      assert(prunedTo(readRdd(kept.frame(spark, Some(Nil)))) == 0)
+      if (!indexed) assert(prunedTo(readRdd(kept.frame(spark, Some(Nil))).get) == 0)
       kept.release()
     }
+  }
+
+  test("on a local master, lookups of kept partitions read them in place, without a job") {
+    import spark.implicits._
+    val rng = new Random(5)
+    val data = Seq.fill(4000)((rng.nextInt(500), rng.nextInt(9) - 4L))
+    val kept = PartitionedRows(data.toDF("k", "w"), "k", 8, indexed = true)
+    val keys = Seq(4, 40, 400, 4000)
+    val want = data.filter(r => keys.contains(r._1)).map(r => (r._1, r._2)).sorted
+    def read() = kept.frame(spark, Some(keys)).as[(Int, Long)].collect().toSeq.sorted
+    // The first lookup computes (and keeps) the partitions of its keys by a job.
+    val (first, firstJobs) = jobsOf(read())
+    assert(first == want && firstJobs >= 1)
+    val (again, againJobs) = jobsOf(read())
+    assert(again == want && againJobs == 0 && readRdd(kept.frame(spark, Some(keys))).isEmpty)
+    // Rows held on the driver join those read in place, only those of the keys.
+    val more = PartitionedRows.toInternal(kept.schema, Seq(Row(40, 100L), Row(41, 1L)))
+    assert(kept.rowsInPlace(keys, more).get.map(r => (r.getInt(0), r.getLong(1))).sorted ==
+      (want :+ ((40, 100L))).sorted)
+    val sums = want.groupMapReduce(_._1)(_._2)(_ + _).map { case (k, w) => (k: Any) -> w }
+    val (summed, sumJobs) = jobsOf(kept.sums(spark, keys, 1))
+    assert(summed == sums && sumJobs == 0)
+    // Freed rows are read through a job again.
+    kept.release()
+    val (afterRelease, releasedJobs) = jobsOf(read())
+    assert(afterRelease == want && releasedJobs >= 1 && kept.rowsInPlace(keys).isEmpty)
   }
 
   test("sums per key, from the rows of the keys only") {
