@@ -35,8 +35,11 @@ $(JAR): $(SCALA_SRC) build.sbt project/build.properties pyproject.toml
 
 # The Maven packages the jar and Delta need at run time, fetched once into Spark's Ivy cache:
 # test suites that start their sessions side by side on a cold cache would race to fetch them.
+# Spark prints Ivy's whole resolution report: kept in a log, shown if the fetch fails.
 $(PACKAGES): $(STAMP) $(JAR)
-	$(PY) -c "from spark_ivm.session import fetch_packages; fetch_packages()"
+	@echo "fetching the Maven packages the jar needs (log: $(VENV)/fetch-packages.log)"
+	@$(PY) -c "from spark_ivm.session import fetch_packages; fetch_packages()" > $(VENV)/fetch-packages.log 2>&1 \
+		|| (cat $(VENV)/fetch-packages.log; exit 1)
 	touch $(PACKAGES)
 
 demo: install
