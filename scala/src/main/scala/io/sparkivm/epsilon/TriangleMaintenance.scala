@@ -191,7 +191,8 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
    * read); with no kept rows, the occurrence is read at Post once and kept. None when resident
    * state is off or the occurrence does not read pinned Delta tables.
    */
-  private def residentPost(i: Int, layout: String, keys: Seq[Any], where: Seq[(String, Seq[Any])]): Option[DataFrame] =
+  private def residentPost(i: Int, layout: String, keys: Seq[Any],
+      where: Seq[(String, Seq[Any])]): Option[DataFrame] =
     residentEntry(i, layout).map(_.frame(spark, Some(keys), where.map { case (c, v) => cols(i).indexOf(c) -> v })
       .toDF(cols(i) :+ W: _*))
 
@@ -233,7 +234,8 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
     // rows by a, its few in-edges by b), when both are kept here to count.
     val sized = if (probes.size < 2) Nil else probes.map { case (c, v) =>
       residentEntry(k, c.take(1)).flatMap(_.base.sizeInPlace(v)) }
-    val chosen = if (sized.nonEmpty && sized.forall(_.isDefined)) Some(probes.zip(sized).minBy(_._2.get)._1)
+    val chosen =
+      if (sized.nonEmpty && sized.forall(_.isDefined)) Some(probes.zip(sized).minBy(_._2.get)._1)
       else probes.headOption
     val kept = chosen.flatMap { case (probed, v) =>
       residentPost(k, probed.take(1), v, filters.collect { case (c, Some(vs)) if c != probed => c -> vs })
@@ -307,7 +309,8 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
   /** `df` summed per row of `keys` (weights `w`), computed now: on the driver when it is there. */
   def settled(df: DataFrame, keys: Seq[String]): LocalDelta = {
     val cols = df.select((keys :+ W).map(col): _*)
-    localRows(cols).map(rows => local(cols.schema, fold(rows, keys.size))).getOrElse(small(aggregate(cols, keys)))
+    localRows(cols).map(rows => local(cols.schema, fold(rows, keys.size)))
+      .getOrElse(small(aggregate(cols, keys)))
   }
 
   /** `df` with every column of the block's delta rows (nulls for those the view never reads). */
@@ -363,8 +366,8 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
       val aKeys = keysOf(d, s"a$j")
       val bKeys = keysOf(d, s"b$j")
       val allHeavy = heavy(p).allHeavy
-      val f1 = if (allHeavy) None else Some(Hop(d, lightPart(side(p, p < j, s"a$p" -> lightOnly(heavy(p), bKeys)), p, heavy(p)),
-        Seq(s"b$j" -> s"a$p")))
+      val f1 = if (allHeavy) None else Some(Hop(d,
+        lightPart(side(p, p < j, s"a$p" -> lightOnly(heavy(p), bKeys)), p, heavy(p)), Seq(s"b$j" -> s"a$p")))
       val needF2 = !heavy(prev).empty && (!heavy(p).empty || !allHeavy)
       val f2 = if (!needF2) None else Some(Hop(d, heavyPart(side(prev, prev < j, s"b$prev" -> aKeys), prev,
         heavy(prev)), Seq(s"a$j" -> s"b$prev")))

@@ -100,7 +100,8 @@ final class PartitionedRows private (val schema: StructType, keyIndex: Int, part
    * (see the class comment); None unless the master is local and every partition is kept.
    */
   private def inPlace(parts: Iterable[Int]): Option[Seq[JHashMap[Any, Array[InternalRow]]]] =
-    if (!indexed || !rdd.context.isLocal || rdd.context.isStopped || rdd.getStorageLevel == StorageLevel.NONE) None
+    if (!indexed || !rdd.context.isLocal || rdd.context.isStopped ||
+      rdd.getStorageLevel == StorageLevel.NONE) None
     else {
       val blocks = SparkEnv.get.blockManager
       val found = ArrayBuffer[JHashMap[Any, Array[InternalRow]]]()
@@ -179,9 +180,9 @@ final class PartitionedRows private (val schema: StructType, keyIndex: Int, part
   /**
    * For each key value of `keys` (not null) that has rows, the sum of the BIGINT column at
    * `weight` over its rows: read in place, or one Spark job over the partitions the keys hash
-   * to, whose tasks read only the keys' rows and return one number per key (the degrees IVM^eps tests its
-   * heavy/light thresholds on in minor rebalancing, Kara et al. 2020, section 7). Indexed rows
-   * only.
+   * to, whose tasks read only the keys' rows and return one number per key (the degrees
+   * IVM^eps tests its heavy/light thresholds on in minor rebalancing, Kara et al. 2020,
+   * section 7; the key counts of semi and anti joins). Indexed rows only.
    */
   def sums(spark: SparkSession, keys: Iterable[Any], weight: Int): Map[Any, Long] = {
     require(indexed, "sums need rows indexed by key")
@@ -190,7 +191,8 @@ final class PartitionedRows private (val schema: StructType, keyIndex: Int, part
     if (wanted.isEmpty) return Map.empty
     val found = inPlace(wanted.map(partitionOf).toSet) match {
       case Some(maps) => maps.iterator.flatMap(PartitionedRows.sumsOf(_, wanted, weight)).toMap
-      case None => prune(wanted).mapPartitions(_.flatMap(PartitionedRows.sumsOf(_, wanted, weight))).collect().toMap
+      case None =>
+        prune(wanted).mapPartitions(_.flatMap(PartitionedRows.sumsOf(_, wanted, weight))).collect().toMap
     }
     pairs.iterator.flatMap { case (k, key) => found.get(key).map(k -> _) }.toMap
   }
