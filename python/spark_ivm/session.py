@@ -10,6 +10,7 @@ import tempfile
 import zipfile
 from importlib import metadata
 from typing import Any, Dict, Iterable, List, Optional, Tuple
+from urllib.parse import unquote, urlparse
 
 from pyspark.sql import SparkSession
 
@@ -208,9 +209,11 @@ def fetch_packages() -> None:
         listed = session.sparkContext.getConf().get("spark.repl.local.jars", "") or ""
     finally:
         session.stop()
-    jars = [re.sub(r"^file:(//)?", "", j) for j in listed.split(",") if j.strip()]
-    jars = [j for j in jars if os.path.isfile(j) and os.path.abspath(j) != os.path.abspath(jar)]
-    if not jars:
+    paths = [unquote(urlparse(j).path) if j.startswith("file:") else j
+             for j in (e.strip() for e in listed.split(",")) if j]
+    jars = [j for j in paths if os.path.abspath(j) != os.path.abspath(jar)]
+    # All or nothing: a list missing a jar would start sessions without it.
+    if not jars or not all(os.path.isfile(j) for j in jars):
         return
     target = _resolved_list([delta_package(), *packages], excludes)
     os.makedirs(os.path.dirname(target), exist_ok=True)

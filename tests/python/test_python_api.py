@@ -118,6 +118,22 @@ def test_sessions_use_the_jars_resolved_at_install_unless_asked_to_resolve(
     assert "spark.jars.packages" in session._session_confs([])
 
 
+def test_fetch_packages_records_every_jar_the_packages_resolved_to(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`make install`'s fetch, in a process of its own (this one has its session already)."""
+    from spark_ivm import session
+    env = {**short_jvm_env(), "SPARK_IVM_CACHE": str(tmp_path)}
+    code = "from spark_ivm.session import fetch_packages; fetch_packages()"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    monkeypatch.setenv("SPARK_IVM_CACHE", str(tmp_path))
+    packages, excludes = session.jar_packages()
+    jars = session._resolved_jars([delta_package(), *packages], excludes)
+    assert jars is not None and all(os.path.isabs(j) for j in jars)
+    assert any(delta_package().split(":")[1] in os.path.basename(j) for j in jars)
+    assert session.ivm_jar_path() not in jars
+
+
 def test_spark_sql_command_runs_a_script(tmp_path: Path) -> None:
     """The README's command: a SQL script piped through spark-ivm-sql."""
     script = """
