@@ -65,6 +65,14 @@ _RESOLUTION_CONFS = ("spark.jars.packages", "spark.jars.excludes", "spark.jars.r
                      "spark.jars.ivy", "spark.jars.ivySettings")
 
 
+def _packages() -> Tuple[str, List[str], List[str]]:
+    """The spark-ivm jar, the Maven packages it needs at run time (Delta's first) and their
+    exclusions."""
+    jar = ivm_jar_path()
+    packages, excludes = jar_packages(jar)
+    return jar, [delta_package(), *packages], excludes
+
+
 def _resolved_list(packages: List[str], excludes: List[str]) -> str:
     """The file that lists the jars ``packages`` (less ``excludes``) resolved to, written by
     :func:`fetch_packages`: in ``$SPARK_IVM_CACHE``, else ``$XDG_CACHE_HOME/spark-ivm``, else
@@ -98,9 +106,7 @@ def _session_confs(extra_packages: Iterable[str], options: Optional[Dict[str, An
     """
     options = options or {}
     extra = list(extra_packages)
-    jar = ivm_jar_path()
-    packages, excludes = jar_packages(jar)
-    wanted = [delta_package(), *packages]
+    jar, wanted, excludes = _packages()
     local = None if resolve or extra or any(options.get(k) for k in _RESOLUTION_CONFS) \
         else _resolved_jars(wanted, excludes)
     confs = {
@@ -196,8 +202,7 @@ def fetch_packages() -> None:
     """Resolve the Maven packages spark-ivm needs into Spark's Ivy cache (``make install`` runs
     this once), and record the jars they resolved to: later sessions, started side by side, use
     those jars instead of resolving (or racing each other to download) the packages again."""
-    jar = ivm_jar_path()
-    packages, excludes = jar_packages(jar)
+    jar, wanted, excludes = _packages()
     builder = SparkSession.builder.master("local[1]").appName("spark-ivm-fetch") \
         .config("spark.ui.enabled", "false")
     for key, value in _session_confs([], resolve=True).items():
@@ -215,7 +220,7 @@ def fetch_packages() -> None:
     # All or nothing: a list missing a jar would start sessions without it.
     if not jars or not all(os.path.isfile(j) for j in jars):
         return
-    target = _resolved_list([delta_package(), *packages], excludes)
+    target = _resolved_list(wanted, excludes)
     os.makedirs(os.path.dirname(target), exist_ok=True)
     # Written whole, then renamed: a session starting meanwhile reads the old list or the new.
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(target), prefix=".resolved-")

@@ -55,7 +55,7 @@ object ResidentState {
       keys.flatMap(base.rowsInPlace(_, appended, tests)) match {
         case Some(rows) => LocalRows.frame(spark, base.schema, rows)
         case None =>
-          val kept = base.frame(spark, keys)
+          val kept = base.frameByJob(spark, keys)
           if (appended.isEmpty) kept else kept.union(LocalRows.frame(spark, base.schema, appended))
       }
     }

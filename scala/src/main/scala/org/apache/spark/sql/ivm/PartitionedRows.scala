@@ -96,16 +96,17 @@ final class PartitionedRows private (val schema: StructType, keyIndex: Int, part
   }
 
   /**
-   * The kept hash map of each partition of `parts`, read in place from this JVM's block manager
-   * (see the class comment); None unless the master is local and every partition is kept.
+   * The kept hash map of each partition that can hold `keys` (Catalyst values), read in place
+   * from this JVM's block manager (see the class comment); None unless the master is local and
+   * every such partition is kept.
    */
-  private def inPlace(parts: Iterable[Int]): Option[Seq[JHashMap[Any, Array[InternalRow]]]] =
+  private def inPlace(keys: Array[Any]): Option[Seq[JHashMap[Any, Array[InternalRow]]]] =
     if (!indexed || !rdd.context.isLocal || rdd.context.isStopped ||
       rdd.getStorageLevel == StorageLevel.NONE) None
     else {
       val blocks = SparkEnv.get.blockManager
       val found = ArrayBuffer[JHashMap[Any, Array[InternalRow]]]()
-      val all = parts.iterator.forall { p =>
+      val all = keys.iterator.map(partitionOf).toSet.forall { p =>
         blocks.getLocalValues(RDDBlockId(rdd.id, p)).exists { result =>
           val values = result.data
           val index = if (values.hasNext) values.next() else null
@@ -132,7 +133,7 @@ final class PartitionedRows private (val schema: StructType, keyIndex: Int, part
   def rowsInPlace(keys: Iterable[Any], more: Seq[InternalRow] = Nil,
       where: Seq[(Int, Iterable[Any])] = Nil): Option[Seq[InternalRow]] = {
     val wanted = toKeys(keys)
-    inPlace(wanted.map(partitionOf).toSet).map { maps =>
+    inPlace(wanted).map { maps =>
       val set = wanted.toSet
       val tests = where.map { case (i, values) =>
         val t = schema(i).dataType
@@ -148,7 +149,7 @@ final class PartitionedRows private (val schema: StructType, keyIndex: Int, part
   /** How many kept rows `keys` have, counted in place; None where they cannot be read in place. */
   def sizeInPlace(keys: Iterable[Any]): Option[Long] = {
     val wanted = toKeys(keys)
-    inPlace(wanted.map(partitionOf).toSet).map(_.iterator.flatMap(PartitionedRows.groupsOf(_, wanted))
+    inPlace(wanted).map(_.iterator.flatMap(PartitionedRows.groupsOf(_, wanted))
       .map(_._2.length.toLong).sum)
   }
 
@@ -163,7 +164,8 @@ final class PartitionedRows private (val schema: StructType, keyIndex: Int, part
   def frame(spark: SparkSession, keys: Option[Iterable[Any]]): DataFrame =
     keys.flatMap(rowsInPlace(_)).map(LocalRows.frame(spark, schema, _)).getOrElse(frameByJob(spark, keys))
 
-  private def frameByJob(spark: SparkSession, keys: Option[Iterable[Any]]): DataFrame = {
+  /** [[frame]] read through a job, for a caller that found the rows cannot be read in place. */
+  def frameByJob(spark: SparkSession, keys: Option[Iterable[Any]]): DataFrame = {
     val read: RDD[InternalRow] = keys match {
       case Some(ks) =>
         val wanted = toKeys(ks)
@@ -189,7 +191,7 @@ final class PartitionedRows private (val schema: StructType, keyIndex: Int, part
     val pairs = toKeyPairs(keys).filter(_._2 != null)
     val wanted = pairs.map(_._2).distinct
     if (wanted.isEmpty) return Map.empty
-    val found = inPlace(wanted.map(partitionOf).toSet) match {
+    val found = inPlace(wanted) match {
       case Some(maps) => maps.iterator.flatMap(PartitionedRows.sumsOf(_, wanted, weight)).toMap
       case None =>
         prune(wanted).mapPartitions(_.flatMap(PartitionedRows.sumsOf(_, wanted, weight))).collect().toMap

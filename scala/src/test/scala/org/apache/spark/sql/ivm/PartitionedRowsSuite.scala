@@ -24,13 +24,9 @@ class PartitionedRowsSuite extends AnyFunSuite with BeforeAndAfterAll {
     SparkInternals.analyzed(df).collectFirst { case l: LogicalRDD => l.rdd }
 
   /** The Spark jobs `body` runs. */
-  private def jobsOf[T](body: => T): (T, Int) = {
-    val group = s"probe-${Random.nextLong()}"
-    spark.sparkContext.setJobGroup(group, group)
-    try {
-      val result = body
-      (result, spark.sparkContext.statusTracker.getJobIdsForGroup(group).length)
-    } finally spark.sparkContext.clearJobGroup()
+  private def jobsOf[T](body: => T): (T, Long) = {
+    val (result, work) = ReadMetrics.measure(spark)(body)
+    (result, work.jobs)
   }
 
   /** The partitions a read kept of the resident ones (before any grouping into tasks). */
