@@ -203,6 +203,50 @@ def test_restricted_reads_of_a_large_table_are_shared(spark: SparkSession, db: s
         assert on.rows_read < 1.5 * table_rows < 3 * table_rows < off.rows_read, (on.rows_read, off.rows_read)
 
 
+KEPT_ROWS_QUERY = """SELECT k % 7 AS g, count(*) AS n, sum(w) AS sw FROM big
+    WHERE NOT EXISTS (SELECT 1 FROM few WHERE few.k = big.k) GROUP BY k % 7"""
+
+
+def test_rows_read_by_key_are_kept_in_memory_between_refreshes(spark: SparkSession, db: str) -> None:
+    """A NOT EXISTS recomputed for its changed keys reads the left table's rows of those keys.
+    The second refresh that reads them keeps the table's rows (the columns the view reads) in
+    memory, indexed by key, and moves them forward by each change, so later refreshes read no
+    row of the table from storage; they equal the query after every refresh, through inserts,
+    deletes, duplicates, NULL keys and updates of keys and values. With
+    spark.ivm.residentRows.maxTableBytes at 0 the table is scanned again."""
+    table_rows = 3000
+    spark.sql("CREATE TABLE big (k INT, w DECIMAL(10, 2), note STRING) USING delta")
+    spark.sql(f"INSERT INTO big SELECT id, id % 13, repeat('n', id % 3) FROM range({table_rows})")
+    spark.sql("CREATE TABLE few (k INT) USING delta")
+    spark.sql("INSERT INTO few VALUES (1), (2), (3), (NULL)")
+    changes = [
+        ["INSERT INTO few VALUES (10), (11)", "DELETE FROM few WHERE k = 2"],
+        ["UPDATE big SET w = w + 1 WHERE k IN (10, 12)", "INSERT INTO few VALUES (12), (12)"],
+        ["INSERT INTO big VALUES (12, 5.00, 'x'), (12, 5.00, 'x'), (NULL, 1.00, NULL)",
+         "DELETE FROM few WHERE k = 11"],
+        ["UPDATE big SET k = 11 WHERE k = 13", "DELETE FROM big WHERE k = 1", "INSERT INTO few VALUES (1)"],
+        ["DELETE FROM few WHERE k = 12", "UPDATE big SET w = 0 WHERE k = 12"],
+    ]
+    settings = {SHARED_MIN_BYTES: "0", "spark.ivm.keyCounts.minTableBytes": "0"}
+    with confs(spark, settings):
+        mv = MaterializedView.create(spark, "kept_rows", KEPT_ROWS_QUERY)
+        reads = []
+        for statements in changes:
+            for statement in statements:
+                spark.sql(statement)
+            report = mv.refresh()
+            assert report.mode == "incremental", report
+            assert_matches_query(spark, "kept_rows", KEPT_ROWS_QUERY)
+            reads.append(report.rows_read)
+        # The first refresh scans `big` for its keys, the second keeps it; then only changes are read.
+        assert reads[0] >= table_rows and max(reads[2:]) < table_rows / 10, reads
+        spark.sql("INSERT INTO few VALUES (20)")
+        with confs(spark, {"spark.ivm.residentRows.maxTableBytes": "0"}):
+            off = mv.refresh()
+        assert_matches_query(spark, "kept_rows", KEPT_ROWS_QUERY)
+        assert off.rows_read >= table_rows, off.rows_read
+
+
 def test_large_changes_take_the_distributed_paths(spark: SparkSession, tables: str) -> None:
     """Changes too big for the driver (by the settings) are netted and applied distributed."""
     views = {"agg": AGG, "joined": JOIN}

@@ -149,6 +149,15 @@ object IvmConf {
   val KeyCountsMinBytes: IvmConfEntry[Long] = long("spark.ivm.keyCounts.minTableBytes", 1L << 20,
     "Tables smaller than this are read for their changed keys instead of being counted.")
 
+  val ResidentRowsMaxBytes: IvmConfEntry[Long] = long("spark.ivm.residentRows.maxTableBytes", 128L << 20,
+    "A table that an operator recomputed by key reads for its changed keys (see " +
+      "sharedReads.minTableBytes), and that is at most this large, has the columns the view reads " +
+      "kept in the executors' memory between refreshes, indexed by that key: a refresh then looks " +
+      "up its changed keys' rows instead of scanning the table. They are made (one read of the " +
+      "table) the second time a refresh in the application reads the table by that key, moved " +
+      "forward by each refresh's change, and take executor memory in proportion to the table's " +
+      "rows and those columns. 0 turns this off.")
+
   val LookupResidentMaxRows: IvmConfEntry[Long] = long("spark.ivm.lookup.residentMaxRows", 20000000L,
     "A view with ACCESS BY over a hierarchical join keeps its view trees (Zhang 2022: chapter 4 " +
       "for CQAP0, the heavy/light trees of chapter 5 otherwise) in the driver's memory for lookups, " +

@@ -4,28 +4,37 @@ import scala.util.control.NonFatal
 
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, AttributeReference, BindReferences,
-  EmptyRow, Expression, If, InterpretedMutableProjection, InterpretedUnsafeProjection,
-  JoinedRow, NamedExpression, Predicate, UnsafeRow}
+  EmptyRow, Expression, GenericInternalRow, If, InterpretedMutableProjection, InterpretedUnsafeProjection,
+  JoinedRow, NamedExpression, Predicate, RuntimeReplaceable, UnsafeRow}
 import org.apache.spark.sql.catalyst.expressions.aggregate.{AggregateExpression, Complete, DeclarativeAggregate}
-import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, Filter, LocalRelation, LogicalPlan, Project,
-  Union}
+import org.apache.spark.sql.catalyst.planning.ExtractEquiJoinKeys
+import org.apache.spark.sql.catalyst.plans.{ExistenceJoin, Inner, LeftAnti, LeftOuter, LeftSemi}
+import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, Distinct, Filter, Join, LocalRelation,
+  LogicalPlan, Project, SubqueryAlias, Union, View}
 
 /**
  * Evaluates a small optimized plan on the driver, without a Spark job, when it reads only rows
- * held here ([[RefreshSteps.local]]) through projections, filters, unions and aggregates: the
- * keys a change touches, whose plan is a DISTINCT (an aggregate without functions) over the
- * union of changes held on the driver, and a global aggregate's state moved by its change
- * ([[io.sparkivm.planner.RunningAggregate]]). Spark folds only projections
- * and filters of a local relation (`ConvertToLocalRelation`); each of these would otherwise be a
- * job with a shuffle. Expressions are interpreted (no code is generated for a few rows); None for
+ * held here ([[RefreshSteps.local]]) through projections, filters, unions, aggregates and joins:
+ * the keys a change touches, whose plan is a DISTINCT (an aggregate without functions) over the
+ * union of changes held on the driver; a global aggregate's state moved by its change
+ * ([[io.sparkivm.planner.RunningAggregate]]); an operator recomputed for its changed keys over
+ * rows looked up for them (a semi or anti join of those rows with the keys that have matches).
+ * Spark folds only projections and filters of a local relation (`ConvertToLocalRelation`); each
+ * of these would otherwise be a job with a shuffle. Expressions are interpreted (no code is generated for a few rows); None for
  * any other plan, or any expression that is not deterministic or cannot be interpreted.
  */
 object LocalEval {
   /** The most rows an aggregate with functions is folded over here. */
   val FoldMaxRows = 50000
+  /** The most pairs of rows a join without equi-join keys tests here. */
+  val NestedLoopMaxPairs = 1000000L
 
   def rows(plan: LogicalPlan, maxRows: Int): Option[Seq[InternalRow]] =
-    try eval(plan, maxRows) catch { case NonFatal(_) => None }
+    // A plan that reads anything but rows held here, or whose expressions need the optimizer's
+    // rewriting first (an analyzed plan's BETWEEN), is not evaluated at all (not even in part).
+    if (!plan.collectLeaves().forall(_.isInstanceOf[LocalRelation]) ||
+      plan.exists(_.expressions.exists(_.exists(_.isInstanceOf[RuntimeReplaceable])))) None
+    else try eval(plan, maxRows) catch { case NonFatal(_) => None }
 
   private def eval(plan: LogicalPlan, maxRows: Int): Option[Seq[InternalRow]] = plan match {
     case l: LocalRelation => Some(l.data).filter(_.size <= maxRows)
@@ -36,6 +45,10 @@ object LocalEval {
         val predicate = Predicate.createInterpreted(BindReferences.bindReference(cond, child.output))
         in.filter(predicate.eval)
       }
+    case SubqueryAlias(_, child) => eval(child, maxRows)
+    case v: View => eval(v.child, maxRows)
+    case Distinct(child) =>
+      eval(child, maxRows).map(in => project(child.output, child.output, in).distinct)
     case u: Union if !u.byName && !u.allowMissingCol =>
       val parts = u.children.map(eval(_, maxRows))
       if (parts.exists(_.isEmpty)) None
@@ -43,7 +56,52 @@ object LocalEval {
     // DISTINCT, and functions Spark declares as expressions over a buffer (COUNT, SUM, AVG, MIN ...).
     case Aggregate(groups, outputs, child, _) if (groups ++ outputs).forall(_.deterministic) =>
       eval(child, maxRows).flatMap(aggregate(groups, outputs, child.output, _)).filter(_.size <= maxRows)
+    case j: Join if j.condition.forall(_.deterministic) && (j.joinType match {
+        case Inner | LeftOuter | LeftSemi | LeftAnti | ExistenceJoin(_) => true
+        case _ => false
+      }) =>
+      for {
+        left <- eval(j.left, maxRows)
+        right <- eval(j.right, maxRows)
+        out <- join(j, left, right) if out.size <= maxRows
+      } yield project(j.output, j.output, out)
     case _ => None
+  }
+
+  /**
+   * A hash join on the equi-join keys (a key with a NULL matches nothing, as in Spark's hash
+   * joins; Spark's null-safe keys never are NULL), the rest of the condition tested per pair;
+   * without equi-join keys, every pair tested (a NOT IN's null-aware condition included), up to
+   * [[NestedLoopMaxPairs]] pairs.
+   */
+  private def join(j: Join, left: Seq[InternalRow], right: Seq[InternalRow]): Option[Seq[InternalRow]] = {
+    val (lk, rk, other) = j match {
+      case ExtractEquiJoinKeys(_, l, r, o, _, _, _, _) => (l, r, o)
+      case _ => (Nil, Nil, j.condition)
+    }
+    if (lk.isEmpty && left.size.toLong * right.size > NestedLoopMaxPairs) return None
+    val test = other.map(c => Predicate.createInterpreted(BindReferences.bindReference(c, j.left.output ++ j.right.output)))
+    val leftKey = InterpretedUnsafeProjection.createProjection(lk.map(BindReferences.bindReference(_, j.left.output)))
+    val rightKey = InterpretedUnsafeProjection.createProjection(rk.map(BindReferences.bindReference(_, j.right.output)))
+    val byKey: Map[UnsafeRow, Seq[InternalRow]] = right.iterator.map(r => rightKey(r).copy() -> r)
+      .filterNot(_._1.anyNull).toSeq.groupMap(_._1)(_._2)
+    def matches(l: InternalRow): Iterator[InternalRow] = {
+      val key = leftKey(l)
+      val candidates = if (key.anyNull) Iterator.empty else byKey.getOrElse(key, Nil).iterator
+      test.map(t => candidates.filter(r => t.eval(new JoinedRow(l, r)))).getOrElse(candidates)
+    }
+    lazy val padding = new GenericInternalRow(j.right.output.length)
+    Some(j.joinType match {
+      case Inner => left.flatMap(l => matches(l).map(r => new JoinedRow(l, r)))
+      case LeftOuter => left.flatMap { l =>
+        val found = matches(l).map(r => new JoinedRow(l, r): InternalRow).toSeq
+        if (found.isEmpty) Seq(new JoinedRow(l, padding)) else found
+      }
+      case LeftSemi => left.filter(matches(_).hasNext)
+      case LeftAnti => left.filterNot(matches(_).hasNext)
+      case ExistenceJoin(_) => left.map(l => new JoinedRow(l, InternalRow(matches(l).hasNext)))
+      case other => throw new IllegalStateException(s"no local join for $other")
+    })
   }
 
   /**

@@ -7,7 +7,8 @@ import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, AttributeReference, LessThan, Literal}
 import org.apache.spark.sql.catalyst.plans.logical.{Filter, LocalRelation, LogicalPlan, Project, Union}
 import org.apache.spark.sql.ivm.SparkInternals
-import org.apache.spark.sql.types.{IntegerType, StructType}
+import org.apache.spark.sql.catalyst.InternalRow
+import org.apache.spark.sql.types.{IntegerType, StructField, StructType}
 
 /**
  * Reads each table occurrence at the versions pinned at the start of a refresh: Pre at the
@@ -79,7 +80,16 @@ class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
         post(table.leaf), refreshToken)
     } yield counts
 
-  /** Who asks for counts: one refresh (its plan may ask for the same counts more than once). */
+  override def keyedRows(leaf: SourceLeaf, key: String, columns: Seq[StructField], keys: Iterable[Any],
+      atPost: Boolean, all: => LogicalPlan): Option[Seq[InternalRow]] =
+    for {
+      source <- pinned.get(leaf.name)
+      from <- consumed.get(leaf.name)
+      rows <- ResidentTableRows.read(spark, leaf.table, key, columns, keys, source, from, atPost,
+        changes.get(leaf.name), all, refreshToken)
+    } yield rows
+
+  /** Who asks for counts and rows: one refresh (its plan may ask for the same counts more than once). */
   private val refreshToken = java.util.UUID.randomUUID().toString
 
   override def sizeInBytes(leaf: SourceLeaf): Long =

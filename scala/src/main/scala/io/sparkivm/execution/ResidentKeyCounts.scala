@@ -30,10 +30,8 @@ import org.apache.spark.sql.types.StructType
  */
 object ResidentKeyCounts {
   private val CountColumn = "__ivm_cnt"
-  /** Entries kept at once (the least recently asked for is dropped past it). */
-  private val MaxEntries = 16
-  /** The entries asked for, each with the last refresh that asked, least recently asked first. */
-  private val recent = new java.util.LinkedHashMap[String, String](16, 0.75f, true)
+  /** The entries asked for: at most 16 kept at once. */
+  private val asks = new ResidentAsks(16)
 
   /**
    * The counts of `keys` at `from` (Pre) and at `source.version` (Post), or None where they
@@ -63,7 +61,7 @@ object ResidentKeyCounts {
       // The log's path with the id: a copied table keeps its id.
       val name = s"keycounts/${DeltaLog.forTable(spark, t.leaf.table).logPath}#${source.tableId}/${t.definition}"
       val (preStamp, postStamp) = (from.toString, source.version.toString)
-      val askedBefore = touch(name, refresh)
+      val askedBefore = asks.touch(name, refresh)
       ResidentState.get(spark, name, postStamp) match {
         case Some(e) => e.sums(spark, wanted, CountColumn).map(p => KeyCounts(plus(p, -1), p))
         case None => ResidentState.get(spark, name, preStamp) match {
@@ -109,19 +107,5 @@ object ResidentKeyCounts {
     val passing = Project(Seq(key, attrs.last), t.filters.reduceOption(And).map(Filter(_, rows)).getOrElse(rows))
     LocalEval.rows(SparkInternals.dataFrame(spark, passing).queryExecution.optimizedPlan, Int.MaxValue).map(
       _.groupMapReduce(r => if (r.isNullAt(0)) null else r.get(0, t.key.dataType))(_.getInt(1).toLong)(_ + _))
-  }
-
-  /**
-   * Marks an entry as asked for now by a refresh, dropping the least recently asked past
-   * [[MaxEntries]]; true if an earlier refresh asked for it (and it was not dropped since).
-   */
-  private def touch(name: String, refresh: String): Boolean = recent.synchronized {
-    val before = Option(recent.put(name, refresh)).exists(_ != refresh)
-    if (recent.size > MaxEntries) {
-      val eldest = recent.keySet.iterator.next()
-      recent.remove(eldest)
-      ResidentState.remove(eldest)
-    }
-    before
   }
 }

@@ -30,6 +30,14 @@ trait LeafReader {
    * for it (see [[CountedTable]]); None where the table must be read instead.
    */
   def keyCounts(table: CountedTable, keys: Seq[Any]): Option[KeyCounts] = None
+  /**
+   * The rows of `leaf` at Post (`atPost`) or at Pre whose column `key` holds one of `keys`
+   * (Catalyst values), with `columns` (lower-case names) in order, from rows kept between
+   * refreshes where the reader keeps them; None where the table must be read instead. `all` is
+   * the plan of all of the table's rows at Post with those columns, read to keep them.
+   */
+  def keyedRows(leaf: SourceLeaf, key: String, columns: Seq[org.apache.spark.sql.types.StructField],
+      keys: Iterable[Any], atPost: Boolean, all: => LogicalPlan): Option[Seq[InternalRow]] = None
 }
 
 /** A net change held on the driver: the table's columns by name, then the sign `m`. */

@@ -115,7 +115,10 @@ class SharedScans(reader: LeafReader, steps: PlanSteps, minBytes: Long, maxKeys:
           .reduce(And)
         val scan = probe.map(p => Filter(rebind(p), from)).getOrElse(from)
         val query = Project(columns.map(c => byName(c.name)), Join(scan, affected, LeftSemi, Some(cond), JoinHint.NONE))
-        val rows = steps.localRows(steps.materialize(query))
+        // Rows kept between refreshes by this one key, if the reader keeps them; else the query.
+        val kept = if (keyNames.size != 1) None else reader.keyedRows(read.leaf, keyNames.head, columns,
+          wanted.map(_.head), atPost = v == postVersion, Project(columns.map(c => byName(c.name)), from))
+        val rows = kept.orElse(steps.localRows(steps.materialize(query)))
         if (rows.isEmpty) tooLarge += ((tableId, v, keyNames))
         rows.map(rs => keep(v, Held(wanted, columns, rs)))
       }

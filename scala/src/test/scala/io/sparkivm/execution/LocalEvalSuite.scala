@@ -12,7 +12,8 @@ import org.scalatest.funsuite.AnyFunSuite
 /**
  * Plans over rows held on the driver are evaluated there exactly as Spark evaluates them
  * (DISTINCT over unions of projections and filters, aggregates of COUNT, SUM, AVG, MIN and MAX
- * with and without GROUP BY, NULLs, decimals and strings included), and plans
+ * with and without GROUP BY, NULLs, decimals and strings included; inner, outer, semi, anti and
+ * existence joins, NOT IN's null-aware anti join among them), and plans
  * LocalEval does not know, or that read a table, are left to Spark.
  */
 class LocalEvalSuite extends AnyFunSuite {
@@ -25,11 +26,22 @@ class LocalEvalSuite extends AnyFunSuite {
     SparkInternals.dataFrame(spark, relation)
   }
 
-  private def evaluated(df: DataFrame): Option[Seq[Row]] =
-    LocalEval.rows(df.queryExecution.optimizedPlan, 1000).map { rows =>
-      val toScala = CatalystTypeConverters.createToScalaConverter(df.schema)
-      rows.map(r => toScala(r).asInstanceOf[Row])
+  /** Plans evaluated from their analyzed form (a refresh tries that first), by kind of plan. */
+  private val fromAnalyzed = scala.collection.mutable.Set[String]()
+
+  /**
+   * The rows LocalEval gives for the optimized plan; where it evaluates the analyzed plan too
+   * (before Spark's optimizer rewrote it), those must be Spark's rows as well.
+   */
+  private def evaluated(df: DataFrame, kind: String = ""): Option[Seq[Row]] = {
+    val toScala = CatalystTypeConverters.createToScalaConverter(df.schema)
+    def of(rows: Seq[InternalRow]) = rows.map(r => toScala(r).asInstanceOf[Row])
+    LocalEval.rows(df.queryExecution.analyzed, 1000).map(of).foreach { rows =>
+      assert(sorted(rows) == sorted(df.collect().toSeq), df.queryExecution.analyzed)
+      fromAnalyzed += kind
     }
+    LocalEval.rows(df.queryExecution.optimizedPlan, 1000).map(of)
+  }
 
   private def sorted(rows: Seq[Row]): Seq[String] = rows.map(_.toString).sorted
 
@@ -43,10 +55,11 @@ class LocalEvalSuite extends AnyFunSuite {
       a.select($"s").distinct().where($"s".isNotNull),
       a.groupBy($"k").agg($"k".as("again")))
     plans.foreach { df =>
-      val got = evaluated(df)
+      val got = evaluated(df, "distinct")
       assert(got.isDefined, df.queryExecution.optimizedPlan)
       assert(sorted(got.get) == sorted(df.collect().toSeq), df.queryExecution.optimizedPlan)
     }
+    assert(fromAnalyzed("distinct"))
   }
 
   test("aggregates of declared functions equal Spark's result, NULLs, decimals and no rows included") {
@@ -66,6 +79,34 @@ class LocalEvalSuite extends AnyFunSuite {
       assert(got.isDefined, df.queryExecution.optimizedPlan)
       assert(sorted(got.get) == sorted(df.collect().toSeq), df.queryExecution.optimizedPlan)
     }
+  }
+
+  test("joins of rows held here equal Spark's result: NULL keys, duplicates, null-safe keys, NOT IN") {
+    import spark.implicits._
+    local(Seq((Some(1), 10), (Some(1), 11), (Some(2), 20), (None, 30), (Some(4), 40)).toDF("k", "v"))
+      .createOrReplaceTempView("le_a")
+    local(Seq((Some(1), "x"), (Some(1), "y"), (Some(2), "z"), (None, "n"), (Some(3), "w")).toDF("k", "s"))
+      .createOrReplaceTempView("le_b")
+    local(Seq(Some(1), Some(5)).toDF("k")).createOrReplaceTempView("le_c") // no NULL: NOT IN keeps rows
+    val queries = Seq(
+      "SELECT a.k, v, s FROM le_a a JOIN le_b b ON a.k = b.k",
+      "SELECT a.k, v, s FROM le_a a JOIN le_b b ON a.k <=> b.k",
+      "SELECT a.k, v, s FROM le_a a JOIN le_b b ON a.k = b.k AND v > 10",
+      "SELECT a.k, v, s FROM le_a a JOIN le_b b ON a.k < b.k",
+      "SELECT a.k, v, s FROM le_a a LEFT JOIN le_b b ON a.k = b.k AND s <> 'y'",
+      "SELECT * FROM le_a a WHERE EXISTS (SELECT 1 FROM le_b b WHERE b.k = a.k)",
+      "SELECT * FROM le_a a WHERE NOT EXISTS (SELECT 1 FROM le_b b WHERE b.k = a.k AND b.s <> 'z')",
+      "SELECT * FROM le_a a WHERE EXISTS (SELECT 1 FROM le_b b WHERE b.k = a.k) OR v > 25",
+      "SELECT * FROM le_a WHERE k NOT IN (SELECT k FROM le_b)", // a NULL on the right: no rows
+      "SELECT * FROM le_a WHERE k NOT IN (SELECT k FROM le_c)", // NULL on the left: not kept
+      "SELECT a.k, count(*) AS n, sum(v) AS sv FROM le_a a LEFT JOIN le_b b ON a.k = b.k GROUP BY a.k")
+    queries.foreach { q =>
+      val df = spark.sql(q)
+      val got = evaluated(df, "join")
+      assert(got.isDefined, df.queryExecution.optimizedPlan)
+      assert(sorted(got.get) == sorted(df.collect().toSeq), q)
+    }
+    assert(fromAnalyzed("join"))
   }
 
   test("plans with other aggregate functions or reads of tables are left to Spark") {

@@ -153,6 +153,12 @@ final class PartitionedRows private (val schema: StructType, keyIndex: Int, part
       .map(_._2.length.toLong).sum)
   }
 
+  /**
+   * Computes and keeps every partition now, in one job, so that later lookups find them all
+   * in place (a lookup through a job computes only the partitions its keys hash to).
+   */
+  def load(): Unit = rdd.count()
+
   /** True while the rows' SparkContext runs (a stopped context has lost them). */
   def alive(sc: SparkContext): Boolean = (rdd.context eq sc) && !sc.isStopped
 

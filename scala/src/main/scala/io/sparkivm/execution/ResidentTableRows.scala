@@ -1,0 +1,139 @@
+package io.sparkivm.execution
+
+import scala.collection.mutable
+
+import io.sparkivm.changes.{LocalChange, PinnedSource, TableChange}
+import io.sparkivm.conf.IvmConf
+import io.sparkivm.epsilon.ResidentState
+import io.sparkivm.planner.{KeyProbe, SharedScans}
+import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.catalyst.{CatalystTypeConverters, InternalRow, TableIdentifier}
+import org.apache.spark.sql.catalyst.expressions.{Alias, GenericInternalRow, Literal}
+import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, Project}
+import org.apache.spark.sql.delta.DeltaLog
+import org.apache.spark.sql.ivm.{LocalRows, SparkInternals}
+import org.apache.spark.sql.types.StructField
+
+/**
+ * The rows of a table that a view reads by key (an operator recomputed for its changed keys:
+ * [[io.sparkivm.planner.SharedScans]]), kept in the executors' memory between refreshes and
+ * indexed by that key ([[ResidentState]], [[org.apache.spark.sql.ivm.PartitionedRows]]): an
+ * arrangement, as Materialize and DBSP keep their inputs indexed by the keys their operators
+ * look them up with. A refresh then reads the rows of its changed keys in place, where it would
+ * otherwise scan the table for them. TPC-H Q22's NOT EXISTS, recomputed for the customers whose
+ * orders changed, read all of `customer` in every refresh for a few thousand of its rows.
+ *
+ * Only the columns the view reads are kept, each row with a weight (1 as read). An entry is
+ * named by the table (its log's path and Delta id), the key and the columns, and stamped with
+ * the table version it holds, as [[ResidentKeyCounts]]' counts are: a version's rows never
+ * change, so an entry needs no durable copy. A refresh finds the entry at its Pre version and
+ * appends the change's rows (held on the driver) with their signs as weights, which moves it to
+ * Post; or finds it at the version it reads; or reads the table once at Post, the second time a
+ * refresh in the application reads it by that key (an application that refreshes once never
+ * pays for it). Rows appended past [[ResidentState.MaxAppendedRows]] drop the entry, and the
+ * next refresh that asks reads the table again.
+ */
+object ResidentTableRows {
+  private val WeightColumn = "__ivm_w"
+  /** The entries asked for: at most 16 kept at once. */
+  private val asks = new ResidentAsks(16)
+
+  /**
+   * The rows of the table whose column `key` holds one of `keys` (Catalyst values; a null reads
+   * the rows whose key is NULL), their values in the order of `columns` (lower-case names, a
+   * subset of the table's), at Post (`source.version`) if `atPost`, else at Pre (`from`); None
+   * where they are not kept: the setting is off, the table is larger than it allows, a column's
+   * values do not compare as the JVM's `equals` does, the change cannot move an entry from Pre
+   * to Post, or no earlier refresh (`refresh` names this one) asked for them. `all` is the
+   * table's rows at Post with `columns`, in order, read to make the entry.
+   */
+  def read(spark: SparkSession, table: TableIdentifier, key: String, columns: Seq[StructField],
+      keys: Iterable[Any], source: PinnedSource, from: Long, atPost: Boolean, change: Option[TableChange],
+      all: => LogicalPlan, refresh: String): Option[Seq[InternalRow]] = {
+    val max = IvmConf.ResidentRowsMaxBytes.get(spark)
+    val keyAt = columns.indexWhere(_.name == key)
+    if (max <= 0 || source.sizeInBytes > max || keyAt < 0 || !KeyProbe.equalsAsJvm(columns(keyAt).dataType) ||
+      !columns.forall(c => SharedScans.comparable(c.dataType))) return None
+    val keyType = columns(keyAt).dataType
+    val name = s"rows/${DeltaLog.forTable(spark, table).logPath}#${source.tableId}/$key/" +
+      columns.map(c => s"${c.name} ${c.dataType.catalogString}").mkString(",")
+    val (preStamp, postStamp) = (from.toString, source.version.toString)
+    val wanted = keys.map(k => if (k == null) null else CatalystTypeConverters.convertToScala(k, keyType))
+    val askedBefore = asks.touch(name, refresh)
+
+    def rowsOf(e: ResidentState.Entry): Option[Seq[InternalRow]] = {
+      val found = e.base.rowsInPlace(wanted, e.appended).orElse(
+        LocalRows.collect(spark, Seq(e.frame(spark, Some(wanted.toSeq))), Int.MaxValue).map(_.head))
+      found.flatMap(net(_, columns)) match {
+        case None =>
+          ResidentState.remove(name)
+          None
+        case rows => rows
+      }
+    }
+    val wantedStamp = if (atPost) postStamp else preStamp
+    ResidentState.get(spark, name, wantedStamp) match {
+      case Some(e) => rowsOf(e)
+      case None if !atPost => None
+      case None => ResidentState.get(spark, name, preStamp).flatMap(e => moved(e, change, columns, postStamp)) match {
+        case Some(next) =>
+          ResidentState.put(name, next)
+          rowsOf(next)
+        case None if !askedBefore => None
+        case None =>
+          val plan = all
+          val named = Project(plan.output.zip(columns).map { case (a, c) => Alias(a, c.name)() } :+
+            Alias(Literal(1L), WeightColumn)(), plan)
+          val parts = ResidentState.partitions(spark, source.sizeInBytes / (16L << 20) + 1)
+          val base = ResidentState.rows(SparkInternals.dataFrame(spark, named), key, parts)
+          // Every partition now, so that lookups read in place from the first.
+          base.load()
+          val entry = ResidentState.Entry(postStamp, base, Vector.empty)
+          ResidentState.put(name, entry)
+          rowsOf(entry)
+      }
+    }
+  }
+
+  /**
+   * The entry at Pre moved to Post (`next`): the change's rows, in the entry's columns, with their
+   * signs as weights; None where the change is not held on the driver.
+   */
+  private def moved(e: ResidentState.Entry, change: Option[TableChange], columns: Seq[StructField],
+      next: String): Option[ResidentState.Entry] = change.filter(_.nonEmpty) match {
+    case None => Some(e.copy(version = next))
+    case Some(LocalChange(schema, data)) =>
+      val at = columns.map(c => schema.fieldNames.indexWhere(_.equalsIgnoreCase(c.name)))
+      if (at.contains(-1)) None else {
+        val sign = schema.length - 1
+        e.plus(next, data.map { r =>
+          val values = new Array[Any](columns.length + 1)
+          columns.indices.foreach(i => values(i) = r.get(at(i), columns(i).dataType))
+          values(columns.length) = r.getInt(sign).toLong
+          new GenericInternalRow(values): InternalRow
+        })
+      }
+    case Some(_) => None
+  }
+
+  /**
+   * Each distinct row as many times as its weights sum to, without the weight; None if a sum
+   * is negative (the entry does not hold what its stamp says: it is dropped).
+   */
+  private def net(rows: Seq[InternalRow], columns: Seq[StructField]): Option[Seq[InternalRow]] = {
+    val n = columns.length
+    val types = columns.map(_.dataType)
+    def values(r: InternalRow): Array[Any] = types.indices.map(i => r.get(i, types(i))).toArray
+    if (rows.forall(_.getLong(n) == 1L)) Some(rows.map(r => new GenericInternalRow(values(r))))
+    else {
+      val counts = mutable.LinkedHashMap[Seq[Any], Long]()
+      rows.foreach { r =>
+        val v = values(r).toSeq
+        counts(v) = counts.getOrElse(v, 0L) + r.getLong(n)
+      }
+      if (counts.valuesIterator.exists(_ < 0)) None
+      else Some(counts.iterator.flatMap { case (v, c) =>
+        Iterator.fill(c.toInt)(new GenericInternalRow(v.toArray): InternalRow) }.toSeq)
+    }
+  }
+}
