@@ -92,6 +92,15 @@ object ResidentState {
     }
   }
 
+  /**
+   * An entry whose name passes `named`, with its name, for exactly this version, if one is kept
+   * and its context runs.
+   */
+  def find(spark: SparkSession, version: String)(named: String => Boolean): Option[(String, Entry)] =
+    synchronized {
+      entries.keys.filter(named).toSeq.flatMap(n => get(spark, n, version).map(n -> _)).headOption
+    }
+
   def put(name: String, entry: Entry): Unit = synchronized {
     entries.put(name, entry).foreach(old => if (old.base ne entry.base) old.base.release())
   }

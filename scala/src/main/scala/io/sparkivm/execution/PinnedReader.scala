@@ -4,7 +4,8 @@ import io.sparkivm.changes.{DeltaSources, LocalChange, PinnedSource, TableChange
 import io.sparkivm.planner.{Branch, CountedTable, DeltaRules, KeyCounts, LeafReader, LocalDeltaRows, PlanOnly,
   PlanSteps, SourceLeaf, ViewMaintenance}
 import org.apache.spark.sql.{DataFrame, SparkSession}
-import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, AttributeReference, LessThan, Literal}
+import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, AttributeReference, Expression, LessThan,
+  Literal}
 import org.apache.spark.sql.catalyst.plans.logical.{Filter, LocalRelation, LogicalPlan, Project, Union}
 import org.apache.spark.sql.ivm.SparkInternals
 import org.apache.spark.sql.catalyst.InternalRow
@@ -87,6 +88,13 @@ class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
       from <- consumed.get(leaf.name)
       rows <- ResidentTableRows.read(spark, leaf.table, key, columns, keys, source, from, atPost,
         changes.get(leaf.name), all, refreshToken)
+    } yield rows
+
+  override def rowsWhere(leaf: SourceLeaf, columns: Seq[StructField], where: Expression): Option[Seq[InternalRow]] =
+    for {
+      source <- pinned.get(leaf.name)
+      from <- consumed.get(leaf.name)
+      rows <- ResidentTableRows.where(spark, leaf.table, columns, source, from, changes.get(leaf.name), where)
     } yield rows
 
   /** Who asks for counts and rows: one refresh (its plan may ask for the same counts more than once). */

@@ -8,7 +8,7 @@ import io.sparkivm.epsilon.ResidentState
 import io.sparkivm.planner.{KeyProbe, SharedScans}
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.{CatalystTypeConverters, InternalRow, TableIdentifier}
-import org.apache.spark.sql.catalyst.expressions.{Alias, GenericInternalRow, Literal}
+import org.apache.spark.sql.catalyst.expressions.{Alias, Expression, GenericInternalRow, Literal, Predicate}
 import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, Project}
 import org.apache.spark.sql.delta.DeltaLog
 import org.apache.spark.sql.ivm.{LocalRows, SparkInternals}
@@ -55,8 +55,7 @@ object ResidentTableRows {
     if (max <= 0 || source.sizeInBytes > max || keyAt < 0 || !KeyProbe.equalsAsJvm(columns(keyAt).dataType) ||
       !columns.forall(c => SharedScans.comparable(c.dataType))) return None
     val keyType = columns(keyAt).dataType
-    val name = s"rows/${DeltaLog.forTable(spark, table).logPath}#${source.tableId}/$key/" +
-      columns.map(c => s"${c.name} ${c.dataType.catalogString}").mkString(",")
+    val name = s"${prefix(spark, table, source)}$key/${signature(columns)}"
     val (preStamp, postStamp) = (from.toString, source.version.toString)
     val wanted = keys.map(k => if (k == null) null else CatalystTypeConverters.convertToScala(k, keyType))
     val askedBefore = asks.touch(name, refresh)
@@ -92,6 +91,37 @@ object ResidentTableRows {
           ResidentState.put(name, entry)
           rowsOf(entry)
       }
+    }
+  }
+
+  /** Entries of a table start with this; then the key, a slash and the columns' [[signature]]. */
+  private def prefix(spark: SparkSession, table: TableIdentifier, source: PinnedSource): String =
+    s"rows/${DeltaLog.forTable(spark, table).logPath}#${source.tableId}/"
+
+  private def signature(columns: Seq[StructField]): String =
+    columns.map(c => s"${c.name} ${c.dataType.catalogString}").mkString(",")
+
+  /**
+   * The rows of the table at Post (`source.version`) with `columns`, in order, for which
+   * `where` (bound to `columns` by position) holds, from an entry kept for those columns (by
+   * any key) at Post, or at Pre (`from`) and moved to Post by `change` as [[read]] moves it,
+   * read in place: every kept row is tested, as a scan would, but in memory and without a job.
+   * None where no such entry is kept or it cannot be read in place.
+   */
+  def where(spark: SparkSession, table: TableIdentifier, columns: Seq[StructField], source: PinnedSource,
+      from: Long, change: Option[TableChange], where: Expression): Option[Seq[InternalRow]] = {
+    val (start, end) = (prefix(spark, table, source), "/" + signature(columns))
+    def find(version: Long) = ResidentState.find(spark, version.toString)(n => n.startsWith(start) && n.endsWith(end))
+    val atPost = find(source.version).map(_._2).orElse(find(from).flatMap { case (name, e) =>
+      moved(e, change, columns, source.version.toString).map { next =>
+        ResidentState.put(name, next)
+        next
+      }
+    })
+    atPost.flatMap { e =>
+      val test = Predicate.create(where)
+      test.initialize(0)
+      e.base.allInPlace(test.eval).flatMap(kept => net(kept ++ e.appended.filter(test.eval), columns))
     }
   }
 

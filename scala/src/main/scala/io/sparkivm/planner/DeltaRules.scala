@@ -38,6 +38,13 @@ trait LeafReader {
    */
   def keyedRows(leaf: SourceLeaf, key: String, columns: Seq[org.apache.spark.sql.types.StructField],
       keys: Iterable[Any], atPost: Boolean, all: => LogicalPlan): Option[Seq[InternalRow]] = None
+  /**
+   * The rows of `leaf` at Post with `columns` (lower-case names) in order, for which
+   * `where` (over `columns`, bound by position) holds, from rows kept between refreshes (by
+   * [[keyedRows]]) where the reader keeps them; None where the table must be read instead.
+   */
+  def rowsWhere(leaf: SourceLeaf, columns: Seq[org.apache.spark.sql.types.StructField],
+      where: Expression): Option[Seq[InternalRow]] = None
 }
 
 /** A net change held on the driver: the table's columns by name, then the sign `m`. */
@@ -157,20 +164,26 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
    * the pinned version (whose Delta snapshots are loaded) instead of travelling back to the
    * consumed one, whose snapshot would be rebuilt from the log. None for other trees.
    */
-  def weightedPre(plan: LogicalPlan): Option[(LogicalPlan, Attribute)] = plan match {
+  def weightedPre(plan: LogicalPlan, where: Option[Expression] = None): Option[(LogicalPlan, Attribute)] = plan match {
     case SourceLeaf(leaf) =>
       val w = AttributeReference("__ivm_w", m.dataType, nullable = false)()
-      val post = Project(leaf.output :+ Alias(Literal(1), w.name)(exprId = w.exprId), scans.post(leaf))
+      // `where` (a filter the caller keeps above) narrows the Post read where the rows are kept.
+      val read = where.filter(_.references.subsetOf(AttributeSet(leaf.output)))
+        .flatMap(scans.postWhere(leaf, _)).getOrElse(scans.post(leaf))
+      val post = Project(leaf.output :+ Alias(Literal(1), w.name)(exprId = w.exprId), read)
       Some(reader.delta(leaf) match {
         case None => (post, w)
         case Some(d) =>
           val minus = Project(leaf.output :+ Alias(UnaryMinus(m), w.name)(), d)
           (Union(post, minus), w)
       })
-    case SubqueryAlias(_, child) => weightedPre(child)
-    case v: View => weightedPre(v.child)
-    case Filter(cond, child) => weightedPre(child).map { case (p, w) => (Filter(cond, p), w) }
-    case Project(list, child) => weightedPre(child).map { case (p, w) => (Project(list :+ w, p), w) }
+    case SubqueryAlias(_, child) => weightedPre(child, where)
+    case v: View => weightedPre(v.child, where)
+    case Filter(cond, child) => weightedPre(child, where).map { case (p, w) => (Filter(cond, p), w) }
+    // `where` passes a projection that passes the columns it reads.
+    case Project(list, child) =>
+      val passed = where.filter(_.references.subsetOf(AttributeSet(list.collect { case a: Attribute => a })))
+      weightedPre(child, passed).map { case (p, w) => (Project(list :+ w, p), w) }
     case g: Generate => weightedPre(g.child).map { case (p, w) =>
       (Project(g.output :+ w, g.copy(unrequiredChildIndex = Nil, child = p)), w) }
     case e: Expand => weightedPre(e.child).map { case (p, w) =>
@@ -190,7 +203,7 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
    * changed keys, its right side's counts) that would otherwise run again each time.
    */
   def delta(plan: LogicalPlan): Seq[Branch] = deltas.getOrElseUpdate(plan,
-    precomputed(plan).orElse(overScalar(plan, plan.outputSet)).orElse(fk.delta(plan)).getOrElse(generic(plan)))
+    precomputed(plan).orElse(overScalar(plan, scans.needed(plan))).orElse(fk.delta(plan)).getOrElse(generic(plan)))
 
   private val deltas = scala.collection.mutable.Map[LogicalPlan, Seq[Branch]]()
 
@@ -253,7 +266,7 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
         val change = Union(Seq(-1 -> oldRow, 1 -> newRow).map { case (sign, row) =>
           Project(row.output :+ Alias(Literal(sign), inner.name)(exprId = inner.exprId), row)
         })
-        val (left, sign) = weightedPre(j.left) match {
+        val (left, sign) = weightedPre(j.left, if (valueRead) None else Some(decides)) match {
           case Some((weighted, w)) => (weighted, Multiply(inner, w))
           case None => (pre(j.left), inner)
         }

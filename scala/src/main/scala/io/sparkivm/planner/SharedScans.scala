@@ -63,6 +63,7 @@ class SharedScans(reader: LeafReader, steps: PlanSteps, minBytes: Long, maxKeys:
   def noteColumnsRead(plan: LogicalPlan): Unit = {
     def visit(node: LogicalPlan, needed: Set[ExprId]): Unit = {
       def refs(es: Seq[Expression]) = es.flatMap(_.references.map(_.exprId)).toSet
+      neededOf.put(node, needed)
       node match {
         case SourceLeaf(leaf) =>
           val names = leaf.output.filter(a => needed(a.exprId)).map(a => lower(a.name))
@@ -78,6 +79,17 @@ class SharedScans(reader: LeafReader, steps: PlanSteps, minBytes: Long, maxKeys:
     }
     visit(plan, plan.output.map(_.exprId).toSet)
   }
+
+  /** The output of each node of the noted plan that the nodes above it read (by identity). */
+  private val neededOf = new java.util.IdentityHashMap[LogicalPlan, Set[ExprId]]()
+
+  /**
+   * The attributes of `node`'s output that the nodes above it read, for a node of the plan given
+   * to [[noteColumnsRead]]; all of its output for any other.
+   */
+  def needed(node: LogicalPlan): AttributeSet =
+    Option(neededOf.get(node)).map(ids => AttributeSet(node.output.filter(a => ids(a.exprId))))
+      .getOrElse(node.outputSet)
 
   /**
    * `plan`'s rows whose `keys` equal, null-safely, a row of `affected` (its first columns), if
@@ -140,6 +152,29 @@ class SharedScans(reader: LeafReader, steps: PlanSteps, minBytes: Long, maxKeys:
     }).flatten
   }
 
+  /**
+   * The Post read of `leaf` narrowed to the rows for which `where` (over the leaf's output)
+   * holds, from the rows the reader keeps between refreshes, as a relation with the read's
+   * attributes (columns the view does not read are NULL): for a filter that keeps few rows
+   * of a table kept in memory (TPC-H Q22's customers whose balance lies between the old and the
+   * new average), instead of a scan. None where the rows are not kept.
+   */
+  def postWhere(leaf: SourceLeaf, where: Expression): Option[LogicalPlan] = if (!steps.collects) None else {
+    val plan = post(leaf)
+    for {
+      known <- columnsRead.get(leaf.name)
+      columns = plan.output.filter(a => known(lower(a.name))).map(a => StructField(lower(a.name), a.dataType, a.nullable))
+      byName = plan.output.map(a => lower(a.name) -> a).toMap
+      leafAt = leaf.output.map(a => a.exprId -> byName.get(lower(a.name))).toMap
+      if where.references.forall(r => leafAt.get(r.exprId).flatten.exists(a => known(lower(a.name))))
+      bound = where.transform { case a: Attribute if leafAt.contains(a.exprId) =>
+        val i = columns.indexWhere(_.name == lower(leafAt(a.exprId).get.name))
+        BoundReference(i, columns(i).dataType, columns(i).nullable)
+      }
+      rows <- reader.rowsWhere(leaf, columns, bound)
+    } yield relation(plan, Held(Set.empty, columns, rows), Nil, Set.empty, all = true)
+  }
+
   /** Post's held rows minus the change's rows of the same keys; None if a count went negative. */
   private def minus(post: Held, d: LocalDeltaRows, keyNames: Seq[String]): Option[Seq[InternalRow]] = {
     val types = post.columns.map(_.dataType)
@@ -166,9 +201,10 @@ class SharedScans(reader: LeafReader, steps: PlanSteps, minBytes: Long, maxKeys:
    * NULL): laid out in its column order here, once, rather than under a renaming projection that
    * Spark's optimizer would evaluate over every row each time it plans a query reading them.
    */
-  private def relation(plan: LogicalPlan, h: Held, keyNames: Seq[String], wanted: Set[Seq[Any]]): LogicalPlan = {
+  private def relation(plan: LogicalPlan, h: Held, keyNames: Seq[String], wanted: Set[Seq[Any]],
+      all: Boolean = false): LogicalPlan = {
     val types = h.columns.map(_.dataType)
-    val rows = if (h.keys == wanted) h.rows else {
+    val rows = if (all || h.keys == wanted) h.rows else {
       val keyAt = keyNames.map(k => h.columns.indexWhere(_.name == k))
       h.rows.filter(r => wanted.contains(keyAt.map(i => r.get(i, types(i)))))
     }

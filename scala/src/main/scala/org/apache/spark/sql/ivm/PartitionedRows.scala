@@ -101,12 +101,16 @@ final class PartitionedRows private (val schema: StructType, keyIndex: Int, part
    * every such partition is kept.
    */
   private def inPlace(keys: Array[Any]): Option[Seq[JHashMap[Any, Array[InternalRow]]]] =
+    inPartitions(keys.iterator.map(partitionOf).toSet)
+
+  /** The kept hash maps of `parts`, read in place; None unless every one is kept here. */
+  private def inPartitions(parts: Iterable[Int]): Option[Seq[JHashMap[Any, Array[InternalRow]]]] =
     if (!indexed || !rdd.context.isLocal || rdd.context.isStopped ||
       rdd.getStorageLevel == StorageLevel.NONE) None
     else {
       val blocks = SparkEnv.get.blockManager
       val found = ArrayBuffer[JHashMap[Any, Array[InternalRow]]]()
-      val all = keys.iterator.map(partitionOf).toSet.forall { p =>
+      val all = parts.forall { p =>
         blocks.getLocalValues(RDDBlockId(rdd.id, p)).exists { result =>
           val values = result.data
           val index = if (values.hasNext) values.next() else null
@@ -145,6 +149,13 @@ final class PartitionedRows private (val schema: StructType, keyIndex: Int, part
         more.filter(r => set(if (r.isNullAt(keyIndex)) null else r.get(keyIndex, keyType)) && kept(r))
     }
   }
+
+  /**
+   * Every kept row, read in place (see the class comment) and filtered by `keep` as it is read;
+   * None unless the master is local and every partition is kept.
+   */
+  def allInPlace(keep: InternalRow => Boolean): Option[Seq[InternalRow]] =
+    inPartitions(0 until partitions).map(_.flatMap(m => PartitionedRows.allRows(m).filter(keep)))
 
   /** How many kept rows `keys` have, counted in place; None where they cannot be read in place. */
   def sizeInPlace(keys: Iterable[Any]): Option[Long] = {
