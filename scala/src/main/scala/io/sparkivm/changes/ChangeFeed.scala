@@ -64,31 +64,19 @@ object TableChange {
  * the interval cancel (Svingos et al. 2023, section 1.4: deltas are net changes).
  */
 object ChangeFeed {
-  private val WholeStage = "spark.sql.codegen.wholeStage"
-
   def read(spark: SparkSession, view: String, requests: Seq[ChangeRequest],
       localMaxBytes: Long, sizes: Map[String, Long] = Map.empty): Map[String, TableChange] = {
     val (small, large) = requests.partition { r =>
       sizes.getOrElse(r.name, changeBytes(spark, view, r)) <= localMaxBytes
     }
-    // The change files are small whatever the tables' size: read without whole-stage code
-    // generation, whose code is compiled for each read's shape (profiled: half of the changes
-    // phase of a TPC-H Q22 refresh at SF 1 where the tables' size turns it on).
-    val wholeStage = spark.conf.getOption(WholeStage)
-    spark.conf.set(WholeStage, "false")
-    val (feeds, collected) = try {
-      // Planning a change-feed read (Delta resolves every commit of the interval) is driver work
-      // that overlaps well: the tables' reads are planned side by side.
-      val feeds = Parallel.run(spark, small.map(r => () => r -> signedFeed(spark, view, r)))
-      // Rows per task are bounded by the files' sizes checked above; the bound is a safeguard.
-      // One task per core: the change files are small, and a task per file costs more to start than to read.
-      (feeds, try LocalRows.collect(spark, feeds.map(_._2), Int.MaxValue - 1,
-        Some(spark.sparkContext.defaultParallelism)) catch {
-        case NonFatal(e) => throw unavailable(view, small, e)
-      })
-    } finally wholeStage match {
-      case Some(v) => spark.conf.set(WholeStage, v)
-      case None => spark.conf.unset(WholeStage)
+    // Planning a change-feed read (Delta resolves every commit of the interval) is driver work
+    // that overlaps well: the tables' reads are planned side by side.
+    val feeds = Parallel.run(spark, small.map(r => () => r -> signedFeed(spark, view, r)))
+    // Rows per task are bounded by the files' sizes checked above; the bound is a safeguard.
+    // One task per core: the change files are small, and a task per file costs more to start than to read.
+    val collected = try LocalRows.collect(spark, feeds.map(_._2), Int.MaxValue - 1,
+      Some(spark.sparkContext.defaultParallelism)) catch {
+      case NonFatal(e) => throw unavailable(view, small, e)
     }
     val local = feeds.zip(collected.getOrElse(Nil)).map { case ((r, feed), rows) =>
       r.name -> (net(feed.schema, rows): TableChange)
