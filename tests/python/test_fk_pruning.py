@@ -299,9 +299,13 @@ def test_integrity_from_counts_per_foreign_key(spark: SparkSession, star: str) -
         assert ".fact rows per ak" in notes(r), notes(r)
 
 
-def test_random_changes_with_and_without_integrity(spark: SparkSession, star: str) -> None:
-    """Random inserts, deletes and updates at every level, integrity kept or broken at random."""
-    rng = random.Random(7)
+@pytest.mark.parametrize("kept", [False, True])
+def test_random_changes_with_and_without_integrity(spark: SparkSession, star: str, kept: bool) -> None:
+    """Random inserts, deletes and updates at every level, integrity kept or broken at random.
+    With `kept`, every dimension is read as a large one is (spark.ivm.sharedReads.minTableBytes
+    at 0): its rows of the keys the change references come from the rows kept in memory by its
+    primary key from the second refresh that reads it on, moved forward by each change."""
+    rng = random.Random(7 if not kept else 11)
     t = Twins(spark, SNOWFLAKE)
     r2 = Twins(spark, STAR_ROWS, "rows", generic=False)
     next_id = [100]
@@ -335,11 +339,15 @@ def test_random_changes_with_and_without_integrity(spark: SparkSession, star: st
             return f"INSERT INTO region VALUES ({i}, 'r{i}')"
         return f"INSERT INTO fact VALUES ({i}, {i + 1000}, 1, 'x', 1.0)"
 
-    for _ in range(3):
-        for _ in range(rng.randint(1, 3)):
-            spark.sql(step())
-        t.refresh()
-        r2.refresh()
+    restricted = 0
+    with confs(spark, {"spark.ivm.sharedReads.minTableBytes": "0" if kept else str(1 << 40)}):
+        for _ in range(6 if kept else 3):
+            for _ in range(rng.randint(1, 3)):
+                spark.sql(step())
+            report = t.refresh()
+            r2.refresh()
+            restricted += "kept in memory" in notes(report)
+    assert (restricted > 0) == kept, restricted
 
 
 def test_constraints_are_checked_when_declared(spark: SparkSession, db: str) -> None:

@@ -13,15 +13,16 @@ import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, Distinct, Filter,
   LogicalPlan, Project, SubqueryAlias, Union, View}
 
 /**
- * Evaluates a small optimized plan on the driver, without a Spark job, when it reads only rows
- * held here ([[RefreshSteps.local]]) through projections, filters, unions, aggregates and joins:
- * the keys a change touches, whose plan is a DISTINCT (an aggregate without functions) over the
+ * Evaluates a small plan (analyzed or optimized) on the driver, without a Spark job, when it
+ * reads only rows held here ([[RefreshSteps.local]]) through projections, filters, unions,
+ * DISTINCTs, aggregates and joins: the keys a change touches, whose plan is a DISTINCT over the
  * union of changes held on the driver; a global aggregate's state moved by its change
  * ([[io.sparkivm.planner.RunningAggregate]]); an operator recomputed for its changed keys over
  * rows looked up for them (a semi or anti join of those rows with the keys that have matches).
  * Spark folds only projections and filters of a local relation (`ConvertToLocalRelation`); each
- * of these would otherwise be a job with a shuffle. Expressions are interpreted (no code is generated for a few rows); None for
- * any other plan, or any expression that is not deterministic or cannot be interpreted.
+ * of these would otherwise be a job with a shuffle. Expressions are interpreted (no code is
+ * generated for a few rows); None for any other plan, or any expression that is not
+ * deterministic or cannot be interpreted.
  */
 object LocalEval {
   /** The most rows an aggregate with functions is folded over here. */

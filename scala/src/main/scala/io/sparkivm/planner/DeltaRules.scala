@@ -146,6 +146,9 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
 
   def preDel(plan: LogicalPlan): LogicalPlan = substitute(plan, reader.preDel)
 
+  /** Post's rows of `leaf` whose `key` is one of `keys`, from the rows kept in memory ([[SharedScans.keptPost]]). */
+  def keptPost(leaf: SourceLeaf, key: Attribute, keys: Set[Any]): Option[LogicalPlan] = scans.keptPost(leaf, key, keys)
+
   /** `plan` with each table occurrence read by `read` (its output attributes kept). */
   def withLeaves(plan: LogicalPlan, read: SourceLeaf => LogicalPlan): LogicalPlan = substitute(plan, read)
 

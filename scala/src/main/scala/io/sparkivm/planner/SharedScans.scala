@@ -63,7 +63,8 @@ class SharedScans(reader: LeafReader, steps: PlanSteps, minBytes: Long, maxKeys:
   def noteColumnsRead(plan: LogicalPlan): Unit = {
     def visit(node: LogicalPlan, needed: Set[ExprId]): Unit = {
       def refs(es: Seq[Expression]) = es.flatMap(_.references.map(_.exprId)).toSet
-      neededOf.put(node, needed)
+      // A node shared by two places of the plan (an inlined CTE) is needed for both.
+      neededOf.put(node, Option(neededOf.get(node)).map(_ ++ needed).getOrElse(needed))
       node match {
         case SourceLeaf(leaf) =>
           val names = leaf.output.filter(a => needed(a.exprId)).map(a => lower(a.name))
@@ -174,6 +175,28 @@ class SharedScans(reader: LeafReader, steps: PlanSteps, minBytes: Long, maxKeys:
       rows <- reader.rowsWhere(leaf, columns, bound)
     } yield relation(plan, Held(Set.empty, columns, rows), Nil, Set.empty, all = true)
   }
+
+  /**
+   * Post's rows of `leaf` whose column `key` holds one of `keys` (Catalyst values), from the
+   * rows the reader keeps in memory by that key, as a relation with the read's attributes
+   * (columns the view does not read are NULL): a dimension's rows of the keys a fact's change
+   * references, instead of a scan with the keys as a filter (which reads every file where the
+   * keys spread over them). None where they are not kept: a table under `minBytes`, the
+   * reader's own conditions (its size, the setting, the first refresh that asks).
+   */
+  def keptPost(leaf: SourceLeaf, key: Attribute, keys: Set[Any]): Option[LogicalPlan] =
+    if (!steps.collects || reader.sizeInBytes(leaf) < minBytes) None else {
+      val plan = reader.post(leaf)
+      val keyName = lower(key.name)
+      for {
+        known <- columnsRead.get(leaf.name)
+        columns = plan.output.filter(a => known(lower(a.name)) || lower(a.name) == keyName)
+          .map(a => StructField(lower(a.name), a.dataType, a.nullable))
+        byName = plan.output.map(a => lower(a.name) -> a).toMap
+        rows <- reader.keyedRows(leaf, keyName, columns, keys, atPost = true,
+          Project(columns.map(c => byName(c.name)), plan))
+      } yield relation(plan, Held(Set.empty, columns, rows), Nil, Set.empty, all = true)
+    }
 
   /** Post's held rows minus the change's rows of the same keys; None if a count went negative. */
   private def minus(post: Held, d: LocalDeltaRows, keyNames: Seq[String]): Option[Seq[InternalRow]] = {
