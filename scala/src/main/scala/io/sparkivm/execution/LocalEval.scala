@@ -81,7 +81,8 @@ object LocalEval {
       case _ => (Nil, Nil, j.condition)
     }
     if (lk.isEmpty && left.size.toLong * right.size > NestedLoopMaxPairs) return None
-    val test = other.map(c => Predicate.createInterpreted(BindReferences.bindReference(c, j.left.output ++ j.right.output)))
+    val test = other.map(c =>
+      Predicate.createInterpreted(BindReferences.bindReference(c, j.left.output ++ j.right.output)))
     val leftKey = InterpretedUnsafeProjection.createProjection(lk.map(BindReferences.bindReference(_, j.left.output)))
     val rightKey = InterpretedUnsafeProjection.createProjection(rk.map(BindReferences.bindReference(_, j.right.output)))
     val byKey: Map[UnsafeRow, Seq[InternalRow]] = right.iterator.map(r => rightKey(r).copy() -> r)

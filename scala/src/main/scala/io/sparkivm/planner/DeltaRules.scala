@@ -146,8 +146,9 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
 
   def preDel(plan: LogicalPlan): LogicalPlan = substitute(plan, reader.preDel)
 
-  /** Post's rows of `leaf` whose `key` is one of `keys`, from the rows kept in memory ([[SharedScans.keptPost]]). */
-  def keptPost(leaf: SourceLeaf, key: Attribute, keys: Set[Any]): Option[LogicalPlan] = scans.keptPost(leaf, key, keys)
+  /** Post's rows of `leaf` whose `key` is one of `keys`, from rows kept in memory ([[SharedScans.keptPost]]). */
+  def keptPost(leaf: SourceLeaf, key: Attribute, keys: Set[Any]): Option[LogicalPlan] =
+    scans.keptPost(leaf, key, keys)
 
   /** `plan` with each table occurrence read by `read` (its output attributes kept). */
   def withLeaves(plan: LogicalPlan, read: SourceLeaf => LogicalPlan): LogicalPlan = substitute(plan, read)
@@ -167,7 +168,8 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
    * the pinned version (whose Delta snapshots are loaded) instead of travelling back to the
    * consumed one, whose snapshot would be rebuilt from the log. None for other trees.
    */
-  def weightedPre(plan: LogicalPlan, where: Option[Expression] = None): Option[(LogicalPlan, Attribute)] = plan match {
+  def weightedPre(plan: LogicalPlan, where: Option[Expression] = None): Option[(LogicalPlan, Attribute)] =
+    plan match {
     case SourceLeaf(leaf) =>
       val w = AttributeReference("__ivm_w", m.dataType, nullable = false)()
       // `where` (a filter the caller keeps above) narrows the Post read where the rows are kept.

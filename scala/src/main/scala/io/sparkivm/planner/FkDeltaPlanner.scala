@@ -256,11 +256,13 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
     // Post's rows of those keys from the table's rows kept in memory by its key, where they are.
     val kept = if (fromPost.isEmpty) None else rules.keptPost(leaf, pkAttr, fromPost)
     lines += s"$term read for the ${needed.size} keys joined so far: ${needed.size - fromPost.size} from its " +
-      s"deleted rows, ${fromPost.size} from Post(${leaf.table.table})" + kept.map(_ => " kept in memory").getOrElse("")
+      s"deleted rows, ${fromPost.size} from Post(${leaf.table.table})" +
+      kept.map(_ => " kept in memory").getOrElse("")
     rules.withLeaves(block.units(u), l => {
       // All of Del(y) (it is small, and rows not referenced drop out in the join).
       val del = reader.delta(l).map(d => Project(l.output, Filter(LessThan(rules.m, Literal(0)), d)))
-      val post = if (fromPost.isEmpty) None else kept.orElse(Some(Filter(InSet(pkAttr, fromPost), reader.post(l))))
+      val post = if (fromPost.isEmpty) None
+        else kept.orElse(Some(Filter(InSet(pkAttr, fromPost), reader.post(l))))
       (del.toSeq ++ post.toSeq) match {
         case Seq() => LocalRelation(l.output)
         case Seq(one) => one

@@ -164,7 +164,8 @@ class SharedScans(reader: LeafReader, steps: PlanSteps, minBytes: Long, maxKeys:
     val plan = post(leaf)
     for {
       known <- columnsRead.get(leaf.name)
-      columns = plan.output.filter(a => known(lower(a.name))).map(a => StructField(lower(a.name), a.dataType, a.nullable))
+      columns = plan.output.filter(a => known(lower(a.name)))
+        .map(a => StructField(lower(a.name), a.dataType, a.nullable))
       byName = plan.output.map(a => lower(a.name) -> a).toMap
       leafAt = leaf.output.map(a => a.exprId -> byName.get(lower(a.name))).toMap
       if where.references.forall(r => leafAt.get(r.exprId).flatten.exists(a => known(lower(a.name))))
