@@ -40,7 +40,7 @@ object KnownFiles extends Logging {
   private def idOf(snapshot: Snapshot): String = idOf(snapshot.deltaLog, snapshot.metadata.id)
 
   private val VersionsPerTable = 3
-  private val MaxVersions = 64
+  private val MaxVersions = 256
   /** Versions kept, least recently used first (guarded by `this`). */
   private val versions = mutable.LinkedHashMap[(String, Long), Version]()
 
@@ -60,12 +60,14 @@ object KnownFiles extends Logging {
 
   /**
    * The files of `snapshot`'s version if they cost no Spark job: held, or advanced on the driver
-   * from a held earlier version at most [[ReplayMaxCommits]] commits before it.
+   * from a held earlier version at most [[ReplayMaxCommits]] commits before it, or replayed from
+   * a young table's first commit (a view just created, a table just written).
    */
   def withoutJob(log: DeltaLog, snapshot: Snapshot): Option[Version] = {
     val (hit, earlier) = lookup(snapshot)
     hit.orElse(earlier.filter(snapshot.version - _.version <= ReplayMaxCommits)
       .flatMap(advance(log, _, snapshot.version))
+      .orElse(fromFirstCommit(log, snapshot))
       .map(files => remember(new Version(idOf(snapshot), snapshot.version, files))))
   }
 
