@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import List, Tuple
+from typing import Dict, List, Tuple
 
 import pytest
 from pyspark.sql import DataFrame, Row, SparkSession
@@ -267,35 +267,42 @@ def test_large_changes_take_the_distributed_paths(spark: SparkSession, tables: s
 
 
 def deletion_vectors(spark: SparkSession, table: str) -> int:
-    """Files of the table's current version that carry a deletion vector."""
-    files = spark.sql(f"DESCRIBE DETAIL {table}").first().location
-    log = spark.read.json(os.path.join(files, "_delta_log", "*.json"))
-    if "add" not in log.columns:
-        return 0
-    adds = log.where("add IS NOT NULL").select("add.path", "add.deletionVector")
-    removes = log.where("remove IS NOT NULL").select("remove.path", "remove.deletionVector") \
-        if "remove" in log.columns else None
-    live = adds.exceptAll(removes) if removes is not None else adds
-    return live.where("deletionVector IS NOT NULL").count()
+    """Files of the table's current version that carry a deletion vector (Delta's own list)."""
+    location = spark.sql(f"DESCRIBE DETAIL {table}").first().location  # also updates the snapshot
+    log = spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, location)
+    return int(log.unsafeVolatileSnapshot().allFiles().where("deletionVector IS NOT NULL").count())
 
 
 def test_large_applies_mark_rows_deleted_instead_of_rewriting(spark: SparkSession, tables: str) -> None:
     # Every apply searches its candidate files (as large tables do): the changed keys' rows are
     # marked deleted by deletion vectors, files mostly deleted are rewritten, the rest is appended.
-    with confs(spark, {"spark.ivm.apply.rewriteWithoutSearchBytes": "0"}):
+    # Each such apply appends a small file; once there are 3 (compactMinFiles), the next apply
+    # rewrites them into the one file it writes.
+    def files(mv: MaterializedView) -> int:
+        return int(spark.sql(f"DESCRIBE DETAIL __ivm_backing_{mv.name}").first()["numFiles"])
+
+    counts: Dict[str, List[int]] = {"agg": [], "joined": []}
+    marked = False
+    with confs(spark, {"spark.ivm.apply.rewriteWithoutSearchBytes": "0", "spark.ivm.apply.compactMinFiles": "3"}):
         agg = MaterializedView.create(spark, "agg", AGG)
         join = MaterializedView.create(spark, "joined", JOIN)
         spark.sql("INSERT INTO f SELECT id, id % 50, id * 0.25 FROM range(1000, 3000)")
         for mv, q in ((agg, AGG), (join, JOIN)):
             mv.refresh()
             assert_matches_query(spark, mv.name, q)
-        for round_ in range(1, 6):
+        for round_ in range(1, 7):
             change(spark, round_)
             for mv, q in ((agg, AGG), (join, JOIN)):
                 report = mv.refresh()
                 assert report.mode == "incremental", report
                 assert_matches_query(spark, mv.name, q)
-        assert deletion_vectors(spark, "__ivm_backing_agg") > 0
+                counts[mv.name].append(files(mv))
+                marked = marked or (mv is agg and deletion_vectors(spark, "__ivm_backing_agg") > 0)
+        assert marked
+    # At most 2 small files before an apply, plus the one it writes; agg's applies mark rows and
+    # append (joined's rewrite its one file, most of whose rows each change deletes).
+    assert all(max(seen) <= 3 for seen in counts.values()), counts
+    assert any(b < a for a, b in zip(counts["agg"], counts["agg"][1:])), counts
     # The other path (rewriting the candidate files) takes over from the marked files.
     change(spark, 7)
     agg.refresh()

@@ -198,11 +198,17 @@ object IvmConf {
       "column, and a refresh's search for the files holding a changed key, read only the files that " +
       "may match. 0: no bound (one file per write task).")
 
-  val RewriteWithoutSearchBytes: IvmConfEntry[Long] = long("spark.ivm.apply.rewriteWithoutSearchBytes", 8L << 20,
+  val RewriteWithoutSearchBytes: IvmConfEntry[Long] = long("spark.ivm.apply.rewriteWithoutSearchBytes", 1L << 20,
     "A refresh's candidate files (those whose statistics admit a changed key) up to this many " +
       "bytes in all are rewritten without first finding which rows hold a changed key (one Spark " +
       "job instead of two); above it, that search runs and the rows are removed by deletion vectors " +
       "where the table has them.")
+
+  val CompactMinFiles: IvmConfEntry[Int] = int("spark.ivm.apply.compactMinFiles", 16,
+    "When a backing table holds at least this many small files (under 8 MiB: an apply that marks " +
+      "rows deleted by deletion vectors appends one each time), the next apply also rewrites them " +
+      "into the file it writes, in the same commit, so that the view's files stay few however " +
+      "often it is refreshed. 0: never.", min = 0)
 
   val ApplyDeletionVectors: IvmConfEntry[Boolean] = bool("spark.ivm.apply.deletionVectors", default = true,
     "Create backing tables with Delta's deletion vectors, and apply a refresh whose candidate files " +

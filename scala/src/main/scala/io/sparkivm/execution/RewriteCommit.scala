@@ -32,7 +32,9 @@ import org.apache.spark.sql.types.StructType
  * [[KnownFiles]]) finds the candidate files, and when they hold much, one job finds the rows that
  * really hold a key, which are then marked deleted by deletion vectors ([[DeletionVectorApply]])
  * or their files rewritten. When the rows are distributed (more than
- * `spark.ivm.localMaxRows`), the same is done with semi and anti joins on the keys. Readers see an
+ * `spark.ivm.localMaxRows`), the same is done with semi and anti joins on the keys. Once the
+ * table holds `spark.ivm.apply.compactMinFiles` small files, the apply rewrites them too
+ * ([[smallFiles]]), so that marking and appending keeps the view's files few. Readers see an
  * ordinary Delta table; the change feed (if a downstream view turned it on) shows the rewritten
  * files' rows as deleted and inserted, which nets to the real change.
  */
@@ -68,7 +70,8 @@ object RewriteCommit extends DeltaCommand {
     // `touched`: files rewritten without the changed keys' rows; `marked`: files whose rows of
     // changed keys are marked deleted by deletion vectors instead (large tables, see
     // DeletionVectorApply), so the write is the new rows and the files they compact.
-    val (touched, marked): (Seq[AddFile], Seq[FileAction]) =
+    val small = smallFiles(spark, log, txn)
+    val (found, marked): (Seq[AddFile], Seq[FileAction]) =
       if (!search) (candidates, Nil)
       else {
         val fileMap = generateCandidateFileMap(log.dataPath, candidates)
@@ -79,11 +82,16 @@ object RewriteCommit extends DeltaCommand {
         } else {
           val positions = holding.select(input_file_name(), col("_metadata.row_index")).collect().toSeq
             .groupBy(_.getString(0)).map { case (path, rows) => file(path) -> rows.map(_.getLong(1)) }
-          val (rewrite, mark) = positions.partition { case (f, rows) => DeletionVectorApply.rewrite(f, rows.size) }
+          val (rewrite, mark) = positions.partition { case (f, rows) =>
+            small.contains(f.path) || DeletionVectorApply.rewrite(f, rows.size)
+          }
           val store = DeletionVectorApply.store(log)
           (rewrite.keys.toSeq, mark.toSeq.flatMap { case (f, rows) => DeletionVectorApply.delete(log, store, f, rows) })
         }
       }
+    // The small files are rewritten too (compacted into the file written), the changed keys'
+    // rows left out as from every rewritten file.
+    val touched = found ++ small.values.filter(f => !found.exists(_.path == f.path))
     val columns = maintenance.backingColumns.map(c => col(ViewMaintenance.quote(c)))
     val kept = if (touched.isEmpty) None else {
       val scan = log.createDataFrame(txn.snapshot, touched)
@@ -139,6 +147,27 @@ object RewriteCommit extends DeltaCommand {
       txn.trackFilesRead(files)
       files
     }
+
+  /** Files under this size count as small for compaction (an apply's appended file is). */
+  private val SmallFileBytes = 8L << 20
+
+  /**
+   * The table's small files, by path, when there are at least `spark.ivm.apply.compactMinFiles`
+   * of them (else none). An apply that marks rows deleted appends one small file of new rows, so
+   * a view refreshed hourly would gather thousands, and every read of the view opens each. This
+   * is Delta's auto compaction (`delta.autoOptimize.autoCompact`) folded into the apply's own
+   * commit: no second commit, and the compacted files' changed keys are dropped as they are read.
+   */
+  private def smallFiles(spark: SparkSession, log: DeltaLog, txn: OptimisticTransaction): Map[String, AddFile] = {
+    val min = IvmConf.CompactMinFiles.get(spark)
+    if (min <= 0 || !IvmConf.KnownFiles.get(spark)) Map.empty else {
+      val small = KnownFiles.matching(log, txn.snapshot, Nil).filter(_.size < SmallFileBytes)
+      if (small.size < min) Map.empty else {
+        txn.trackFilesRead(small)
+        small.map(f => f.path -> f).toMap
+      }
+    }
+  }
 
   private def start(spark: SparkSession, meta: ViewMetadata): (DeltaLog, OptimisticTransaction) = {
     val log = DeltaLog.forTable(spark, meta.backing)
