@@ -1,11 +1,9 @@
 package io.sparkivm.execution
 
-import scala.collection.mutable
-
 import io.sparkivm.changes.{LocalChange, PinnedSource, TableChange}
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.epsilon.ResidentState
-import io.sparkivm.planner.{KeyProbe, SharedScans}
+import io.sparkivm.planner.{KeyProbe, RowCounts, SharedScans}
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.{CatalystTypeConverters, InternalRow, TableIdentifier}
 import org.apache.spark.sql.catalyst.expressions.{Alias, Expression, GenericInternalRow, Literal, Predicate}
@@ -30,7 +28,8 @@ import org.apache.spark.sql.types.StructField
  * appends the change's rows (held on the driver) with their signs as weights, which moves it to
  * Post; or finds it at the version it reads; or reads the table once at Post, the second time a
  * refresh in the application reads it by that key (an application that refreshes once never
- * pays for it). Rows appended past [[ResidentState.MaxAppendedRows]] drop the entry, and the
+ * pays for it), beside that refresh ([[ResidentState.makeBeside]]), which reads the table as
+ * before, so that no refresh waits for the whole table's read. Rows appended past [[ResidentState.MaxAppendedRows]] drop the entry, and the
  * next refresh that asks reads the table again.
  */
 object ResidentTableRows {
@@ -44,7 +43,8 @@ object ResidentTableRows {
    * subset of the table's), at Post (`source.version`) if `atPost`, else at Pre (`from`); None
    * where they are not kept: the setting is off, the table is larger than it allows, a column's
    * values do not compare as the JVM's `equals` does, the change cannot move an entry from Pre
-   * to Post, or no earlier refresh (`refresh` names this one) asked for them. `all` is the
+   * to Post, no earlier refresh (`refresh` names this one) asked for them, or this one starts
+   * keeping them. `all` is the
    * table's rows at Post with `columns`, in order, read to make the entry.
    */
   def read(spark: SparkSession, table: TableIdentifier, key: String, columns: Seq[StructField],
@@ -57,12 +57,14 @@ object ResidentTableRows {
     val keyType = columns(keyAt).dataType
     val name = s"${prefix(spark, table, source)}$key/${signature(columns)}"
     val (preStamp, postStamp) = (from.toString, source.version.toString)
-    val wanted = keys.map(k => if (k == null) null else CatalystTypeConverters.convertToScala(k, keyType))
+    // The keys are Catalyst values of the key's type: looked up in place as they are; a job's
+    // filter takes external values.
+    lazy val external = keys.map(k => if (k == null) null else CatalystTypeConverters.convertToScala(k, keyType))
     val askedBefore = asks.touch(name, refresh)
 
     def rowsOf(e: ResidentState.Entry): Option[Seq[InternalRow]] = {
-      val found = e.base.rowsInPlace(wanted, e.appended).orElse(
-        LocalRows.collect(spark, Seq(e.frame(spark, Some(wanted.toSeq))), Int.MaxValue).map(_.head))
+      val found = e.base.rowsOfKeysInPlace(keys.toArray.distinct, e.appended).orElse(
+        LocalRows.collect(spark, Seq(e.frame(spark, Some(external.toSeq))), Int.MaxValue).map(_.head))
       found.flatMap(net(_, columns)) match {
         case None =>
           ResidentState.remove(name)
@@ -84,12 +86,11 @@ object ResidentTableRows {
           val named = Project(plan.output.zip(columns).map { case (a, c) => Alias(a, c.name)() } :+
             Alias(Literal(1L), WeightColumn)(), plan)
           val parts = ResidentState.partitions(spark, source.sizeInBytes / (16L << 20) + 1)
-          val base = ResidentState.rows(SparkInternals.dataFrame(spark, named), key, parts)
-          // Every partition now, so that lookups read in place from the first.
-          base.load()
-          val entry = ResidentState.Entry(postStamp, base, Vector.empty)
-          ResidentState.put(name, entry)
-          rowsOf(entry)
+          val df = SparkInternals.dataFrame(spark, named)
+          // Made beside this refresh, which reads the table as before; the next finds it.
+          ResidentState.makeBeside(spark, name)(ResidentState.Entry(postStamp, ResidentState.rows(df, key, parts),
+            Vector.empty))
+          None
       }
     }
   }
@@ -156,14 +157,9 @@ object ResidentTableRows {
     def values(r: InternalRow): Array[Any] = types.indices.map(i => r.get(i, types(i))).toArray
     if (rows.forall(_.getLong(n) == 1L)) Some(rows.map(r => new GenericInternalRow(values(r))))
     else {
-      val counts = mutable.LinkedHashMap[Seq[Any], Long]()
-      rows.foreach { r =>
-        val v = values(r).toSeq
-        counts(v) = counts.getOrElse(v, 0L) + r.getLong(n)
-      }
-      if (counts.valuesIterator.exists(_ < 0)) None
-      else Some(counts.iterator.flatMap { case (v, c) =>
-        Iterator.fill(c.toInt)(new GenericInternalRow(v.toArray): InternalRow) }.toSeq)
+      val counts = new RowCounts
+      rows.foreach(r => counts.add(values(r).toSeq, r.getLong(n)))
+      counts.rows
     }
   }
 }

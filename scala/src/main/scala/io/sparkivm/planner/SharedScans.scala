@@ -205,19 +205,13 @@ class SharedScans(reader: LeafReader, steps: PlanSteps, minBytes: Long, maxKeys:
     val at = d.positions(post.columns.map(_.name))
     if (at.contains(-1)) return None
     val keyAt = keyNames.map(k => post.columns.indexWhere(_.name == k))
-    val counts = mutable.LinkedHashMap[Seq[Any], Long]()
-    post.rows.foreach { r =>
-      val v = types.indices.map(i => r.get(i, types(i)))
-      counts(v) = counts.getOrElse(v, 0L) + 1
-    }
+    val counts = new RowCounts
+    post.rows.foreach(r => counts.add(types.indices.map(i => r.get(i, types(i))), 1L))
     d.rows.foreach { r =>
       val v = types.indices.map(i => r.get(at(i), types(i)))
-      if (post.keys.contains(keyAt.map(v))) {
-        counts(v) = counts.getOrElse(v, 0L) - r.getInt(d.signAt)
-      }
+      if (post.keys.contains(keyAt.map(v))) counts.add(v, -r.getInt(d.signAt))
     }
-    if (counts.valuesIterator.exists(_ < 0)) None
-    else Some(counts.iterator.flatMap { case (v, n) => Iterator.fill(n.toInt)(InternalRow.fromSeq(v)) }.toSeq)
+    counts.rows
   }
 
   /**

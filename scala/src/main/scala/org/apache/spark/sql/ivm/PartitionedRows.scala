@@ -135,8 +135,12 @@ final class PartitionedRows private (val schema: StructType, keyIndex: Int, part
    * lookup by two columns reads a key's rows but keeps only its matches.
    */
   def rowsInPlace(keys: Iterable[Any], more: Seq[InternalRow] = Nil,
+      where: Seq[(Int, Iterable[Any])] = Nil): Option[Seq[InternalRow]] =
+    rowsOfKeysInPlace(toKeys(keys), more, where)
+
+  /** As [[rowsInPlace]], for keys that are Catalyst values of the key column's type already. */
+  def rowsOfKeysInPlace(wanted: Array[Any], more: Seq[InternalRow] = Nil,
       where: Seq[(Int, Iterable[Any])] = Nil): Option[Seq[InternalRow]] = {
-    val wanted = toKeys(keys)
     inPlace(wanted).map { maps =>
       val set = wanted.toSet
       val tests = where.map { case (i, values) =>
