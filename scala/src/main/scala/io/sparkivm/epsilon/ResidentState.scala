@@ -1,16 +1,12 @@
 package io.sparkivm.epsilon
 
-import java.util.concurrent.ConcurrentHashMap
-
 import scala.collection.mutable
-import scala.util.control.NonFatal
 
 import io.sparkivm.planner.KeyProbe
 
-import org.apache.spark.internal.Logging
 import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.catalyst.{InternalRow, TableIdentifier}
-import org.apache.spark.sql.ivm.{LocalRows, PartitionedRows, SparkInternals}
+import org.apache.spark.sql.ivm.{LocalRows, PartitionedRows}
 
 /**
  * IVM^eps state kept resident between refreshes: the relation occurrences and the auxiliary
@@ -27,7 +23,7 @@ import org.apache.spark.sql.ivm.{LocalRows, PartitionedRows, SparkInternals}
  * compaction) reads the tables and keeps that. One entry per name: the rows as first read,
  * plus the changes refreshes added since, held on the driver (the small per-refresh changes).
  */
-object ResidentState extends Logging {
+object ResidentState {
   /** Appended rows held on the driver past this many: the entry is dropped and rebuilt. */
   val MaxAppendedRows = 200000
   /** Rows per partition of an auxiliary view, bytes per partition of a table occurrence. */
@@ -86,56 +82,24 @@ object ResidentState extends Logging {
 
   private val entries = mutable.Map[String, Entry]()
 
-  /** Entries being made on threads of their own ([[makeBeside]]), by name. */
-  private val making = new ConcurrentHashMap[String, Thread]()
-
-  /**
-   * Makes the entry of `name` on a thread of its own: `make` and the reading of every partition
-   * (a Spark job over a whole table) run beside the refresh that asked for the entry, which reads
-   * as if nothing were kept, and the entry is there for the next refresh. A reader of the name
-   * waits for a making still running ([[get]], [[find]]); one that fails leaves no entry.
-   */
-  def makeBeside(spark: SparkSession, name: String)(make: => Entry): Unit = {
-    val thread = new Thread(() => try {
-      SparkInternals.detach(spark)
-      val entry = make
-      entry.base.load()
-      put(name, entry)
-    } catch {
-      case NonFatal(e) => logWarning(s"spark-ivm: keeping $name failed; it will be read instead", e)
-    } finally making.remove(name), "spark-ivm-keep")
-    thread.setDaemon(true)
-    if (making.putIfAbsent(name, thread) == null) thread.start()
-  }
-
-  /** Waits for the makings of the names that pass `named` (outside this object's lock, which they take). */
-  private def awaitMaking(named: String => Boolean): Unit =
-    making.forEach((n, t) => if (named(n)) t.join())
-
   /** The entry of a name for exactly this version, if one is kept and its context runs. */
-  def get(spark: SparkSession, name: String, version: String): Option[Entry] = {
-    awaitMaking(_ == name)
-    synchronized(kept(spark, name, version))
-  }
-
-  private def kept(spark: SparkSession, name: String, version: String): Option[Entry] =
+  def get(spark: SparkSession, name: String, version: String): Option[Entry] = synchronized {
     entries.get(name) match {
       case Some(e) if !e.base.alive(spark.sparkContext) =>
         remove(name)
         None
       case found => found.filter(_.version == version)
     }
+  }
 
   /**
    * An entry whose name passes `named`, with its name, for exactly this version, if one is kept
    * and its context runs.
    */
-  def find(spark: SparkSession, version: String)(named: String => Boolean): Option[(String, Entry)] = {
-    awaitMaking(named)
+  def find(spark: SparkSession, version: String)(named: String => Boolean): Option[(String, Entry)] =
     synchronized {
-      entries.keys.filter(named).toSeq.flatMap(n => kept(spark, n, version).map(n -> _)).headOption
+      entries.keys.filter(named).toSeq.flatMap(n => get(spark, n, version).map(n -> _)).headOption
     }
-  }
 
   def put(name: String, entry: Entry): Unit = synchronized {
     entries.put(name, entry).foreach(old => if (old.base ne entry.base) old.base.release())

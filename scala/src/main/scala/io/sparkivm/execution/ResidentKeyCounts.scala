@@ -26,9 +26,7 @@ import org.apache.spark.sql.types.StructType
  * protocol of its own: a refresh finds the entry at its Pre version and adds the change (held on
  * the driver) to reach Post, or finds it at Post (a retried refresh) and subtracts the change to
  * reach Pre (Pre = Post - D), or counts the table at Post once: the second time a refresh in
- * the application asks for them, so that an application that refreshes once never counts. The
- * counting runs beside that refresh ([[ResidentState.makeBeside]]), which reads its keys' rows
- * as before; the next refresh finds the counts.
+ * the application asks for them, so that an application that refreshes once never counts.
  */
 object ResidentKeyCounts {
   private val CountColumn = "__ivm_cnt"
@@ -39,8 +37,7 @@ object ResidentKeyCounts {
    * The counts of `keys` at `from` (Pre) and at `source.version` (Post), or None where they
    * are not kept: the setting is off, the table is small, the key's values cannot be indexed,
    * the change is too large to be held on the driver or its filters cannot be evaluated there,
-   * no earlier refresh (`refresh` names this one) has asked for them, or this one starts
-   * counting them.
+   * or no earlier refresh (`refresh` names this one) has asked for them.
    */
   def read(spark: SparkSession, t: CountedTable, keys: Seq[Any], source: PinnedSource, from: Long,
       change: Option[TableChange], post: => LogicalPlan, refresh: String): Option[KeyCounts] = {
@@ -85,11 +82,10 @@ object ResidentKeyCounts {
             val counts = Aggregate(Seq(t.key),
               Seq(t.key, Alias(Count(Literal(1)).toAggregateExpression(), CountColumn)()), filtered)
             val parts = ResidentState.partitions(spark, source.sizeInBytes / (16L << 20) + 1)
-            val df = SparkInternals.dataFrame(spark, counts)
-            // Made beside this refresh, which reads its keys' rows as before; the next finds it.
-            ResidentState.makeBeside(spark, name)(ResidentState.Entry(postStamp,
-              ResidentState.rows(df, t.key.name, parts), Vector.empty))
-            None
+            val entry = ResidentState.Entry(postStamp,
+              ResidentState.rows(SparkInternals.dataFrame(spark, counts), t.key.name, parts), Vector.empty)
+            ResidentState.put(name, entry)
+            entry.sums(spark, wanted, CountColumn).map(p => KeyCounts(plus(p, -1), p))
         }
       }
     }

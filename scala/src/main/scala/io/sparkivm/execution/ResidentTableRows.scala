@@ -28,8 +28,7 @@ import org.apache.spark.sql.types.StructField
  * appends the change's rows (held on the driver) with their signs as weights, which moves it to
  * Post; or finds it at the version it reads; or reads the table once at Post, the second time a
  * refresh in the application reads it by that key (an application that refreshes once never
- * pays for it), beside that refresh ([[ResidentState.makeBeside]]), which reads the table as
- * before, so that no refresh waits for the whole table's read. Rows appended past [[ResidentState.MaxAppendedRows]] drop the entry, and the
+ * pays for it). Rows appended past [[ResidentState.MaxAppendedRows]] drop the entry, and the
  * next refresh that asks reads the table again.
  */
 object ResidentTableRows {
@@ -43,8 +42,7 @@ object ResidentTableRows {
    * subset of the table's), at Post (`source.version`) if `atPost`, else at Pre (`from`); None
    * where they are not kept: the setting is off, the table is larger than it allows, a column's
    * values do not compare as the JVM's `equals` does, the change cannot move an entry from Pre
-   * to Post, no earlier refresh (`refresh` names this one) asked for them, or this one starts
-   * keeping them. `all` is the
+   * to Post, or no earlier refresh (`refresh` names this one) asked for them. `all` is the
    * table's rows at Post with `columns`, in order, read to make the entry.
    */
   def read(spark: SparkSession, table: TableIdentifier, key: String, columns: Seq[StructField],
@@ -86,11 +84,12 @@ object ResidentTableRows {
           val named = Project(plan.output.zip(columns).map { case (a, c) => Alias(a, c.name)() } :+
             Alias(Literal(1L), WeightColumn)(), plan)
           val parts = ResidentState.partitions(spark, source.sizeInBytes / (16L << 20) + 1)
-          val df = SparkInternals.dataFrame(spark, named)
-          // Made beside this refresh, which reads the table as before; the next finds it.
-          ResidentState.makeBeside(spark, name)(ResidentState.Entry(postStamp, ResidentState.rows(df, key, parts),
-            Vector.empty))
-          None
+          val base = ResidentState.rows(SparkInternals.dataFrame(spark, named), key, parts)
+          // Every partition now, so that lookups read in place from the first.
+          base.load()
+          val entry = ResidentState.Entry(postStamp, base, Vector.empty)
+          ResidentState.put(name, entry)
+          rowsOf(entry)
       }
     }
   }

@@ -25,16 +25,6 @@ object SparkInternals {
   def nullable(schema: org.apache.spark.sql.types.StructType): org.apache.spark.sql.types.StructType =
     schema.asNullable
 
-  /**
-   * Makes this thread (one spark-ivm started) run `spark`'s work as its own: it takes no job
-   * group, metrics tag or SQL execution of the thread that started it (a thread inherits those
-   * from its parent), so its jobs are not counted or cancelled as that thread's.
-   */
-  def detach(spark: SparkSession): Unit = {
-    spark.sparkContext.setLocalProperties(new java.util.Properties())
-    SparkSession.setActiveSession(spark)
-  }
-
   /** The analyzed plan of a DataFrame. */
   def analyzed(df: DataFrame): LogicalPlan =
     df.asInstanceOf[classic.Dataset[_]].queryExecution.analyzed
