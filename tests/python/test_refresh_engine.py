@@ -283,7 +283,8 @@ def test_large_applies_mark_rows_deleted_instead_of_rewriting(spark: SparkSessio
 
     counts: Dict[str, List[int]] = {"agg": [], "joined": []}
     marked = False
-    with confs(spark, {"spark.ivm.apply.rewriteWithoutSearchBytes": "0", "spark.ivm.apply.compactMinFiles": "3"}):
+    with confs(spark, {"spark.ivm.apply.rewriteWithoutSearchBytes": "0",
+                       "spark.ivm.apply.compactMinFiles": "3"}):
         agg = MaterializedView.create(spark, "agg", AGG)
         join = MaterializedView.create(spark, "joined", JOIN)
         spark.sql("INSERT INTO f SELECT id, id % 50, id * 0.25 FROM range(1000, 3000)")
