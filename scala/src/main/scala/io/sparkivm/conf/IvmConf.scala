@@ -205,8 +205,9 @@ object IvmConf {
       "where the table has them.")
 
   val CompactMinFiles: IvmConfEntry[Int] = int("spark.ivm.apply.compactMinFiles", 16,
-    "When a backing table holds at least this many small files (under 8 MiB: an apply that marks " +
-      "rows deleted by deletion vectors appends one each time), the next apply also rewrites them " +
+    "When a backing table holds at least this many small files (under 8 MiB and under a quarter " +
+      "of spark.ivm.layout.rowsPerFile rows: an apply that marks rows deleted by deletion vectors " +
+      "appends one each time), the next apply also rewrites them " +
       "into the file it writes, in the same commit, so that the view's files stay few however " +
       "often it is refreshed. 0: never.", min = 0)
 

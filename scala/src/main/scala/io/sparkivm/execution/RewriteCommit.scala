@@ -157,11 +157,17 @@ object RewriteCommit extends DeltaCommand {
    * a view refreshed hourly would gather thousands, and every read of the view opens each. This
    * is Delta's auto compaction (`delta.autoOptimize.autoCompact`) folded into the apply's own
    * commit: no second commit, and the compacted files' changed keys are dropped as they are read.
+   * A file the layout filled ([[BackingLayout]]: at least a quarter of
+   * `spark.ivm.layout.rowsPerFile` rows) is not small, whatever its bytes: it is kept narrow for
+   * lookups and applies by key.
    */
   private def smallFiles(spark: SparkSession, log: DeltaLog, txn: OptimisticTransaction): Map[String, AddFile] = {
     val min = IvmConf.CompactMinFiles.get(spark)
+    val layoutRows = IvmConf.LayoutRowsPerFile.get(spark)
+    def isSmall(f: AddFile) = f.size < SmallFileBytes &&
+      (layoutRows <= 0 || f.numPhysicalRecords.forall(_ < layoutRows / 4))
     if (min <= 0 || !IvmConf.KnownFiles.get(spark)) Map.empty else {
-      val small = KnownFiles.matching(log, txn.snapshot, Nil).filter(_.size < SmallFileBytes)
+      val small = KnownFiles.matching(log, txn.snapshot, Nil).filter(isSmall)
       if (small.size < min) Map.empty else {
         txn.trackFilesRead(small)
         small.map(f => f.path -> f).toMap
