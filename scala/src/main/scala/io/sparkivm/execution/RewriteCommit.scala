@@ -91,7 +91,8 @@ object RewriteCommit extends DeltaCommand {
       }
     // The small files are rewritten too (compacted into the file written), the changed keys'
     // rows left out as from every rewritten file.
-    val touched = found ++ small.values.filter(f => !found.exists(_.path == f.path))
+    val foundPaths = found.iterator.map(_.path).toSet
+    val touched = found ++ small.values.filter(f => !foundPaths(f.path))
     val columns = maintenance.backingColumns.map(c => col(ViewMaintenance.quote(c)))
     val kept = if (touched.isEmpty) None else {
       val scan = log.createDataFrame(txn.snapshot, touched)
