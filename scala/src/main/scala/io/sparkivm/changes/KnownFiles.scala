@@ -40,7 +40,7 @@ object KnownFiles extends Logging {
   private def idOf(snapshot: Snapshot): String = idOf(snapshot.deltaLog, snapshot.metadata.id)
 
   private val VersionsPerTable = 3
-  private val MaxVersions = 256
+  private val MaxVersions = 64
   /** Versions kept, least recently used first (guarded by `this`). */
   private val versions = mutable.LinkedHashMap[(String, Long), Version]()
 
