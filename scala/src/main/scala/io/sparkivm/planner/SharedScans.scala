@@ -112,8 +112,7 @@ class SharedScans(reader: LeafReader, steps: PlanSteps, minBytes: Long, maxKeys:
       affectedRows <- steps.localRows(affected) if affectedRows.size <= maxKeys
     } yield {
       val keyNames = keyAttrs.map(a => lower(a.name))
-      val columns = plan.output.filter(a => known(lower(a.name)) || keyNames.contains(lower(a.name)))
-        .map(a => StructField(lower(a.name), a.dataType, a.nullable))
+      val columns = keptColumns(plan, known, keyNames)
       val wanted: Set[Seq[Any]] = affectedRows.iterator.map(r =>
         keyAttrs.indices.map(i => r.get(i, affected.output(i).dataType)): Seq[Any]).toSet
       val changed = reader.delta(read.leaf).isDefined
@@ -164,8 +163,7 @@ class SharedScans(reader: LeafReader, steps: PlanSteps, minBytes: Long, maxKeys:
     val plan = post(leaf)
     for {
       known <- columnsRead.get(leaf.name)
-      columns = plan.output.filter(a => known(lower(a.name)))
-        .map(a => StructField(lower(a.name), a.dataType, a.nullable))
+      columns = keptColumns(plan, known)
       byName = plan.output.map(a => lower(a.name) -> a).toMap
       leafAt = leaf.output.map(a => a.exprId -> byName.get(lower(a.name))).toMap
       if where.references.forall(r => leafAt.get(r.exprId).flatten.exists(a => known(lower(a.name))))
@@ -191,8 +189,7 @@ class SharedScans(reader: LeafReader, steps: PlanSteps, minBytes: Long, maxKeys:
       val keyName = lower(key.name)
       for {
         known <- columnsRead.get(leaf.name)
-        columns = plan.output.filter(a => known(lower(a.name)) || lower(a.name) == keyName)
-          .map(a => StructField(lower(a.name), a.dataType, a.nullable))
+        columns = keptColumns(plan, known, Seq(keyName))
         byName = plan.output.map(a => lower(a.name) -> a).toMap
         rows <- reader.keyedRows(leaf, keyName, columns, keys, atPost = true,
           Project(columns.map(c => byName(c.name)), plan))
@@ -232,6 +229,11 @@ class SharedScans(reader: LeafReader, steps: PlanSteps, minBytes: Long, maxKeys:
   }
 
   private def lower(s: String): String = s.toLowerCase(Locale.ROOT)
+
+  /** The columns of `plan` kept for a read: those the view reads (`known`) and `keys`, lower-cased. */
+  private def keptColumns(plan: LogicalPlan, known: Set[String], keys: Seq[String] = Nil): Seq[StructField] =
+    plan.output.filter(a => known(lower(a.name)) || keys.contains(lower(a.name)))
+      .map(a => StructField(lower(a.name), a.dataType, a.nullable))
 }
 
 object SharedScans {
