@@ -14,8 +14,11 @@ import org.apache.spark.sql.ivm.{LocalRows, Parallel}
 import org.apache.spark.sql.types.{IntegerType, StructField, StructType}
 import org.apache.spark.storage.StorageLevel
 
-/** The versions (from, to] of one base table whose net change a refresh needs. */
-case class ChangeRequest(table: TableIdentifier, from: Long, to: Long) {
+/**
+ * The versions (from, to] of one base table whose net change a refresh needs; `schema`, the
+ * table's columns at `to`, when it is known (then a small change is read by the driver).
+ */
+case class ChangeRequest(table: TableIdentifier, from: Long, to: Long, schema: Option[StructType] = None) {
   def name: String = table.unquotedString
 }
 
@@ -59,30 +62,40 @@ object TableChange {
 /**
  * Reads the net changes of all changed base tables of a refresh together: the change data feed
  * of every table whose change files are small (by the sizes in the Delta log, read on the
- * driver) is read in one Spark job and netted per full row on the driver; larger ones are
- * netted by a distributed aggregate and cached. Netting makes a row inserted then deleted in
- * the interval cancel (Svingos et al. 2023, section 1.4: deltas are net changes).
+ * driver) is read by the driver where it can be ([[DriverChangeRead]], up to
+ * [[DriverReadMaxBytes]]), else in one Spark job, and netted per full row on the driver; larger
+ * ones are netted by a distributed aggregate and cached. Netting makes a row inserted then
+ * deleted in the interval cancel (Svingos et al. 2023, section 1.4: deltas are net changes).
  */
 object ChangeFeed {
+  /**
+   * Change files a driver reads itself, at most (per table): a few megabytes of Parquet take it
+   * tens of milliseconds, about what a Spark job costs to start on a local master.
+   */
+  val DriverReadMaxBytes: Long = 4L << 20
+
   def read(spark: SparkSession, view: String, requests: Seq[ChangeRequest],
       localMaxBytes: Long, sizes: Map[String, Long] = Map.empty): Map[String, TableChange] = {
     val (small, large) = requests.partition { r =>
       sizes.getOrElse(r.name, changeBytes(spark, view, r)) <= localMaxBytes
     }
-    // Planning a change-feed read (Delta resolves every commit of the interval) is driver work
-    // that overlaps well: the tables' reads are planned side by side.
-    val feeds = Parallel.run(spark, small.map(r => () => r -> signedFeed(spark, view, r)))
+    // Read by the driver where it can; the rest (and the planning of Delta's reads, driver work
+    // that overlaps well) side by side.
+    val here = Parallel.run(spark, small.map(r => () => r -> r.schema.flatMap(s =>
+      DriverChangeRead.read(spark, r.table, s, r.from, r.to, math.min(localMaxBytes, DriverReadMaxBytes)))))
+    val byDriver = here.collect { case (r, Some((schema, rows))) => r.name -> (net(schema, rows): TableChange) }
+    val feeds = Parallel.run(spark, here.collect { case (r, None) => r }.map(r => () => r -> signedFeed(spark, view, r)))
     // Rows per task are bounded by the files' sizes checked above; the bound is a safeguard.
     // One task per core: the change files are small, and a task per file costs more to start than to read.
     val collected = try LocalRows.collect(spark, feeds.map(_._2), Int.MaxValue - 1,
       Some(spark.sparkContext.defaultParallelism)) catch {
-      case NonFatal(e) => throw unavailable(view, small, e)
+      case NonFatal(e) => throw unavailable(view, feeds.map(_._1), e)
     }
     val local = feeds.zip(collected.getOrElse(Nil)).map { case ((r, feed), rows) =>
       r.name -> (net(feed.schema, rows): TableChange)
     }
     val distributed = large.map(r => r.name -> distributedNet(spark, view, r))
-    (local ++ distributed).toMap
+    (byDriver ++ local ++ distributed).toMap
   }
 
   /** The net changes as plans that run nothing until used (EXPLAIN). */

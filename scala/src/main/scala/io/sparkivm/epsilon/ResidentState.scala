@@ -49,15 +49,22 @@ object ResidentState {
      * where they can be, the kept and the appended rows are one local relation, which Spark
      * computes on the driver (and folds the caller's filters into) without a job.
      */
-    def frame(spark: SparkSession, keys: Option[Seq[Any]], where: Seq[(Int, Seq[Any])] = Nil): DataFrame = {
-      // Pre-filters in place by the other columns the caller filters on, where values compare as the JVM's.
-      val tests = where.filter { case (i, _) => KeyProbe.equalsAsJvm(base.schema(i).dataType) }
-      keys.flatMap(base.rowsInPlace(_, appended, tests)) match {
+    def frame(spark: SparkSession, keys: Option[Seq[Any]], where: Seq[(Int, Seq[Any])] = Nil): DataFrame =
+      keys.flatMap(rowsHere(_, where)) match {
         case Some(rows) => LocalRows.frame(spark, base.schema, rows)
         case None =>
           val kept = base.frameByJob(spark, keys)
           if (appended.isEmpty) kept else kept.union(LocalRows.frame(spark, base.schema, appended))
       }
+
+    /**
+     * The rows of [[frame]] (kept and appended, of the keys, pre-filtered by `where`) read in
+     * place on the driver; None where they cannot be (a cluster).
+     */
+    def rowsHere(keys: Seq[Any], where: Seq[(Int, Seq[Any])] = Nil): Option[Seq[InternalRow]] = {
+      // Pre-filters in place by the other columns the caller filters on, where values compare as the JVM's.
+      val tests = where.filter { case (i, _) => KeyProbe.equalsAsJvm(base.schema(i).dataType) }
+      base.rowsInPlace(keys, appended, tests)
     }
 
     /**

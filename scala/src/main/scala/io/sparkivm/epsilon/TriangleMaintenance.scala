@@ -1,16 +1,15 @@
 package io.sparkivm.epsilon
 
 import scala.collection.mutable
-import scala.jdk.CollectionConverters._
 
 import io.sparkivm.catalog.EpsilonState
+import io.sparkivm.execution.LocalEval
 import io.sparkivm.planner.{DeltaRules, KeyProbe, TriangleQuery}
 import org.apache.spark.sql.{DataFrame, Row, SparkSession}
 import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, Cast, Literal}
 import org.apache.spark.sql.catalyst.plans.logical.{LocalRelation, LogicalPlan, Project, Union}
-import org.apache.spark.sql.functions.{broadcast, col, lit, sum}
+import org.apache.spark.sql.functions.{broadcast, col, sum}
 import org.apache.spark.sql.catalyst.CatalystTypeConverters
-import org.apache.spark.sql.catalyst.expressions.GenericRowWithSchema
 import org.apache.spark.sql.ivm.{JoinMetrics, LocalRows, PartitionedRows, SparkInternals}
 import org.apache.spark.sql.types._
 
@@ -79,7 +78,7 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
    * here multiplies weights and every result is summed per row, so the negated rows cancel.
    */
   def pre(i: Int): DataFrame = deltas(i) match {
-    case Some(d) => post(i).unionByName(d.frame.withColumn(W, -col(W)))
+    case Some(d) => post(i).unionByName(d.negated.frame)
     case None => post(i)
   }
 
@@ -92,17 +91,24 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
       val net = localRows(raw).map { rows =>
         // Folded on the driver: the rows are here already.
         local(raw.schema, fold(rows, cols(i).size))
-      }.getOrElse(small(raw.groupBy(cols(i).map(col): _*).agg(sum(W).as(W)).filter(col(W) =!= 0)))
+      }.getOrElse(small(aggregate(raw, cols(i))))
       if (net.isEmpty) None else Some(net)
     }
   }
 
   /**
    * `df`'s rows, as `collect` returns them, when they are computed on the driver without a job:
-   * its optimized plan is a local relation (Spark folds filters and projections over rows held
-   * here into one), or a union of them, which Spark would run as a job.
+   * its analyzed plan reads only rows held here through operators [[LocalEval]] computes (no
+   * optimizer run), or its optimized plan is a local relation (Spark folds filters and
+   * projections over rows held here into one) or a union of them, which Spark would run as a job.
    */
   private def localRows(df: DataFrame): Option[Seq[Row]] = {
+    val toRow = CatalystTypeConverters.createToScalaConverter(df.schema)
+    LocalEval.rows(df.queryExecution.analyzed, MaxLocalRows).map(_.map(r => toRow(r).asInstanceOf[Row]))
+      .orElse(optimizedRows(df))
+  }
+
+  private def optimizedRows(df: DataFrame): Option[Seq[Row]] = {
     val relations = df.queryExecution.optimizedPlan match {
       case l: LocalRelation => Some(Seq(l))
       case u: Union if u.children.forall(_.isInstanceOf[LocalRelation]) =>
@@ -121,11 +127,8 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
       case (k, w) if w != 0 => Row.fromSeq(k :+ w)
     }
 
-  /** Rows held here, as a local DataFrame; the rows keep the schema (columns are read by name). */
-  private def local(schema: StructType, rows: Seq[Row]): LocalDelta = {
-    val named = rows.map(r => new GenericRowWithSchema(r.toSeq.toArray, schema): Row)
-    LocalDelta(spark.createDataFrame(named.asJava, schema), named)
-  }
+  /** Rows held here; the rows keep the schema (columns are read by name). */
+  private def local(schema: StructType, rows: Seq[Row]): LocalDelta = LocalDelta.here(spark, schema, rows)
 
   /** Change of |D| (rows) by this refresh. */
   def sizeChange: Long = deltas.flatten.map(_.weight).sum
@@ -162,6 +165,27 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
       case Some(keys) => df.where(!col(s"a$i").isin(keys.toSeq: _*))
       case None => df.join(hint(h.table, h.size), Seq(s"a$i"), "left_anti")
     }
+  /** The parts of rows held here, split on the driver when the heavy keys are held here too. */
+  private def heavyPart(d: LocalDelta, i: Int, h: HeavySet): LocalDelta =
+    if (h.allHeavy) d else if (h.empty) d.none else h.keys match {
+      case Some(keys) if d.local && keysHere => d.where(s"a$i", keys)
+      case _ => LocalDelta.there(heavyPart(d.frame, i, h))
+    }
+  private def lightPart(d: LocalDelta, i: Int, h: HeavySet): LocalDelta =
+    if (h.allHeavy) d.none else if (h.empty) d else h.keys match {
+      case Some(keys) if d.local && keysHere => d.where(s"a$i", k => !keys(k))
+      case _ => LocalDelta.there(lightPart(d.frame, i, h))
+    }
+
+  /**
+   * True if rows held here may be filtered by key on the driver: every partition and shared
+   * variable (a_i, b_i) has one type whose values compare as the JVM's, so a key taken from one
+   * column equals a value of another exactly when SQL's `IN` would say so (no coercion).
+   */
+  private lazy val keysHere: Boolean = {
+    val keyTypes = sides.flatMap(i => Seq(types(s"a$i"), types(s"b$i"))).distinct
+    keyTypes.size == 1 && KeyProbe.equalsAsJvm(keyTypes.head)
+  }
   /**
    * Probe keys of an occurrence's light (heavy) part: those not in (those in) its heavy set when
    * it is held here, so that a probe of one part never reads the rows of the other's keys (a
@@ -192,9 +216,14 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
    * state is off or the occurrence does not read pinned Delta tables.
    */
   private def residentPost(i: Int, layout: String, keys: Seq[Any],
-      where: Seq[(String, Seq[Any])]): Option[DataFrame] =
-    residentEntry(i, layout).map(_.frame(spark, Some(keys), where.map { case (c, v) => cols(i).indexOf(c) -> v })
-      .toDF(cols(i) :+ W: _*))
+      where: Seq[(String, Seq[Any])]): Option[LocalDelta] =
+    residentEntry(i, layout).map { entry =>
+      val at = where.map { case (c, v) => cols(i).indexOf(c) -> v }
+      // The entry's columns are an occurrence's (a self-join's occurrences share it), named here as i's.
+      val named = StructType(entry.base.schema.fields.zip(cols(i) :+ W).map { case (f, n) => f.copy(name = n) })
+      entry.rowsHere(keys, at).filter(_ => keysHere).map(LocalDelta.internal(spark, named, _))
+        .getOrElse(LocalDelta.there(entry.frame(spark, Some(keys), at).toDF(cols(i) :+ W: _*)))
+    }
 
   /** The resident rows of occurrence i at Post laid out by `layout` (see [[residentPost]]). */
   private def residentEntry(i: Int, layout: String): Option[ResidentState.Entry] = for {
@@ -228,7 +257,7 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
    * Occurrence k at Post (`atPost`) or Pre, rows whose columns hold the given values: resident
    * rows when a filter is on its a or b column, else read from the Delta tables.
    */
-  private def side(k: Int, atPost: Boolean, filters: (String, Option[Seq[Any]])*): DataFrame = {
+  private def side(k: Int, atPost: Boolean, filters: (String, Option[Seq[Any]])*): LocalDelta = {
     val probes = filters.collect { case (c, Some(v)) if c == s"a$k" || c == s"b$k" => (c, v) }
     // A point lookup by both columns reads the layout whose keys have fewer rows (a heavy key's
     // rows by a, its few in-edges by b), when both are kept here to count.
@@ -242,8 +271,8 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
     }
     val rows = kept match {
       case Some(postRows) if atPost => postRows
-      case Some(postRows) => deltas(k).fold(postRows)(d => postRows.unionByName(d.frame.withColumn(W, -col(W))))
-      case None => if (atPost) post(k) else pre(k)
+      case Some(postRows) => deltas(k).fold(postRows)(d => postRows.unionByName(d.negated))
+      case None => LocalDelta.there(if (atPost) post(k) else pre(k))
     }
     probe(rows, filters: _*)
   }
@@ -256,6 +285,13 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
       case (d, (c, Some(values))) => d.where(col(c).isin(values: _*))
       case (d, (_, None)) => d
     }
+  private def probe(d: LocalDelta, filters: (String, Option[Seq[Any]])*): LocalDelta =
+    if (d.local && keysHere) filters.foldLeft(d) {
+      case (rows, (c, Some(values))) =>
+        val set = values.toSet
+        rows.where(c, set)
+      case (rows, (_, None)) => rows
+    } else LocalDelta.there(probe(d.frame, filters: _*))
 
   private def keysOf(rows: Seq[Row], c: String, schema: StructType): Option[Seq[Any]] = {
     val idx = schema.fieldIndex(c)
@@ -263,7 +299,7 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
     if (vs.size > maxKeys) None else Some(vs.toSeq)
   }
   private def keysOf(d: LocalDelta, c: String): Option[Seq[Any]] =
-    if (d.local) keysOf(d.rows, c, d.frame.schema) else keysOf(d.frame, c)
+    if (d.local) keysOf(d.rows, c, d.schema) else keysOf(d.frame, c)
 
   private def keysOf(df: DataFrame, c: String): Option[Seq[Any]] = {
     val vs = df.select(col(c)).where(col(c).isNotNull).distinct().limit(maxKeys + 1).collect().map(_.get(0))
@@ -276,19 +312,19 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
     l.join(rr, cond).withColumn(W, col(W) * col("__w_r")).drop("__w_r")
   }
 
-  private def materialize(df: DataFrame): DataFrame = small(df).frame
-
   /**
    * `df` computed now: on the driver when it is small (the bounded sets of one batch are), so
    * that taking its keys and joining it cost no further job; checkpointed otherwise.
    */
-  private def small(df: DataFrame): LocalDelta = smallAll(Seq(df)).head
+  private def small(df: DataFrame): LocalDelta = smallAll(Seq(LocalDelta.there(df))).head
 
-  /** Several results computed in one Spark job (see [[small]]). */
-  private def smallAll(dfs: Seq[DataFrame]): Seq[LocalDelta] = {
+  /** Several results computed in one Spark job (see [[small]]); those held here already stay. */
+  private def smallAll(ds: Seq[LocalDelta]): Seq[LocalDelta] = {
     val done = mutable.Map[Int, LocalDelta]()
+    val dfs = ds.map(d => if (d.local) null else d.frame)
     val remote = dfs.zipWithIndex.filter { case (df, i) =>
-      localRows(df).map(rows => done(i) = local(df.schema, rows)).isEmpty
+      if (ds(i).local) { done(i) = ds(i); false }
+      else localRows(df).map(rows => done(i) = local(df.schema, rows)).isEmpty
     }
     LocalRows.collect(spark, remote.map(_._1), MaxLocalRows) match {
       case Some(all) if all.forall(_.size <= MaxLocalRows) =>
@@ -297,7 +333,7 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
           done(i) = local(df.schema, rows.map(r => toRow(r).asInstanceOf[Row]))
         }
       case _ => remote.foreach { case (df, i) =>
-        done(i) = LocalDelta(df.localCheckpoint(eager = true), Nil, local = false)
+        done(i) = LocalDelta.there(df.localCheckpoint(eager = true))
       }
     }
     dfs.indices.map(done)
@@ -306,20 +342,20 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
   private def aggregate(df: DataFrame, keys: Seq[String]): DataFrame =
     df.groupBy(keys.map(col): _*).agg(sum(W).as(W)).filter(col(W) =!= 0)
 
-  /** `df` summed per row of `keys` (weights `w`), computed now: on the driver when it is there. */
-  def settled(df: DataFrame, keys: Seq[String]): LocalDelta = {
-    val cols = df.select((keys :+ W).map(col): _*)
-    localRows(cols).map(rows => local(cols.schema, fold(rows, keys.size)))
-      .getOrElse(small(aggregate(cols, keys)))
+  /** `d` summed per row of `keys` (weights `w`), computed now: on the driver when it is there. */
+  def settled(d: LocalDelta, keys: Seq[String]): LocalDelta = {
+    val cols = d.select(keys :+ W)
+    if (cols.local) local(cols.schema, fold(cols.rows, keys.size))
+    else localRows(cols.frame).map(rows => local(cols.frame.schema, fold(rows, keys.size)))
+      .getOrElse(small(aggregate(cols.frame, keys)))
   }
 
-  /** `df` with every column of the block's delta rows (nulls for those the view never reads). */
-  private def complete(df: DataFrame): DataFrame = {
-    val have = df.columns.toSet
-    df.select(allCols.map { c =>
-      if (have(c)) col(c) else lit(null).cast(types(c)).as(c)
-    } :+ col(W): _*)
-  }
+  /** The columns of the block's delta rows and `w`. */
+  private lazy val blockSchema =
+    StructType(allCols.map(c => StructField(c, types(c))) :+ StructField(W, LongType))
+
+  /** `d` with every column of the block's delta rows (nulls for those the view never reads). */
+  private def complete(d: LocalDelta): LocalDelta = d.complete(blockSchema)
 
   /** Auxiliary view i's rows from its heavy side (columns of i) joined with its light side (i+1). */
   private def aux(i: Int, heavy: DataFrame, light: DataFrame): DataFrame =
@@ -335,7 +371,7 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
 
   // ---- one refresh ----
 
-  private val pending = Array.fill(3)(Seq.empty[DataFrame])
+  private val pending = Array.fill(3)(Seq.empty[LocalDelta])
   /** What each step ran, for the report and EXPLAIN. */
   val notes: mutable.ArrayBuffer[String] = mutable.ArrayBuffer[String]()
 
@@ -355,9 +391,12 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
    *
    * `auxTable(i, keys, where)` gives auxiliary view i's rows whose b_{i+1} is in `keys` (its
    * light side's variable) and whose columns in `where` hold the values given, or more rows.
+   *
+   * Where every input is held here ([[LocalDelta]]: the changes, the resident rows read in place,
+   * the heavy keys), the steps run on the rows themselves, with no DataFrame built but the result.
    */
   def blockDelta(state: EpsilonState, heavy: IndexedSeq[HeavySet],
-      auxTable: (Int, Option[Seq[Any]], Seq[(String, Seq[Any])]) => DataFrame): DataFrame = {
+      auxTable: (Int, Option[Seq[Any]], Seq[(String, Seq[Any])]) => LocalDelta): DataFrame = {
     val changed = sides.flatMap(j => deltas(j).map(j -> _))
     // 1. First hops of every step, in one job.
     val hops = changed.map { case (j, d) =>
@@ -376,7 +415,7 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
     val firsts = hopsAll(hops.flatMap { case (_, _, f1, f2) => f1.toSeq ++ f2.toSeq }).iterator
     val computed = hops.map { case (j, d, f1, f2) => (j, d, f1.map(_ => firsts.next()), f2.map(_ => firsts.next())) }
     // 2. Second hops and lookups of every step, in one job.
-    val seconds = mutable.ArrayBuffer[(Hop, DataFrame => DataFrame)]()
+    val seconds = mutable.ArrayBuffer[(Hop, LocalDelta => LocalDelta)]()
     computed.foreach { case (j, d, f1, f2) =>
       val p = next(j)
       val prev = next(p)
@@ -399,29 +438,27 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
         val v = (probe(auxTable(p, aKeys, bKeys.map(s"a$p" -> _).toSeq), s"a$p" -> bKeys, s"b$prev" -> aKeys) +:
           pending(p)).reduce(_ unionByName _)
         seconds += Hop(d, v, Seq(s"b$j" -> s"a$p", s"a$j" -> s"b$prev")) -> { hit =>
-          complete(if (q.needsY(p)) hit.withColumn(s"a$prev", col(s"b$p")) else hit)
+          complete(if (q.needsY(p)) hit.copyColumn(s"b$p", s"a$prev") else hit)
         }
       }
       // Lines 9-11, from the first hops: V_j gains D^H x X_p^L, V_q gains X_q^H x D^L.
       if (!allHeavy && !heavy(j).empty) f1.foreach { first =>
-        pending(j) :+= heavyPart(first.frame, j, heavy(j)).select((auxCols(j) :+ W).map(col): _*)
+        pending(j) :+= heavyPart(first, j, heavy(j)).select(auxCols(j) :+ W)
       }
       if (!allHeavy && !heavy(prev).empty) f2.foreach { second =>
-        pending(prev) :+= lightPart(second.frame, j, heavy(j)).select((auxCols(prev) :+ W).map(col): _*)
+        pending(prev) :+= lightPart(second, j, heavy(j)).select(auxCols(prev) :+ W)
       }
       notes += s"D(${q.sides(j).name}): ${d.count} changed rows"
     }
-    val out = hopsAll(seconds.map(_._1).toSeq).zip(seconds.map(_._2)).map { case (hit, finish) => finish(hit.frame) }
-    val schema = StructType(allCols.map(c => StructField(c, types(c))) :+ StructField(W, LongType))
-    val here = out.map(localRows)
-    if (here.forall(_.isDefined)) {
+    val out = hopsAll(seconds.map(_._1).toSeq).zip(seconds.map(_._2)).map { case (hit, finish) => finish(hit) }
+    if (out.forall(_.local)) {
       // Every term is held here: summed per row here, no job.
-      local(schema, fold(here.flatMap(_.get).toSeq, allCols.size)).frame
-    } else materialize(aggregate(out.reduce(_ unionByName _), allCols))
+      local(blockSchema, fold(out.flatMap(_.rows).toSeq, allCols.size)).frame
+    } else small(aggregate(out.map(_.frame).reduce(_ unionByName _), allCols)).frame
   }
 
   /** A join of rows computed before with a probe of the state (weights multiplied). */
-  private case class Hop(left: LocalDelta, right: DataFrame, on: Seq[(String, String)])
+  private case class Hop(left: LocalDelta, right: LocalDelta, on: Seq[(String, String)])
 
   /**
    * Several hops computed in one Spark job. When a hop's left side is held on the driver, only
@@ -430,10 +467,12 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
    */
   private def hopsAll(hops: Seq[Hop]): Seq[LocalDelta] = {
     val here: Seq[Boolean] = hops.map(h => h.left.local && h.on.forall { case (l, r) =>
-      val lt = h.left.frame.schema(l).dataType
+      val lt = h.left.schema(l).dataType
       lt == h.right.schema(r).dataType && KeyProbe.equalsAsJvm(lt)
     })
-    val done = smallAll(hops.zip(here).map { case (h, driver) => if (driver) h.right else join(h.left.frame, h.right, h.on) })
+    val done = smallAll(hops.zip(here).map { case (h, driver) =>
+      if (driver) h.right else LocalDelta.there(join(h.left.frame, h.right.frame, h.on))
+    })
     hops.indices.map { i =>
       val (h, result) = (hops(i), done(i))
       if (!here(i)) result
@@ -444,7 +483,7 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
 
   /** [[join]] of two results held on the driver, as a hash join here (null keys match nothing). */
   private def joinHere(l: LocalDelta, r: LocalDelta, on: Seq[(String, String)]): LocalDelta = {
-    val (ls, rs) = (l.frame.schema, r.frame.schema)
+    val (ls, rs) = (l.schema, r.schema)
     val (lKeys, rKeys) = (on.map(c => ls.fieldIndex(c._1)), on.map(c => rs.fieldIndex(c._2)))
     val (lW, rW) = (ls.fieldIndex(W), rs.fieldIndex(W))
     val rKept = rs.fields.indices.filter(_ != rW)
@@ -459,9 +498,9 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
   }
 
   /** The auxiliary views' changes from the data, one per view (after [[blockDelta]]). */
-  def auxChanges: IndexedSeq[Option[DataFrame]] = sides.map { i =>
+  def auxChanges: IndexedSeq[Option[LocalDelta]] = sides.map { i =>
     // Not summed here: [[settled]] sums them on the driver when they are held there.
-    if (pending(i).isEmpty) None else Some(pending(i).reduce(_ unionByName _))
+    pending(i).reduceOption(_ unionByName _)
   }
 
   /**
@@ -484,7 +523,7 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
     }.toMap
     val summed = queried.filterNot(indexed.contains)
     val degrees = indexed ++ summed.zip(smallAll(summed.map { i =>
-      side(i, atPost = true, s"a$i" -> touched(i)).groupBy(s"a$i").agg(sum(W))
+      LocalDelta.there(side(i, atPost = true, s"a$i" -> touched(i)).frame.groupBy(s"a$i").agg(sum(W)))
     }).map(_.all.map(r => r.get(0) -> r.getLong(1)).toMap)).toMap
     sides.map { i =>
       touched(i) match {
@@ -507,25 +546,25 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
    * V_i' - V_i = D(X_i^H) x X_{i+1}^L' + X_i^H x D(X_{i+1}^L) (MoveTuples through the delta rule).
    */
   def rebalanceChanges(heavy: IndexedSeq[HeavySet], mv: IndexedSeq[(Set[Any], Set[Any])])
-      : IndexedSeq[Option[DataFrame]] = sides.map { i =>
+      : IndexedSeq[Option[LocalDelta]] = sides.map { i =>
     val j = next(i)
     val (inI, outI) = mv(i)
     val (inJ, outJ) = mv(j)
     val movedJ = inJ ++ outJ
     val terms = Seq.newBuilder[DataFrame]
     if (inI.nonEmpty || outI.nonEmpty) {
-      val dH = moved(side(i, atPost = true, s"a$i" -> Some((inI ++ outI).toSeq)), i, inI, outI)
+      val dH = moved(side(i, atPost = true, s"a$i" -> Some((inI ++ outI).toSeq)).frame, i, inI, outI)
       // X_{j}^L after the moves: light before, minus keys turning heavy, plus keys turning light.
-      val target = side(j, atPost = true, s"a$j" -> keysOf(dH, s"b$i"))
+      val target = side(j, atPost = true, s"a$j" -> keysOf(dH, s"b$i")).frame
       val lightAfter = lightPart(target.where(!col(s"a$j").isin(movedJ.toSeq: _*)), j, heavy(j))
         .unionByName(if (outJ.isEmpty) target.limit(0) else target.where(col(s"a$j").isin(outJ.toSeq: _*)))
       terms += aux(i, dH, lightAfter)
     }
     if (movedJ.nonEmpty) {
-      val dL = moved(side(j, atPost = true, s"a$j" -> Some(movedJ.toSeq)), j, outJ, inJ)
-      terms += aux(i, heavyPart(side(i, atPost = true, s"b$i" -> Some(movedJ.toSeq)), i, heavy(i)), dL)
+      val dL = moved(side(j, atPost = true, s"a$j" -> Some(movedJ.toSeq)).frame, j, outJ, inJ)
+      terms += aux(i, heavyPart(side(i, atPost = true, s"b$i" -> Some(movedJ.toSeq)).frame, i, heavy(i)), dL)
     }
-    terms.result().reduceOption(_ unionByName _).map(t => materialize(aggregate(t, auxCols(i))))
+    terms.result().reduceOption(_ unionByName _).map(t => small(aggregate(t, auxCols(i))))
   }
 
   // ---- building from scratch ----
@@ -560,16 +599,4 @@ object TriangleMaintenance {
 
   /** Rows held on the driver above this many are checkpointed instead. */
   val MaxLocalRows = 200000
-
-  /** A computed result: its rows on the driver (`local`), or a checkpoint of them. */
-  case class LocalDelta(frame: DataFrame, rows: Seq[Row], local: Boolean = true) {
-    def isEmpty: Boolean = if (local) rows.isEmpty else frame.isEmpty
-    /** Every row, on the driver. */
-    def all: Seq[Row] = if (local) rows else frame.collect().toSeq
-    def count: Long = if (local) rows.size.toLong else frame.count()
-    /** The sum of the weights (the change of the relation's size). */
-    def weight: Long =
-      if (local) rows.map(_.getAs[Long](W)).sum
-      else Option(frame.agg(sum(W)).first().get(0)).map(_.asInstanceOf[Long]).getOrElse(0L)
-  }
 }

@@ -7,12 +7,14 @@ import io.sparkivm.IvmErrors
 import io.sparkivm.catalog.{EpsilonState, ViewCatalog, ViewMetadata}
 import io.sparkivm.changes.DeltaSources
 import io.sparkivm.conf.IvmConf
+import io.sparkivm.execution.DriverWrite
 import org.apache.spark.sql.{DataFrame, Row, SaveMode, SparkSession}
-import org.apache.spark.sql.catalyst.TableIdentifier
+import org.apache.spark.sql.catalyst.{CatalystTypeConverters, InternalRow, TableIdentifier}
 import org.apache.spark.sql.delta.{DeltaHistoryManager, DeltaLog, DeltaOperations}
 import org.apache.spark.sql.delta.util.FileNames
 import org.apache.spark.sql.functions.col
 import org.apache.spark.sql.ivm.{PartitionedRows, SessionInternals}
+import org.apache.spark.sql.types.DataType
 
 /**
  * The Delta tables holding a triangle view's IVM^eps state (heavy keys and auxiliary views,
@@ -85,8 +87,8 @@ class TriangleStateTables(spark: SparkSession, meta: ViewMetadata, attempt: Stri
    * resident when kept ([[ResidentState]]), else read from its table and kept.
    */
   def aux(i: Int, version: Long, rows: Long, keyColumn: String, keys: Option[Seq[Any]],
-      where: Seq[(String, Seq[Any])] = Nil): DataFrame =
-    if (!resident) read(3 + i, version) else {
+      where: Seq[(String, Seq[Any])] = Nil): LocalDelta =
+    if (!resident) LocalDelta.there(read(3 + i, version)) else {
       val table = ResidentState.tableName(names(3 + i))
       val entry = ResidentState.get(spark, table, stamp(3 + i, version)).getOrElse {
         val parts = ResidentState.partitions(spark, rows / ResidentState.RowsPerPartition + 1)
@@ -95,7 +97,9 @@ class TriangleStateTables(spark: SparkSession, meta: ViewMetadata, attempt: Stri
         ResidentState.put(table, built)
         built
       }
-      entry.frame(spark, keys, where.map { case (c, v) => entry.base.schema.fieldIndex(c) -> v })
+      val at = where.map { case (c, v) => entry.base.schema.fieldIndex(c) -> v }
+      keys.flatMap(entry.rowsHere(_, at)).map(LocalDelta.internal(spark, entry.base.schema, _))
+        .getOrElse(LocalDelta.there(entry.frame(spark, keys, at)))
     }
 
   /** Replaces table i's rows, laid out in files by `sortKey`; returns the new version. */
@@ -111,13 +115,26 @@ class TriangleStateTables(spark: SparkSession, meta: ViewMetadata, attempt: Stri
   /**
    * Appends rows to table i in one Delta transaction of its own; returns the new version. Not
    * `saveAsTable`: a write command analyzes, resolves the table in the catalog and reads the
-   * new version back, which cost more than the write of a refresh's few rows.
+   * new version back, which cost more than the write of a refresh's few rows. Rows held here
+   * are written by the driver ([[DriverWrite]]), with no Spark job.
    */
-  def append(i: Int, rows: DataFrame, sortKey: String): Long = {
+  def append(i: Int, rows: LocalDelta, sortKey: String): Long = {
     val txn = log(i).startTransaction(Some(SessionInternals.catalog(spark).getTableMetadata(names(i))), None)
-    // The table's columns, in its order and types (a transaction writes rows as they are).
-    val columns = txn.metadata.schema.fields.map(f => col(f.name).cast(f.dataType).as(f.name))
-    val adds = txn.writeFiles(rows.select(columns.toIndexedSeq: _*).sortWithinPartitions(sortKey))
+    val table = txn.metadata.schema
+    // Rows held here whose columns have the table's types are written here, without a job.
+    val here = if (!rows.local || !table.fields.forall(f => rows.schema.fieldNames.contains(f.name) &&
+      DataType.equalsIgnoreNullability(rows.schema(f.name).dataType, f.dataType))) None
+    else {
+      val at = table.fieldNames.map(rows.schema.fieldIndex)
+      val toInternal = CatalystTypeConverters.createToCatalystConverter(table)
+      DriverWrite.write(spark, txn, table, rows.rows.map(r =>
+        toInternal(Row.fromSeq(at.map(r.get).toSeq)).asInstanceOf[InternalRow]), Some(sortKey))
+    }
+    val adds = here.getOrElse {
+      // The table's columns, in its order and types (a transaction writes rows as they are).
+      val columns = table.fields.map(f => col(f.name).cast(f.dataType).as(f.name))
+      txn.writeFiles(rows.frame.select(columns.toIndexedSeq: _*).sortWithinPartitions(sortKey))
+    }
     txn.commit(adds, DeltaOperations.Write(SaveMode.Append, userMetadata = Some(tag)))
   }
 
@@ -125,9 +142,9 @@ class TriangleStateTables(spark: SparkSession, meta: ViewMetadata, attempt: Stri
    * Appends a refresh's change to auxiliary view i, which was at version `from`; the resident
    * rows follow when the append is the next version and the change is held on the driver.
    */
-  def appendAux(i: Int, from: Long, change: TriangleMaintenance.LocalDelta, sortKey: String): Long = {
+  def appendAux(i: Int, from: Long, change: LocalDelta, sortKey: String): Long = {
     val table = ResidentState.tableName(names(3 + i))
-    val to = append(3 + i, change.frame, sortKey)
+    val to = append(3 + i, change, sortKey)
     val followed = for {
       entry <- ResidentState.get(spark, table, stamp(3 + i, from)) if change.local && to == from + 1
       schema = entry.base.schema

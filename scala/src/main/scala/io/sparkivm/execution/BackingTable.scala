@@ -5,6 +5,7 @@ import io.sparkivm.changes.DeltaSources
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.planner.ViewMaintenance
 import org.apache.spark.sql.catalyst.expressions.AttributeReference
+import org.apache.spark.sql.catalyst.types.DataTypeUtils
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.ivm.SparkInternals
 import org.apache.spark.sql.delta.DeltaLog
@@ -70,9 +71,14 @@ object BackingTable {
     }
 
   /** The backing table's current rows, as a plan (the old state a refresh merges into). */
-  def current(spark: SparkSession, meta: ViewMetadata): LogicalPlan =
-    SparkInternals.analyzed(DeltaSources.snapshot(spark, meta.backing,
-      DeltaLog.forTable(spark, meta.backing).update().version))
+  def current(spark: SparkSession, meta: ViewMetadata): LogicalPlan = {
+    val snapshot = DeltaLog.forTable(spark, meta.backing).update()
+    // A small table's rows held on the driver ([[HeldBackingRows]]): no job reads them.
+    HeldBackingRows.rows(spark, meta.backing, snapshot) match {
+      case Some(rows) => RefreshSteps.local(DataTypeUtils.toAttributes(snapshot.metadata.schema), rows)
+      case None => SparkInternals.analyzed(DeltaSources.snapshot(spark, meta.backing, snapshot.version))
+    }
+  }
 
   def sizeInBytes(spark: SparkSession, meta: ViewMetadata): Long =
     DeltaSources.sizeInBytes(DeltaLog.forTable(spark, meta.backing).update())

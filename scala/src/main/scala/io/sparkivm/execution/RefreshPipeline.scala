@@ -259,7 +259,7 @@ object RefreshPipeline extends Logging {
   }
 
   private def request(p: PinnedSource, last: RefreshRecord) =
-    ChangeRequest(p.table, last.sourceVersions(p.name), p.version)
+    ChangeRequest(p.table, last.sourceVersions(p.name), p.version, Some(p.schema))
 
   /** True if every base table the view consumed is still at the consumed version. */
   private def unchanged(spark: SparkSession, meta: ViewMetadata, last: RefreshRecord): Boolean =

@@ -98,18 +98,32 @@ object RewriteCommit extends DeltaCommand {
       val scan = log.createDataFrame(txn.snapshot, touched)
       Some((if (maintenance.keyNames.isEmpty) scan.limit(0) else changed.withoutKeys(scan)).select(columns: _*))
     }
-    val fresh = changed.fresh.select(columns: _*)
-    val rows = kept.map(_.unionByName(fresh)).getOrElse(fresh)
-    // The rewritten files and the new rows in as few files as their size needs: each task of
-    // the write adds a file, and small files make every later read and rewrite dearer.
-    val files = math.max(1L, touched.map(_.size).sum / TargetFileBytes)
-    val adds = txn.writeFiles(BackingLayout.sorted(if (changed.onDriver) rows.coalesce(files.toInt) else rows,
-      layout), BackingLayout.deltaOptions(spark))
+    // When no row of a rewritten file is kept (none is rewritten, or a view without keys has
+    // its one row replaced), the new rows held here are written by the driver, with no job.
+    val here = if (touched.nonEmpty && maintenance.keyNames.nonEmpty) None
+      else changed.freshHere(maintenance.backingColumns).flatMap { case (schema, rows) =>
+        DriverWrite.write(spark, txn, schema, rows, layout.map(_.column), IvmConf.LayoutRowsPerFile.get(spark))
+      }
+    val adds = here.getOrElse {
+      val fresh = changed.fresh.select(columns: _*)
+      val rows = kept.map(_.unionByName(fresh)).getOrElse(fresh)
+      // The rewritten files and the new rows in as few files as their size needs: each task of
+      // the write adds a file, and small files make every later read and rewrite dearer.
+      val files = math.max(1L, touched.map(_.size).sum / TargetFileBytes)
+      txn.writeFiles(BackingLayout.sorted(if (changed.onDriver) rows.coalesce(files.toInt) else rows,
+        layout), BackingLayout.deltaOptions(spark))
+    }
     written()
     val now = System.currentTimeMillis()
-    commit(txn, meta, record.number, touched.map(_.removeWithTimestamp(now, dataChange = true)) ++ marked ++ adds,
+    val version = commit(txn, meta, record.number,
+      touched.map(_.removeWithTimestamp(now, dataChange = true)) ++ marked ++ adds,
       DeltaOperations.Write(SaveMode.Append, predicate = Some(s"spark-ivm refresh ${record.number} of ${meta.viewName}")),
       replacesAll = false)
+    // The new version's rows, from the held rows of the version read and the rows written.
+    for (keys <- changed.keysHere; (schema, fresh) <- changed.freshHere(maintenance.backingColumns)) {
+      HeldBackingRows.committed(log.dataPath.toString, txn.metadata.id, txn.readVersion, version, schema,
+        maintenance.keyNames.map(schema.fieldIndex), keys, fresh, replacesAll = maintenance.keyNames.isEmpty)
+    }
     Some(changed.metrics)
   }
 
@@ -222,6 +236,10 @@ object RewriteCommit extends DeltaCommand {
     def withoutKeys(scan: DataFrame): DataFrame
     /** The rows to write: those whose count is not 0 (a global aggregate keeps its one row). */
     def fresh: DataFrame
+    /** [[fresh]]'s named columns, held here, with their schema; None if the rows are not here. */
+    def freshHere(columns: Seq[String]): Option[(StructType, Seq[InternalRow])]
+    /** The changed keys (rows of the key columns), held here; None if the rows are not here. */
+    def keysHere: Option[Set[InternalRow]]
     def metrics: MergeMetrics
   }
 
@@ -233,8 +251,9 @@ object RewriteCommit extends DeltaCommand {
     private def keep(r: InternalRow) = maintenance.global || r.getLong(countAt) != 0L
     private val keyAt = maintenance.keyNames.map(schema.fieldIndex)
     def onDriver: Boolean = true
-    private val keySet: Set[Any] = rows.map(r =>
+    private val keySet: Set[InternalRow] = rows.map(r =>
       new GenericInternalRow(keyAt.map(i => r.get(i, schema(i).dataType)).toArray): InternalRow).toSet
+    def keysHere: Option[Set[InternalRow]] = Some(keySet)
 
     def skipping: Option[Expression] = skippingKey.map { key =>
       val at = schema.fieldIndex(key)
@@ -251,7 +270,7 @@ object RewriteCommit extends DeltaCommand {
 
     private def inKeys(df: DataFrame): Expression = {
       val plan = SparkInternals.analyzed(df)
-      InSet(CreateStruct(maintenance.keyNames.map(k => plan.output.find(_.name == k).get)), keySet)
+      InSet(CreateStruct(maintenance.keyNames.map(k => plan.output.find(_.name == k).get)), keySet.toSet[Any])
     }
     private def where(df: DataFrame, cond: Expression): DataFrame =
       SparkInternals.dataFrame(spark, Filter(cond, SparkInternals.analyzed(df)))
@@ -259,6 +278,13 @@ object RewriteCommit extends DeltaCommand {
     def holdingKeys(scan: DataFrame): DataFrame = where(scan, inKeys(scan))
     def withoutKeys(scan: DataFrame): DataFrame = where(scan, Not(inKeys(scan)))
     def fresh: DataFrame = LocalRows.frame(spark, schema, rows.filter(keep))
+    def freshHere(columns: Seq[String]): Option[(StructType, Seq[InternalRow])] = {
+      val at = columns.map(schema.fieldIndex).toArray
+      val types = at.map(schema(_).dataType)
+      Some(StructType(at.map(schema(_))) -> rows.filter(keep).map { r =>
+        new GenericInternalRow(at.indices.map(i => r.get(at(i), types(i))).toArray): InternalRow
+      })
+    }
 
     def metrics: MergeMetrics = {
       val existed = (r: InternalRow) => r.getBoolean(existedAt)
@@ -286,6 +312,8 @@ object RewriteCommit extends DeltaCommand {
     def holdingKeys(scan: DataFrame): DataFrame = scan.join(keys, on(scan), "left_semi")
     def withoutKeys(scan: DataFrame): DataFrame = scan.join(keys, on(scan), "left_anti")
     def fresh: DataFrame = rows.where(keep)
+    def freshHere(columns: Seq[String]): Option[(StructType, Seq[InternalRow])] = None
+    def keysHere: Option[Set[InternalRow]] = None
 
     def metrics: MergeMetrics = {
       def n(c: Column) = sum(when(c, 1L).otherwise(0L))

@@ -1,0 +1,139 @@
+package io.sparkivm.execution
+
+import scala.util.control.NonFatal
+
+import org.apache.hadoop.fs.Path
+import org.apache.hadoop.mapreduce.{Job, JobID, TaskAttemptID, TaskID, TaskType}
+import org.apache.hadoop.mapreduce.lib.output.FileOutputFormat
+import org.apache.hadoop.mapreduce.task.TaskAttemptContextImpl
+import org.apache.spark.internal.Logging
+import org.apache.spark.internal.io.FileNameSpec
+import org.apache.spark.sql.{DataFrame, SparkSession}
+import org.apache.spark.sql.catalyst.InternalRow
+import org.apache.spark.sql.catalyst.expressions.RowOrdering
+import org.apache.spark.sql.catalyst.types.DataTypeUtils
+import org.apache.spark.sql.catalyst.util.{CharVarcharUtils, TypeUtils}
+import org.apache.spark.sql.delta.{ColumnWithDefaultExprUtils, DeltaOptions, GeneratedColumn, NoMapping,
+  OptimisticTransaction}
+import org.apache.spark.sql.delta.actions.AddFile
+import org.apache.spark.sql.delta.constraints.Constraints
+import org.apache.spark.sql.delta.files.DelayedCommitProtocol
+import org.apache.spark.sql.delta.sources.DeltaSQLConf
+import org.apache.spark.sql.delta.stats.DeltaJobStatisticsTracker
+import org.apache.spark.sql.types.{DataType, StructType}
+
+/**
+ * Writes a few rows held on the driver into a new data file of a Delta table, in the driver's
+ * own thread: no Spark job. A refresh's apply and its IVM^eps state writes add tens to
+ * thousands of rows, and a Spark write job to add them (plan, schedule, task, commit protocol)
+ * cost more than the rows: about 50-100 ms per table on a local master, three tables per
+ * triangle refresh.
+ *
+ * It does what Delta's `TransactionalWrite.writeFiles` does for one task, with Delta's own
+ * parts: the table's file format writes the file, Delta's commit protocol names it and builds
+ * its `AddFile`, and Delta's statistics tracker computes its statistics (so data skipping sees
+ * the file as it would any other). Tables whose writes Delta adds more to are left to
+ * `writeFiles` (None): partitioned tables, column mapping, CHECK and NOT NULL constraints,
+ * generated, identity and default-valued columns, CHAR/VARCHAR columns, Iceberg compatibility, clustering, and
+ * rows whose columns are not the table's.
+ */
+object DriverWrite extends Logging {
+  /**
+   * The files holding `rows` (Catalyst rows of the table's columns, in its order), at most
+   * `rowsPerFile` rows each (0: one file), sorted by column `sortBy` if given; written but not
+   * committed (the caller commits them in `txn`). None if the table needs Delta's write path.
+   */
+  def write(spark: SparkSession, txn: OptimisticTransaction, schema: StructType, rows: Seq[InternalRow],
+      sortBy: Option[String] = None, rowsPerFile: Long = 0L): Option[Seq[AddFile]] = {
+    if (!usable(spark, txn, schema)) return None
+    val statsTracker = try statsTrackerOf(spark, txn) catch {
+      case NonFatal(e) =>
+        logWarning(s"Delta's statistics tracker is not reachable (${e.getMessage}); writing by a Spark job")
+        return None
+    }
+    val ordered = sortBy.filter(c => schema.fieldNames.contains(c) && RowOrdering.isOrderable(schema(c).dataType)).map { c =>
+      val at = schema.fieldIndex(c)
+      val t = schema(at).dataType
+      val ordering = TypeUtils.getInterpretedOrdering(t)
+      rows.sortWith { (l, r) =>
+        if (l.isNullAt(at)) !r.isNullAt(at)
+        else !r.isNullAt(at) && ordering.lt(l.get(at, t), r.get(at, t))
+      }
+    }.getOrElse(rows)
+    val chunks = if (rowsPerFile > 0) ordered.grouped(rowsPerFile.toInt).toSeq else Seq(ordered).filter(_.nonEmpty)
+    Some(chunks.zipWithIndex.flatMap { case (chunk, i) => writeFile(spark, txn, schema, chunk, i, statsTracker) })
+  }
+
+  /** True if Delta's writes to the table do nothing but write the rows and their statistics. */
+  private def usable(spark: SparkSession, txn: OptimisticTransaction, schema: StructType): Boolean = {
+    val metadata = txn.metadata
+    val table = metadata.schema
+    metadata.partitionColumns.isEmpty && metadata.columnMappingMode == NoMapping &&
+      table.length == schema.length && table.fields.zip(schema.fields).forall { case (t, s) =>
+        t.name == s.name && DataType.equalsIgnoreNullability(t.dataType, s.dataType)
+      } &&
+      Constraints.getAll(metadata, spark).isEmpty && !GeneratedColumn.hasGeneratedColumns(table) &&
+      !ColumnWithDefaultExprUtils.hasIdentityColumn(table) &&
+      !ColumnWithDefaultExprUtils.tableHasDefaultExpr(txn.protocol, metadata, false) && !CharVarcharUtils.hasCharVarchar(table) &&
+      !metadata.configuration.exists { case (k, v) => k.startsWith("delta.enableIcebergCompat") && v == "true" } &&
+      !txn.protocol.writerFeatureNames.exists(_.toLowerCase(java.util.Locale.ROOT).contains("clustering"))
+  }
+
+  /**
+   * Delta's statistics tracker for a write to the table, as `writeFiles` makes it. The method is
+   * protected in Delta's `TransactionalWrite`, so it is called by reflection; None would mean
+   * Delta collects no statistics (`spark.databricks.delta.stats.collect` off).
+   */
+  private def statsTrackerOf(spark: SparkSession, txn: OptimisticTransaction): Option[DeltaJobStatisticsTracker] = {
+    val method = txn.getClass.getMethod("getOptionalStatsTrackerAndStatsCollection",
+      classOf[Seq[_]], classOf[Path], classOf[StructType], classOf[org.apache.spark.sql.Dataset[_]])
+    val output = DataTypeUtils.toAttributes(txn.metadata.schema).map(_.withNullability(true))
+    val (tracker, _) = method.invoke(txn, output, txn.deltaLog.dataPath, new StructType(), spark.emptyDataFrame: DataFrame)
+      .asInstanceOf[(Option[DeltaJobStatisticsTracker], Option[_])]
+    tracker
+  }
+
+  private def writeFile(spark: SparkSession, txn: OptimisticTransaction, schema: StructType, rows: Seq[InternalRow],
+      task: Int, statsTracker: Option[DeltaJobStatisticsTracker]): Seq[AddFile] = {
+    val log = txn.deltaLog
+    val hadoopConf = spark.sessionState.newHadoopConfWithOptions(txn.metadata.configuration ++ log.options)
+    val job = Job.getInstance(hadoopConf)
+    job.setOutputKeyClass(classOf[Void])
+    job.setOutputValueClass(classOf[InternalRow])
+    FileOutputFormat.setOutputPath(job, log.dataPath)
+    val format = log.fileFormat(txn.protocol, txn.metadata)
+    val factory = format.prepareWrite(spark, job, Map(DeltaOptions.WRITE_PARTITION_COLUMNS -> "false"), schema)
+    // Delta's commit protocol, as `writeFiles` makes it (its data subdirectory, if set).
+    val subdir = if (spark.sessionState.conf.getConf(DeltaSQLConf.WRITE_DATA_FILES_TO_SUBDIR)) Some("data") else None
+    val committer = new DelayedCommitProtocol("delta", log.dataPath.toString, None, subdir)
+    committer.setupJob(job)
+    val jobId = new JobID("spark-ivm", 0)
+    val attempt = new TaskAttemptID(new TaskID(jobId, TaskType.MAP, task), 0)
+    val conf = job.getConfiguration
+    conf.set("mapreduce.job.id", jobId.toString)
+    conf.set("mapreduce.task.id", attempt.getTaskID.toString)
+    conf.set("mapreduce.task.attempt.id", attempt.toString)
+    conf.setBoolean("mapreduce.task.ismap", true)
+    conf.setInt("mapreduce.task.partition", task)
+    val context = new TaskAttemptContextImpl(conf, attempt)
+    committer.setupTask(context)
+    val path = committer.newTaskTempFile(context, None, FileNameSpec("", "-c000" + factory.getFileExtension(context)))
+    val stats = statsTracker.map(_.newTaskInstance())
+    val writer = factory.newInstance(path, schema, context)
+    try {
+      stats.foreach(_.newFile(path))
+      rows.foreach { r =>
+        writer.write(r)
+        stats.foreach(_.newRow(path, r))
+      }
+    } finally writer.close()
+    stats.foreach(_.closeFile(path))
+    val message = committer.commitTask(context)
+    committer.commitJob(job, Seq(message))
+    val now = System.currentTimeMillis()
+    statsTracker.zip(stats).foreach { case (t, s) => t.processStats(Seq(s.getFinalStats(now)), now) }
+    committer.addedStatuses.toSeq.map { a =>
+      statsTracker.map(t => a.copy(stats = t.recordedStats(a.toPath.getName))).getOrElse(a)
+    }
+  }
+}

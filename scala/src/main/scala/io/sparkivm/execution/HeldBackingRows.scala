@@ -1,0 +1,87 @@
+package io.sparkivm.execution
+
+import io.sparkivm.changes.DeltaSources
+import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.catalyst.{InternalRow, TableIdentifier}
+import org.apache.spark.sql.catalyst.expressions.GenericInternalRow
+import org.apache.spark.sql.delta.Snapshot
+import org.apache.spark.sql.ivm.LocalRows
+import org.apache.spark.sql.types.{DataType, StructType}
+
+/**
+ * The rows of small backing tables held on the driver, one version per table. A refresh reads
+ * the backing rows of its changed keys to fold the delta into them; for a small view (a global
+ * aggregate's one row, a few thousand groups) that read was a Spark job of its own, and the
+ * largest part of a 10^6-edge triangle refresh once the IVM^eps steps ran on the driver.
+ *
+ * A version's rows never change, so they are held by the table's Delta id and version and need
+ * no invalidation. They are known without reading the table after spark-ivm's own apply: the
+ * rows held at the version it read, less the rows of the changed keys, plus the new rows it
+ * wrote (which is what [[RewriteCommit]] commits); or, for a view without keys, just the new
+ * rows. Otherwise a small table is read once, by one job, when a refresh asks for it.
+ */
+object HeldBackingRows {
+  /** Backing tables with more rows, or more bytes, are not held. */
+  val MaxRows = 20000
+  val MaxBytes: Long = 2L << 20
+  /** Tables held at once (the most recently used). */
+  private val MaxTables = 32
+
+  private case class Held(id: String, version: Long, schema: StructType, rows: IndexedSeq[InternalRow])
+
+  private val held = new java.util.LinkedHashMap[String, Held](16, 0.75f, true) {
+    override def removeEldestEntry(e: java.util.Map.Entry[String, Held]): Boolean = size() > MaxTables
+  }
+
+  private def sameColumns(a: StructType, b: StructType): Boolean =
+    a.length == b.length && a.fields.zip(b.fields).forall { case (x, y) =>
+      x.name == y.name && DataType.equalsIgnoreNullability(x.dataType, y.dataType)
+    }
+
+  private def lookup(path: String, snapshot: Snapshot): Option[Held] = held.synchronized {
+    Option(held.get(path)).filter(h => h.id == snapshot.metadata.id && h.version == snapshot.version &&
+      sameColumns(h.schema, snapshot.metadata.schema))
+  }
+
+  /**
+   * The table's rows at the snapshot's version, in its columns: held, or read now (one job) and
+   * held if the table is small; None if it is not.
+   */
+  def rows(spark: SparkSession, table: TableIdentifier, snapshot: Snapshot): Option[Seq[InternalRow]] = {
+    val path = snapshot.deltaLog.dataPath.toString
+    lookup(path, snapshot).map(_.rows).orElse {
+      if (snapshot.metadata.partitionColumns.nonEmpty || DeltaSources.sizeInBytes(snapshot) > MaxBytes) None
+      else {
+        val df = DeltaSources.snapshot(spark, table, snapshot.version)
+        LocalRows.collect(spark, Seq(df), MaxRows).flatMap(_.headOption).filter(_.size <= MaxRows).map { rows =>
+          put(path, Held(snapshot.metadata.id, snapshot.version, snapshot.metadata.schema, rows))
+          rows
+        }
+      }
+    }
+  }
+
+  /**
+   * Records the rows of version `to`, which an apply committed on top of `from` by removing the
+   * rows whose columns at `keyAt` hold one of `keys` and adding `fresh` (rows of `schema`, the
+   * table's columns); `replacesAll` if it removed every row. Nothing is held unless the rows at
+   * `from` were (or every row was replaced) and the result is small.
+   */
+  def committed(path: String, id: String, from: Long, to: Long, schema: StructType, keyAt: Seq[Int],
+      keys: Set[InternalRow], fresh: Seq[InternalRow], replacesAll: Boolean): Unit = held.synchronized {
+    val before = Option(held.get(path)).filter(h => h.id == id && h.version == from && sameColumns(h.schema, schema))
+    val kept: Option[IndexedSeq[InternalRow]] =
+      if (replacesAll) Some(IndexedSeq.empty)
+      else before.map(_.rows.filterNot { r =>
+        keys(new GenericInternalRow(keyAt.map(i => r.get(i, schema(i).dataType)).toArray))
+      })
+    kept.map(_ ++ fresh).filter(_.size <= MaxRows) match {
+      case Some(rows) if to == from + 1 => put(path, Held(id, to, schema, rows))
+      case _ => held.remove(path)
+    }
+  }
+
+  private def put(path: String, h: Held): Unit = held.synchronized(held.put(path, h))
+
+  def clear(): Unit = held.synchronized(held.clear())
+}
