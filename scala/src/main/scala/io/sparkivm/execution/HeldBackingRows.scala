@@ -1,6 +1,7 @@
 package io.sparkivm.execution
 
-import io.sparkivm.changes.DeltaSources
+import io.sparkivm.changes.{DeltaSources, KnownFiles}
+import io.sparkivm.conf.IvmConf
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.{InternalRow, TableIdentifier}
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow
@@ -50,7 +51,12 @@ object HeldBackingRows {
   def rows(spark: SparkSession, table: TableIdentifier, snapshot: Snapshot): Option[Seq[InternalRow]] = {
     val path = snapshot.deltaLog.dataPath.toString
     lookup(path, snapshot).map(_.rows).orElse {
-      if (snapshot.metadata.partitionColumns.nonEmpty || DeltaSources.sizeInBytes(snapshot) > MaxBytes) None
+      if (!IvmConf.KnownFiles.get(spark)) return None
+      // Small by the file list's statistics (held on the driver: no job), before any row is read.
+      val files = KnownFiles.matching(snapshot.deltaLog, snapshot, Nil)
+      val records = files.map(_.numLogicalRecords)
+      if (snapshot.metadata.partitionColumns.nonEmpty || files.map(_.size).sum > MaxBytes ||
+        records.exists(_.isEmpty) || records.flatten.sum > MaxRows) None
       else {
         val df = DeltaSources.snapshot(spark, table, snapshot.version)
         LocalRows.collect(spark, Seq(df), MaxRows).flatMap(_.headOption).filter(_.size <= MaxRows).map { rows =>
