@@ -34,9 +34,12 @@ import org.apache.spark.sql.types.StructType
  * or their files rewritten. When the rows are distributed (more than
  * `spark.ivm.localMaxRows`), the same is done with semi and anti joins on the keys. Once the
  * table holds `spark.ivm.apply.compactMinFiles` small files, the apply rewrites them too
- * ([[smallFiles]]), so that marking and appending keeps the view's files few. Readers see an
- * ordinary Delta table; the change feed (if a downstream view turned it on) shows the rewritten
- * files' rows as deleted and inserted, which nets to the real change.
+ * ([[smallFiles]]), so that marking and appending keeps the view's files few. When no file is
+ * rewritten and the new rows are on the driver, the driver writes them ([[DriverWrite]]: no
+ * job), and the new version's rows are held for the next refresh when the table is small
+ * ([[HeldBackingRows]]). Readers see an ordinary Delta table; the change feed (if a downstream
+ * view turned it on) shows the rewritten files' rows as deleted and inserted, which nets to the
+ * real change.
  */
 object RewriteCommit extends DeltaCommand {
   /** Size of the files written when the rows to write are known to be few. */
