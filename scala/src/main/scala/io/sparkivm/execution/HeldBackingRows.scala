@@ -19,12 +19,15 @@ import org.apache.spark.sql.types.{DataType, StructType}
  * no invalidation. They are known without reading the table after spark-ivm's own apply: the
  * rows held at the version it read, less the rows of the changed keys, plus the new rows it
  * wrote (which is what [[RewriteCommit]] commits); or, for a view without keys, just the new
- * rows. Otherwise a small table is read once, by one job, when a refresh asks for it.
+ * rows. Otherwise a small table in a few files is read once, by one job, when a refresh asks
+ * for it.
  */
 object HeldBackingRows {
   /** Backing tables with more rows, or more bytes, are not held. */
   val MaxRows = 20000
   val MaxBytes: Long = 2L << 20
+  /** Nor are tables in more files than this per core, unless an apply's rows make them held. */
+  val MaxFilesPerCore = 2
   /** Tables held at once (the most recently used). */
   private val MaxTables = 32
 
@@ -52,10 +55,13 @@ object HeldBackingRows {
     val path = snapshot.deltaLog.dataPath.toString
     lookup(path, snapshot).map(_.rows).orElse {
       if (!IvmConf.KnownFiles.get(spark)) return None
-      // Small by the file list's statistics (held on the driver: no job), before any row is read.
+      // Small by the file list's statistics (held on the driver: no job), before any row is read;
+      // and in a few files: a table in many (a view laid out for lookups by key) is read by a
+      // refresh only in the files that may hold its changed keys, less than all of it.
       val files = KnownFiles.matching(snapshot.deltaLog, snapshot, Nil)
       val records = files.map(_.numLogicalRecords)
-      if (snapshot.metadata.partitionColumns.nonEmpty || files.map(_.size).sum > MaxBytes ||
+      val maxFiles = MaxFilesPerCore * spark.sparkContext.defaultParallelism
+      if (snapshot.metadata.partitionColumns.nonEmpty || files.size > maxFiles || files.map(_.size).sum > MaxBytes ||
         records.exists(_.isEmpty) || records.flatten.sum > MaxRows) None
       else {
         val df = DeltaSources.snapshot(spark, table, snapshot.version)
