@@ -69,15 +69,19 @@ object DriverWrite extends Logging {
     val metadata = txn.metadata
     val table = metadata.schema
     metadata.partitionColumns.isEmpty && metadata.columnMappingMode == NoMapping &&
-      table.length == schema.length && table.fields.zip(schema.fields).forall { case (t, s) =>
-        t.name == s.name && DataType.equalsIgnoreNullability(t.dataType, s.dataType)
-      } &&
+      sameColumns(table, schema) &&
       Constraints.getAll(metadata, spark).isEmpty && !GeneratedColumn.hasGeneratedColumns(table) &&
       !ColumnWithDefaultExprUtils.hasIdentityColumn(table) &&
       !ColumnWithDefaultExprUtils.tableHasDefaultExpr(txn.protocol, metadata, false) && !CharVarcharUtils.hasCharVarchar(table) &&
       !metadata.configuration.exists { case (k, v) => k.startsWith("delta.enableIcebergCompat") && v == "true" } &&
       !txn.protocol.writerFeatureNames.exists(_.toLowerCase(java.util.Locale.ROOT).contains("clustering"))
   }
+
+  /** True if two schemas have the same columns, by name and type, in order (nullability aside). */
+  private[execution] def sameColumns(a: StructType, b: StructType): Boolean =
+    a.length == b.length && a.fields.zip(b.fields).forall { case (x, y) =>
+      x.name == y.name && DataType.equalsIgnoreNullability(x.dataType, y.dataType)
+    }
 
   /**
    * Delta's statistics tracker for a write to the table, as `writeFiles` makes it. The method is

@@ -7,7 +7,7 @@ import org.apache.spark.sql.catalyst.{InternalRow, TableIdentifier}
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow
 import org.apache.spark.sql.delta.Snapshot
 import org.apache.spark.sql.ivm.LocalRows
-import org.apache.spark.sql.types.{DataType, StructType}
+import org.apache.spark.sql.types.StructType
 
 /**
  * The rows of small backing tables held on the driver, one version per table. A refresh reads
@@ -37,14 +37,9 @@ object HeldBackingRows {
     override def removeEldestEntry(e: java.util.Map.Entry[String, Held]): Boolean = size() > MaxTables
   }
 
-  private def sameColumns(a: StructType, b: StructType): Boolean =
-    a.length == b.length && a.fields.zip(b.fields).forall { case (x, y) =>
-      x.name == y.name && DataType.equalsIgnoreNullability(x.dataType, y.dataType)
-    }
-
   private def lookup(path: String, snapshot: Snapshot): Option[Held] = held.synchronized {
     Option(held.get(path)).filter(h => h.id == snapshot.metadata.id && h.version == snapshot.version &&
-      sameColumns(h.schema, snapshot.metadata.schema))
+      DriverWrite.sameColumns(h.schema, snapshot.metadata.schema))
   }
 
   /**
@@ -81,7 +76,8 @@ object HeldBackingRows {
    */
   def committed(path: String, id: String, from: Long, to: Long, schema: StructType, keyAt: Seq[Int],
       keys: Set[InternalRow], fresh: Seq[InternalRow], replacesAll: Boolean): Unit = held.synchronized {
-    val before = Option(held.get(path)).filter(h => h.id == id && h.version == from && sameColumns(h.schema, schema))
+    val before = Option(held.get(path))
+      .filter(h => h.id == id && h.version == from && DriverWrite.sameColumns(h.schema, schema))
     val kept: Option[IndexedSeq[InternalRow]] =
       if (replacesAll) Some(IndexedSeq.empty)
       else before.map(_.rows.filterNot { r =>
