@@ -165,6 +165,7 @@ SELF_EXISTS = """SELECT l1.sk, count(*) AS n, sum(l1.qty) AS q FROM li l1 WHERE 
 SELF_OUTER = """SELECT n, count(*) AS keys FROM (SELECT l1.ok, count(l2.sk) AS n FROM li l1
     LEFT JOIN li l2 ON l1.ok = l2.ok AND l2.sk > l1.sk AND l2.note <> 'x' GROUP BY l1.ok) GROUP BY n"""
 SHARED_MIN_BYTES = "spark.ivm.sharedReads.minTableBytes"
+HELD_MAX_ROWS = "spark.ivm.heldTables.maxRows"
 
 
 def test_restricted_reads_of_a_large_table_are_shared(spark: SparkSession, db: str) -> None:
@@ -191,10 +192,12 @@ def test_restricted_reads_of_a_large_table_are_shared(spark: SparkSession, db: s
     for statements in changes:
         for statement in statements:
             spark.sql(statement)
-        with confs(spark, {SHARED_MIN_BYTES: "0"}):
+        # The table is small enough to be held on the driver (spark.ivm.heldTables.maxRows):
+        # read by scans here, as a large one is.
+        with confs(spark, {SHARED_MIN_BYTES: "0", HELD_MAX_ROWS: "0"}):
             on = shared.refresh()
             outer.refresh()
-        with confs(spark, {SHARED_MIN_BYTES: str(1 << 40)}):
+        with confs(spark, {SHARED_MIN_BYTES: str(1 << 40), HELD_MAX_ROWS: "0"}):
             off = apart.refresh()
         assert on.mode == off.mode == "incremental", (on, off)
         assert_matches_query(spark, "li_shared", SELF_EXISTS)
@@ -230,7 +233,8 @@ def test_rows_read_by_key_are_kept_in_memory_between_refreshes(spark: SparkSessi
         ["UPDATE big SET k = 11 WHERE k = 13", "DELETE FROM big WHERE k = 1", "INSERT INTO few VALUES (1)"],
         ["DELETE FROM few WHERE k = 12", "UPDATE big SET w = 0 WHERE k = 12"],
     ]
-    settings = {SHARED_MIN_BYTES: "0", "spark.ivm.keyCounts.minTableBytes": "0"}
+    # `big` stands for a table too large to hold on the driver (spark.ivm.heldTables.maxRows).
+    settings = {SHARED_MIN_BYTES: "0", "spark.ivm.keyCounts.minTableBytes": "0", HELD_MAX_ROWS: "0"}
     with confs(spark, settings):
         mv = MaterializedView.create(spark, "kept_rows", KEPT_ROWS_QUERY)
         reads = []
@@ -308,6 +312,55 @@ def test_large_applies_mark_rows_deleted_instead_of_rewriting(spark: SparkSessio
     change(spark, 7)
     agg.refresh()
     assert_matches_query(spark, "agg", AGG)
+
+
+def test_applies_mark_the_old_rows_where_the_delta_read_found_them(spark: SparkSession, db: str) -> None:
+    # A backing table too large to hold on the driver (over 20,000 rows) is read by the delta for
+    # the changed keys' old rows; that read also gives each row's file and row index, so the
+    # apply marks them deleted with no job of its own, whatever the keys' spread over files.
+    spark.sql("CREATE TABLE big (id BIGINT, k BIGINT, v BIGINT) USING delta")
+    spark.sql("INSERT INTO big SELECT id, id % 24000, id FROM range(48000)")
+    q = "SELECT k, count(*) AS n, sum(v) AS s FROM big GROUP BY k"
+    with confs(spark, {"spark.ivm.apply.rewriteWithoutSearchBytes": "0",
+                       "spark.ivm.layout.rowsPerFile": "4000"}):
+        mv = MaterializedView.create(spark, "wide", q)
+        for round_ in range(1, 4):
+            spark.sql(f"INSERT INTO big SELECT 100000 + id, (id * 997 + {round_}) % 26000, id "
+                      "FROM range(40)")  # old keys across the files, and new keys
+            spark.sql(f"DELETE FROM big WHERE id % 3000 = {round_}")
+            spark.sql(f"UPDATE big SET v = v + 1 WHERE id % 5000 = {round_ + 10}")
+            spark.sql(f"DELETE FROM big WHERE k = {round_}")  # a group empties
+            report = mv.refresh()
+            assert report.mode == "incremental", report
+            assert_matches_query(spark, "wide", q)
+            assert report.phases_jobs.get("apply", 0) == 0, report
+        assert deletion_vectors(spark, "__ivm_backing_wide") > 0
+
+
+def test_small_base_tables_are_held_on_the_driver_and_moved_by_their_changes(
+        spark: SparkSession, tables: str) -> None:
+    # Small base tables (spark.ivm.heldTables.maxRows) are held on the driver by version: Post's
+    # rows are the rows held at Pre plus the change (Post = Pre + D), Pre's the rows at Post minus
+    # it, so after the first refresh neither f nor d is read from storage and the delta runs no
+    # Spark job, through inserts, deletes, updates of a join key and of a dimension's row.
+    spark.sql("CREATE MATERIALIZED VIEW held_join AS " + JOIN)
+    mv = MaterializedView.for_name(spark, "held_join")
+    for round_ in range(1, 5):
+        change(spark, round_)
+        spark.sql(f"UPDATE d SET name = concat(name, '{round_}') WHERE g = {round_ % 7}")
+        spark.sql(f"INSERT INTO d VALUES ({10 + round_}, 'new')")
+        spark.sql(f"UPDATE f SET g = {10 + round_} WHERE id = {round_ * 7 + 2}")
+        report = mv.refresh()
+        assert report.mode == "incremental", report
+        assert_matches_query(spark, "held_join", JOIN)
+        planning = report.phases_jobs.get("delta-plan", 0) + report.phases_jobs.get("delta", 0)
+        assert (planning == 0) == (round_ > 1), (round_, report.phases_jobs)
+    # Off, the tables are read by scans again, with the same result.
+    change(spark, 5)
+    with confs(spark, {HELD_MAX_ROWS: "0"}):
+        report = mv.refresh()
+    assert_matches_query(spark, "held_join", JOIN)
+    assert report.phases_jobs.get("delta", 0) > 0, report.phases_jobs
 
 
 @pytest.mark.parametrize("search_bytes", ["1048576", "0"])

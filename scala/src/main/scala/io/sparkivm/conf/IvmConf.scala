@@ -158,6 +158,13 @@ object IvmConf {
       "forward by each refresh's change, and take executor memory in proportion to the table's " +
       "rows and those columns. 0 turns this off.")
 
+  val HeldTableMaxRows: IvmConfEntry[Long] = long("spark.ivm.heldTables.maxRows", 20000L,
+    "A Delta table of at most this many rows (and at most 2 MiB, in at most two files per core) " +
+      "that a refresh reads whole, a small dimension or a view's backing table, has its rows held " +
+      "in the driver's memory by table version: read once (one job), or derived from the version " +
+      "before and the change a refresh applied, and then joined on the driver with no Spark job. " +
+      "0 turns this off.")
+
   val LookupResidentMaxRows: IvmConfEntry[Long] = long("spark.ivm.lookup.residentMaxRows", 20000000L,
     "A view with ACCESS BY over a hierarchical join keeps its view trees (Zhang 2022: chapter 4 " +
       "for CQAP0, the heavy/light trees of chapter 5 otherwise) in the driver's memory for lookups, " +

@@ -11,6 +11,7 @@ import org.apache.spark.sql.ivm.SparkInternals
 import org.apache.spark.sql.delta.DeltaLog
 import org.apache.spark.sql.types.BooleanType
 import org.apache.spark.sql.{DataFrame, SparkSession}
+import org.apache.spark.sql.functions.{col, lit}
 
 /** Rows a commit changed in a backing table. */
 case class MergeMetrics(inserted: Long, updated: Long, deleted: Long) {
@@ -70,13 +71,22 @@ object BackingTable {
         Map(ViewCatalog.SourcesProperty -> ViewCatalog.renderSources(meta.sources)), record)
     }
 
-  /** The backing table's current rows, as a plan (the old state a refresh merges into). */
-  def current(spark: SparkSession, meta: ViewMetadata): LogicalPlan = {
+  /**
+   * The backing table's current rows, as a plan (the old state a refresh merges into). With
+   * `positions`, a read of the table's files also gives each row's place
+   * ([[ViewMaintenance.PositionColumns]]: Spark's `_metadata.file_path` and `_metadata.row_index`,
+   * and the version read), which the apply then marks deleted without reading the table again.
+   */
+  def current(spark: SparkSession, meta: ViewMetadata, positions: Boolean = false): LogicalPlan = {
     val snapshot = DeltaLog.forTable(spark, meta.backing).update()
-    // A small table's rows held on the driver ([[HeldBackingRows]]): no job reads them.
-    HeldBackingRows.rows(spark, meta.backing, snapshot) match {
+    // A small table's rows held on the driver ([[HeldTableRows]]): no job reads them.
+    HeldTableRows.rows(spark, meta.backing, snapshot) match {
       case Some(rows) => RefreshSteps.local(DataTypeUtils.toAttributes(snapshot.metadata.schema), rows)
-      case None => SparkInternals.analyzed(DeltaSources.snapshot(spark, meta.backing, snapshot.version))
+      case None =>
+        val df = DeltaSources.snapshot(spark, meta.backing, snapshot.version)
+        val Seq(file, row, version) = ViewMaintenance.PositionColumns
+        SparkInternals.analyzed(if (!positions) df else df.select(col("*"), col("_metadata.file_path").as(file),
+          col("_metadata.row_index").as(row), lit(snapshot.version).as(version)))
     }
   }
 

@@ -1,12 +1,16 @@
 package io.sparkivm.execution
 
-import io.sparkivm.changes.{DeltaSources, LocalChange, PinnedSource, TableChange}
+import io.sparkivm.changes.{DeltaSources, KnownFiles, LocalChange, PinnedSource, TableChange}
+import io.sparkivm.conf.IvmConf
 import io.sparkivm.planner.{Branch, CountedTable, DeltaRules, KeyCounts, LeafReader, LocalDeltaRows, PlanOnly,
   PlanSteps, SourceLeaf, ViewMaintenance}
 import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, AttributeReference, Expression, LessThan,
   Literal}
 import org.apache.spark.sql.catalyst.plans.logical.{Filter, LocalRelation, LogicalPlan, Project, Union}
+import org.apache.spark.sql.catalyst.types.DataTypeUtils
+import org.apache.spark.sql.catalyst.util.CharVarcharUtils
+import org.apache.spark.sql.delta.DeltaLog
 import org.apache.spark.sql.ivm.SparkInternals
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.types.{IntegerType, StructField, StructType}
@@ -40,7 +44,30 @@ class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
   // A fresh read per call: plans built here join occurrences of one table at one version
   // (self-joins), and each must have its own attribute ids.
   private def snapshot(leaf: SourceLeaf, version: Long): DataFrame =
-    DeltaSources.snapshot(spark, leaf.table, version)
+    heldRows(leaf, version).map(SparkInternals.dataFrame(spark, _))
+      .getOrElse(DeltaSources.snapshot(spark, leaf.table, version))
+
+  /**
+   * A small table's rows at `version` held on the driver ([[HeldTableRows]]), as a relation with
+   * fresh attributes: a dimension such as TPC-H's `nation` is then joined on the driver, where a
+   * scan of its one file would make every query that reads it a Spark job. Post's rows are held
+   * per version: advanced from the rows held at Pre by the change held here (Post = Pre + D), or
+   * read once (one job, as a scan would be). Pre's, where it differs, are Post's minus the change
+   * (Pre = Post - D), or not held.
+   */
+  private def heldRows(leaf: SourceLeaf, version: Long): Option[LogicalPlan] = for {
+    p <- pinned.get(leaf.name) if p.sizeInBytes <= HeldTableRows.MaxBytes && IvmConf.KnownFiles.get(spark)
+    snapshot = KnownFiles.snapshot(DeltaLog.forTable(spark, leaf.table), p.version)
+    // CHAR and VARCHAR columns are padded or checked by a table read, not by a relation.
+    if snapshot.metadata.id == p.tableId && !CharVarcharUtils.hasCharVarchar(snapshot.metadata.schema)
+    local = changes.get(leaf.name).collect { case LocalChange(schema, data) => (schema, data) }
+    post <- local.zip(consumed.get(leaf.name)).flatMap { case ((schema, data), from) =>
+      HeldTableRows.at(spark, snapshot).orElse(HeldTableRows.advanced(spark, snapshot, from, schema, data))
+    }.orElse(HeldTableRows.rows(spark, leaf.table, snapshot))
+    rows <- if (version == p.version) Some(post) else local.flatMap { case (schema, data) =>
+      HeldTableRows.plus(snapshot.metadata.schema, post, schema, data, -1)
+    }
+  } yield LocalRelation(DataTypeUtils.toAttributes(snapshot.metadata.schema), rows)
 
   def pre(leaf: SourceLeaf): LogicalPlan = consumed.get(leaf.name) match {
     case Some(v) => bind(leaf, snapshot(leaf, v), None)

@@ -234,8 +234,8 @@ object RefreshPipeline extends Logging {
       val rules = run.rules
       val branches = analyzed.maintenance.branches(rules).map(_.describe)
       timer.mark("delta-plan")
-      val rows = analyzed.maintenance.mergeSource(rules, () => BackingTable.current(spark, meta), steps,
-        markExisting = true).map(steps.materialize)
+      val rows = analyzed.maintenance.mergeSource(rules, () => BackingTable.current(spark, meta, positions = true),
+        steps, markExisting = true).map(steps.materialize)
       timer.mark("delta")
       val notes = mutable.ArrayBuffer[String]() ++= run.notes ++= interpreted
       val epsilon = run.advance(notes)

@@ -37,7 +37,7 @@ import org.apache.spark.sql.types.StructType
  * ([[smallFiles]]), so that marking and appending keeps the view's files few. When no file is
  * rewritten and the new rows are on the driver, the driver writes them ([[DriverWrite]]: no
  * job), and the new version's rows are held for the next refresh when the table is small
- * ([[HeldBackingRows]]). Readers see an ordinary Delta table; the change feed (if a downstream
+ * ([[HeldTableRows]]). Readers see an ordinary Delta table; the change feed (if a downstream
  * view turned it on) shows the rewritten files' rows as deleted and inserted, which nets to the
  * real change.
  */
@@ -79,12 +79,19 @@ object RewriteCommit extends DeltaCommand {
       else {
         val fileMap = generateCandidateFileMap(log.dataPath, candidates)
         def file(path: String) = getTouchedFile(log.dataPath, path, fileMap)
-        val holding = changed.holdingKeys(log.createDataFrame(txn.snapshot, candidates))
+        // The old rows' places, as the delta's read of this version found them; else one job
+        // finds them.
+        val known = changed.positions(txn.snapshot.version).filter(_.keys.forall { p =>
+          scala.util.Try(file(p)).isSuccess
+        })
+        lazy val holding = changed.holdingKeys(log.createDataFrame(txn.snapshot, candidates))
         if (!(changed.onDriver && IvmConf.ApplyDeletionVectors.get(spark) && DeletionVectorApply.usable(txn.snapshot))) {
-          (holding.select(input_file_name()).distinct().collect().toSeq.map(r => file(r.getString(0))), Nil)
+          (known.map(_.keys.toSeq).getOrElse(holding.select(input_file_name()).distinct().collect().toSeq
+            .map(_.getString(0))).map(file), Nil)
         } else {
-          val positions = holding.select(input_file_name(), col("_metadata.row_index")).collect().toSeq
-            .groupBy(_.getString(0)).map { case (path, rows) => file(path) -> rows.map(_.getLong(1)) }
+          val positions = known.getOrElse(holding.select(input_file_name(), col("_metadata.row_index")).collect()
+            .toSeq.groupBy(_.getString(0)).map { case (path, rows) => path -> rows.map(_.getLong(1)) })
+            .map { case (path, rows) => file(path) -> rows }
           val (rewrite, mark) = positions.partition { case (f, rows) =>
             small.contains(f.path) || DeletionVectorApply.rewrite(f, rows.size)
           }
@@ -124,7 +131,7 @@ object RewriteCommit extends DeltaCommand {
       replacesAll = false)
     // The new version's rows, from the held rows of the version read and the rows written.
     for (keys <- changed.keysHere; (schema, fresh) <- changed.freshHere(maintenance.backingColumns)) {
-      HeldBackingRows.committed(log.dataPath.toString, txn.metadata.id, txn.readVersion, version, schema,
+      HeldTableRows.committed(spark, log.dataPath.toString, txn.metadata.id, txn.readVersion, version, schema,
         maintenance.keyNames.map(schema.fieldIndex), keys, fresh, replacesAll = maintenance.keyNames.isEmpty)
     }
     Some(changed.metrics)
@@ -243,6 +250,11 @@ object RewriteCommit extends DeltaCommand {
     def freshHere(columns: Seq[String]): Option[(StructType, Seq[InternalRow])]
     /** The changed keys (rows of the key columns), held here; None if the rows are not here. */
     def keysHere: Option[Set[InternalRow]]
+    /**
+     * The rows of the changed keys in the table at `version`, as row indexes by file path, where
+     * the changed rows carry them ([[ViewMaintenance.PositionColumns]]) from a read of that version.
+     */
+    def positions(version: Long): Option[Map[String, Seq[Long]]] = None
     def metrics: MergeMetrics
   }
 
@@ -257,6 +269,17 @@ object RewriteCommit extends DeltaCommand {
     private val keySet: Set[InternalRow] = rows.map(r =>
       new GenericInternalRow(keyAt.map(i => r.get(i, schema(i).dataType)).toArray): InternalRow).toSet
     def keysHere: Option[Set[InternalRow]] = Some(keySet)
+
+    override def positions(version: Long): Option[Map[String, Seq[Long]]] =
+      ViewMaintenance.PositionColumns.map(n => schema.fieldNames.indexOf(n)) match {
+        case Seq(file, row, read) if file >= 0 && row >= 0 && read >= 0 =>
+          // Every key that existed has its place, and the places are of the version to change.
+          val existed = rows.filter(_.getBoolean(existedAt))
+          if (existed.exists(r => r.isNullAt(file) || r.isNullAt(row) || r.isNullAt(read) ||
+              r.getLong(read) != version)) None
+          else Some(existed.groupBy(_.getUTF8String(file).toString).map { case (p, rs) => p -> rs.map(_.getLong(row)) })
+        case _ => None
+      }
 
     def skipping: Option[Expression] = skippingKey.map { key =>
       val at = schema.fieldIndex(key)

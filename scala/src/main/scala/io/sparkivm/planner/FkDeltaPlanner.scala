@@ -232,11 +232,13 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
    * 1.4); for a key k the rows joined so far reference:
    *  - k deleted from y: no row of Post(y) has k (the FK-Guard holds: k was not also inserted,
    *    and k is y's primary key), so the rows are those of Del(y), which are on the driver;
+   *  - k inserted into y: Post(y)'s one row of key k is the inserted row (k is y's primary
+   *    key), which is on the driver too;
    *  - any other k: the rows of Post(y) with key k, read with the keys as a filter pushed into
    *    the scan (Delta skips the files that hold none of them).
-   * So a dimension whose referenced keys were all deleted is not read at all (a fact row
-   * deleted with its parent), and otherwise only for the keys referenced (new parents are
-   * usually clustered at the end of the key range).
+   * So a dimension whose referenced keys all changed is not read at all (a fact row inserted or
+   * deleted with its parent, as TPC-H's refresh functions do), and otherwise only for the keys
+   * referenced (new parents are usually clustered at the end of the key range).
    */
   private def coveredPreDel(block: JoinBlock, u: Int, equi: Seq[(Attribute, Attribute)], joined: LogicalPlan,
       term: String): Option[LogicalPlan] = for {
@@ -248,22 +250,28 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
     pkAttr <- leaf.output.find(_.name.equalsIgnoreCase(pk))
     if KeyProbe.equalsAsJvm(pkAttr.dataType) // the keys become an InSet, matched by JVM equality
   } yield {
-    val deleted = reader.localDelta(leaf).map { local =>
+    def keysSigned(negative: Boolean): Set[Any] = reader.localDelta(leaf).map { local =>
       val at = local.positions(Seq(pk)).head
-      local.rows.iterator.filter(_.getInt(local.signAt) < 0).map(_.get(at, pkAttr.dataType)).toSet
+      local.rows.iterator.filter(r => (r.getInt(local.signAt) < 0) == negative).map(_.get(at, pkAttr.dataType)).toSet
     }.getOrElse(Set.empty[Any])
-    val fromPost = needed -- deleted
+    val (deleted, inserted) = (keysSigned(negative = true), keysSigned(negative = false))
+    val fromPost = needed -- deleted -- inserted
     // Post's rows of those keys from the table's rows kept in memory by its key, where they are.
     val kept = if (fromPost.isEmpty) None else rules.keptPost(leaf, pkAttr, fromPost)
-    lines += s"$term read for the ${needed.size} keys joined so far: ${needed.size - fromPost.size} from its " +
-      s"deleted rows, ${fromPost.size} from Post(${leaf.table.table})" +
+    val fromChange = needed.size - fromPost.size
+    lines += s"$term read for the ${needed.size} keys joined so far: $fromChange from its changed rows " +
+      s"(${needed.count(deleted)} deleted), ${fromPost.size} from Post(${leaf.table.table})" +
       kept.map(_ => " kept in memory").getOrElse("")
     rules.withLeaves(block.units(u), l => {
-      // All of Del(y) (it is small, and rows not referenced drop out in the join).
-      val del = reader.delta(l).map(d => Project(l.output, Filter(LessThan(rules.m, Literal(0)), d)))
+      // All of D(y) without its signs: Del(y), and Post(y)'s rows of the inserted keys (it is
+      // small, and rows not referenced drop out in the join). Without a change held on the
+      // driver (`inserted` is empty), Del(y) alone.
+      val changedRows = reader.delta(l).map { d =>
+        Project(l.output, if (inserted.isEmpty) Filter(LessThan(rules.m, Literal(0)), d) else d)
+      }
       val post = if (fromPost.isEmpty) None
         else kept.orElse(Some(Filter(InSet(pkAttr, fromPost), reader.post(l))))
-      (del.toSeq ++ post.toSeq) match {
+      (changedRows.toSeq ++ post.toSeq) match {
         case Seq() => LocalRelation(l.output)
         case Seq(one) => one
         case both => Union(both)

@@ -147,8 +147,10 @@ class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String]) {
     }
     // With `markExisting`, whether each key had a row before (for the apply's metrics).
     val existing = if (markExisting) Seq(Alias(IsNotNull(col(CountColumn)), ExistedColumn)()) else Nil
-    val rows = finish(Project(keys.map(_.toAttribute) ++ (Alias(newCount, CountColumn)() +: stateCols) ++ existing,
-      withRec))
+    // The old rows' positions, when the backing read gives them: for the apply, with `markExisting`.
+    val positions = if (markExisting) PositionColumns.flatMap(n => backing.output.find(_.name == n)) else Nil
+    val rows = finish(Project(keys.map(_.toAttribute) ++ (Alias(newCount, CountColumn)() +: stateCols) ++
+      positions ++ existing, withRec))
     Some(if (markExisting) Project(rows.output.filterNot(_.name == ExistedColumn) ++
       rows.output.filter(_.name == ExistedColumn), rows) else rows)
   }
@@ -275,6 +277,13 @@ object ViewMaintenance {
   val HavingColumn = "__ivm_having"
   /** In a refresh's changed rows only (never stored): the key had a row before the refresh. */
   val ExistedColumn = "__ivm_existed"
+  /**
+   * Where the old row of a changed key lies, when the backing table's read gives it (see
+   * `BackingTable.current`): its file's path, its row index in the file and the table version
+   * read. Carried to the changed rows, so that the apply marks the old rows deleted without a
+   * second read of the table. Never stored.
+   */
+  val PositionColumns: Seq[String] = Seq("__ivm_file", "__ivm_row", "__ivm_read_version")
 
   def quote(name: String): String = "`" + name.replace("`", "``") + "`"
 

@@ -2,6 +2,7 @@ package io.sparkivm.execution
 
 import io.sparkivm.changes.{DeltaSources, KnownFiles}
 import io.sparkivm.conf.IvmConf
+import io.sparkivm.planner.{RowCounts, SharedScans}
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.{InternalRow, TableIdentifier}
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow
@@ -10,10 +11,13 @@ import org.apache.spark.sql.ivm.LocalRows
 import org.apache.spark.sql.types.StructType
 
 /**
- * The rows of small backing tables held on the driver, one version per table. A refresh reads
- * the backing rows of its changed keys to fold the delta into them; for a small view (a global
- * aggregate's one row, a few thousand groups) that read was a Spark job of its own, and the
- * largest part of a 10^6-edge triangle refresh once the IVM^eps steps ran on the driver.
+ * The rows of small Delta tables held on the driver, one version per table: backing tables and
+ * the base tables a refresh reads. A refresh reads the backing rows of its changed keys to fold
+ * the delta into them; for a small view (a global aggregate's one row, a few thousand groups)
+ * that read was a Spark job of its own, and the largest part of a 10^6-edge triangle refresh
+ * once the IVM^eps steps ran on the driver. A small base table (a dimension such as TPC-H's
+ * `nation`) read as a scan likewise made a Spark job of every query that joined it
+ * ([[PinnedReader]]).
  *
  * A version's rows never change, so they are held by the table's Delta id and version and need
  * no invalidation. They are known without reading the table after spark-ivm's own apply: the
@@ -22,9 +26,8 @@ import org.apache.spark.sql.types.StructType
  * rows. Otherwise a small table in a few files is read once, by one job, when a refresh asks
  * for it.
  */
-object HeldBackingRows {
-  /** Backing tables with more rows, or more bytes, are not held. */
-  val MaxRows = 20000
+object HeldTableRows {
+  /** Tables with more rows (`spark.ivm.heldTables.maxRows`), or more bytes, are not held. */
   val MaxBytes: Long = 2L << 20
   /** Nor are tables in more files than this per core, unless an apply's rows make them held. */
   val MaxFilesPerCore = 2
@@ -42,12 +45,19 @@ object HeldBackingRows {
       DriverWrite.sameColumns(h.schema, snapshot.metadata.schema))
   }
 
+  /** The table's rows at the snapshot's version if they are held (and holding is on). */
+  def at(spark: SparkSession, snapshot: Snapshot): Option[Seq[InternalRow]] =
+    if (IvmConf.HeldTableMaxRows.get(spark) <= 0) None
+    else lookup(snapshot.deltaLog.dataPath.toString, snapshot).map(_.rows)
+
   /**
    * The table's rows at the snapshot's version, in its columns: held, or read now (one job) and
    * held if the table is small; None if it is not.
    */
   def rows(spark: SparkSession, table: TableIdentifier, snapshot: Snapshot): Option[Seq[InternalRow]] = {
     val path = snapshot.deltaLog.dataPath.toString
+    val maxRows = IvmConf.HeldTableMaxRows.get(spark)
+    if (maxRows <= 0) return None
     lookup(path, snapshot).map(_.rows).orElse {
       if (!IvmConf.KnownFiles.get(spark)) return None
       // Small by the file list's statistics (held on the driver: no job), before any row is read;
@@ -57,14 +67,53 @@ object HeldBackingRows {
       val records = files.map(_.numLogicalRecords)
       val maxFiles = MaxFilesPerCore * spark.sparkContext.defaultParallelism
       if (snapshot.metadata.partitionColumns.nonEmpty || files.size > maxFiles || files.map(_.size).sum > MaxBytes ||
-        records.exists(_.isEmpty) || records.flatten.sum > MaxRows) None
+        records.exists(_.isEmpty) || records.flatten.sum > maxRows) None
       else {
         val df = DeltaSources.snapshot(spark, table, snapshot.version)
-        LocalRows.collect(spark, Seq(df), MaxRows).flatMap(_.headOption).filter(_.size <= MaxRows).map { rows =>
+        LocalRows.collect(spark, Seq(df), maxRows.toInt).flatMap(_.headOption).filter(_.size <= maxRows).map { rows =>
           put(path, Held(snapshot.metadata.id, snapshot.version, snapshot.metadata.schema, rows))
           rows
         }
       }
+    }
+  }
+
+  /**
+   * The rows at the snapshot's version from those held at version `from` and the net change in
+   * between (rows of `changeSchema`: the table's columns by name, then the sign), Post = Pre + D,
+   * and held; None if the rows at `from` are not held or cannot be counted ([[plus]]).
+   */
+  def advanced(spark: SparkSession, snapshot: Snapshot, from: Long, changeSchema: StructType,
+      change: Seq[InternalRow]): Option[Seq[InternalRow]] = {
+    val path = snapshot.deltaLog.dataPath.toString
+    val before = held.synchronized(Option(held.get(path))).filter(h => h.id == snapshot.metadata.id &&
+      h.version == from && DriverWrite.sameColumns(h.schema, snapshot.metadata.schema))
+    for {
+      h <- before
+      rows <- plus(h.schema, h.rows, changeSchema, change, 1) if rows.size <= IvmConf.HeldTableMaxRows.get(spark)
+    } yield {
+      put(path, Held(h.id, snapshot.version, h.schema, rows))
+      rows
+    }
+  }
+
+  /**
+   * `rows` (of `schema`) with each row of `change` (of `changeSchema`: `schema`'s columns by
+   * name, then an integer sign) counted `sign` times its own sign, as a bag; None if a count
+   * goes negative (the change is not of these rows) or a column's values do not compare by
+   * `equals`.
+   */
+  def plus(schema: StructType, rows: Seq[InternalRow], changeSchema: StructType, change: Seq[InternalRow],
+      sign: Int): Option[IndexedSeq[InternalRow]] = {
+    val types = schema.fields.map(_.dataType)
+    val at = schema.fieldNames.map(n => changeSchema.fieldNames.indexWhere(_.equalsIgnoreCase(n)))
+    if (changeSchema.length != schema.length + 1 || at.contains(-1) || !types.forall(SharedScans.comparable)) None
+    else {
+      val counts = new RowCounts
+      def values(r: InternalRow, pos: Int => Int) = types.indices.map(i => r.get(pos(i), types(i)))
+      rows.foreach(r => counts.add(values(r, identity), 1L))
+      change.foreach(r => counts.add(values(r, at), sign.toLong * r.getInt(schema.length)))
+      counts.rows.map(_.toIndexedSeq)
     }
   }
 
@@ -74,8 +123,8 @@ object HeldBackingRows {
    * table's columns); `replacesAll` if it removed every row. Nothing is held unless the rows at
    * `from` were (or every row was replaced) and the result is small.
    */
-  def committed(path: String, id: String, from: Long, to: Long, schema: StructType, keyAt: Seq[Int],
-      keys: Set[InternalRow], fresh: Seq[InternalRow], replacesAll: Boolean): Unit = held.synchronized {
+  def committed(spark: SparkSession, path: String, id: String, from: Long, to: Long, schema: StructType,
+      keyAt: Seq[Int], keys: Set[InternalRow], fresh: Seq[InternalRow], replacesAll: Boolean): Unit = held.synchronized {
     val before = Option(held.get(path))
       .filter(h => h.id == id && h.version == from && DriverWrite.sameColumns(h.schema, schema))
     val kept: Option[IndexedSeq[InternalRow]] =
@@ -83,7 +132,7 @@ object HeldBackingRows {
       else before.map(_.rows.filterNot { r =>
         keys(new GenericInternalRow(keyAt.map(i => r.get(i, schema(i).dataType)).toArray))
       })
-    kept.map(_ ++ fresh).filter(_.size <= MaxRows) match {
+    kept.map(_ ++ fresh).filter(_.size <= IvmConf.HeldTableMaxRows.get(spark)) match {
       case Some(rows) if to == from + 1 => put(path, Held(id, to, schema, rows))
       case _ => held.remove(path)
     }
