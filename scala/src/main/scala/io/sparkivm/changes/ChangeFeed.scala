@@ -82,8 +82,9 @@ object ChangeFeed {
     // Read by the driver where it can; the rest (and the planning of Delta's reads, driver work
     // that overlaps well) side by side.
     val here = Parallel.run(spark, small.map(r => () => r -> r.schema.flatMap(s =>
-      DriverChangeRead.read(spark, r.table, s, r.from, r.to, math.min(localMaxBytes, DriverReadMaxBytes)))))
-    val byDriver = here.collect { case (r, Some((schema, rows))) => r.name -> (net(schema, rows): TableChange) }
+      DriverChangeRead.read(spark, r.table, s, r.from, r.to, math.min(localMaxBytes, DriverReadMaxBytes))
+        .map { case (schema, rows) => net(schema, rows) })))
+    val byDriver = here.collect { case (r, Some(change)) => r.name -> (change: TableChange) }
     val feeds = Parallel.run(spark, here.collect { case (r, None) => r }.map(r => () => r -> signedFeed(spark, view, r)))
     // Rows per task are bounded by the files' sizes checked above; the bound is a safeguard.
     // One task per core: the change files are small, and a task per file costs more to start than to read.

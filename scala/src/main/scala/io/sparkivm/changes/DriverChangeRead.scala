@@ -14,7 +14,7 @@ import org.apache.spark.sql.delta.{DeltaLog, NoMapping}
 import org.apache.spark.sql.delta.actions.{AddCDCFile, AddFile, Metadata, Protocol, RemoveFile}
 import org.apache.spark.sql.execution.datasources.{FileFormat, PartitionedFile}
 import org.apache.spark.sql.execution.datasources.parquet.ParquetFileFormat
-import org.apache.spark.sql.ivm.SparkInternals
+import org.apache.spark.sql.ivm.{Parallel, SparkInternals}
 import org.apache.spark.sql.types.{IntegerType, StringType, StructField, StructType}
 import org.apache.spark.unsafe.types.UTF8String
 
@@ -85,25 +85,39 @@ object DriverChangeRead {
     def reader(fileSchema: StructType) = format.buildReaderWithPartitionValues(spark, fileSchema, new StructType(),
       fileSchema, Nil, Map(FileFormat.OPTION_RETURNING_BATCH -> "false"), hadoopConf)
     val withType = schema.add(StructField(ChangeType, StringType))
-    lazy val (readData, readChanges) = (reader(schema), reader(withType))
+    // Built before the threads start (they share them), and only those needed.
+    val readData = if (files.exists(_._3 != 0)) Some(reader(schema)) else None
+    val readChanges = if (files.exists(_._3 == 0)) Some(reader(withType)) else None
     val types = schema.fields.map(_.dataType)
-    val out = IndexedSeq.newBuilder[InternalRow]
-    files.foreach { case (path, bytes, sign) =>
-      val file = PartitionedFile(InternalRow.empty, SparkPath.fromPath(path), 0L, bytes, Array.empty[String], 0L, bytes)
-      val it = (if (sign == 0) readChanges else readData)(file)
-      it.foreach { r =>
-        val values = new Array[Any](types.length + 1)
-        var i = 0
-        while (i < types.length) {
-          values(i) = if (r.isNullAt(i)) null else InternalRow.copyValue(r.get(i, types(i)))
-          i += 1
+    def read(group: Seq[(Path, Long, Int)]): IndexedSeq[InternalRow] = {
+      val out = IndexedSeq.newBuilder[InternalRow]
+      group.foreach { case (path, bytes, sign) =>
+        val file = PartitionedFile(InternalRow.empty, SparkPath.fromPath(path), 0L, bytes, Array.empty[String], 0L, bytes)
+        val it = (if (sign == 0) readChanges else readData).get(file)
+        it.foreach { r =>
+          val values = new Array[Any](types.length + 1)
+          var i = 0
+          while (i < types.length) {
+            values(i) = if (r.isNullAt(i)) null else InternalRow.copyValue(r.get(i, types(i)))
+            i += 1
+          }
+          values(types.length) = if (sign != 0) sign else signOf(r.getUTF8String(types.length))
+          out += new GenericInternalRow(values)
         }
-        values(types.length) = if (sign != 0) sign else signOf(r.getUTF8String(types.length))
-        out += new GenericInternalRow(values)
       }
+      out.result()
     }
-    (schema.add(StructField(DeltaSources.Sign, IntegerType, nullable = false)), out.result())
+    // A change spread over many files (a DELETE of rows in every file writes a change file per
+    // file it rewrote) is read by a few threads side by side: each file costs its open and
+    // footer more than its rows.
+    val groups = files.grouped(math.max(FilesPerThread, (files.size + Threads - 1) / Threads)).toSeq
+    val rows = Parallel.run(spark, groups.map(g => () => read(g))).flatten.toIndexedSeq
+    (schema.add(StructField(DeltaSources.Sign, IntegerType, nullable = false)), rows)
   }
+
+  /** Threads that read one table's change files, at most; and files each reads, at least. */
+  private val Threads = 4
+  private val FilesPerThread = 8
 
   private val Inserted = Set("insert", "update_postimage").map(UTF8String.fromString)
 

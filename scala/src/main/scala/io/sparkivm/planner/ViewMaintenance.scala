@@ -111,12 +111,19 @@ class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String]) {
     val folded = if (states.exists(_.recompute.isDefined) || steps.probe.enabled || steps.collects) {
       steps.materialize(foldedPlan)
     } else foldedPlan
-    val backing = probeBacking(old(), folded, keys, steps)
+    val probed = probeBacking(old(), folded, keys, steps)
+    def on(backing: LogicalPlan) = keys.zip(keyNames).map { case (k, n) =>
+      EqualNullSafe(k.toAttribute, backing.output.find(_.name == n).get): Expression
+    }.reduceOption(And)
+    // The changed groups' old rows, when the folded delta is held here: a semi join of the table
+    // with the changed keys (broadcast; the table is streamed in one stage), held here too (there
+    // are no more of them than changed groups), so that the outer join below runs on the driver.
+    // An outer join that keeps the few changed groups could only broadcast the table.
+    val backing = if (steps.localRows(folded).isEmpty || steps.localRows(probed).isDefined) probed
+      else steps.materialize(Project(probed.output, Join(probed, folded, LeftSemi, on(probed), JoinHint.NONE)))
     def col(name: String) = backing.output.find(_.name == name).getOrElse(
       throw new IllegalStateException(s"backing table has no column $name"))
-    val cond = keys.zip(keyNames).map { case (k, n) => EqualNullSafe(k.toAttribute, col(n)): Expression }
-      .reduceOption(And)
-    val joined = Join(folded, backing, LeftOuter, cond, JoinHint.NONE)
+    val joined = Join(folded, backing, LeftOuter, on(backing), JoinHint.NONE)
     def oldOf(s: AggregateState) = s.columns.map(c => col(c._1))
     def dOf(s: AggregateState) = dStates(states.indexOf(s)).map(_.toAttribute)
     val newCount = plusLong(col(CountColumn), dCount.toAttribute)

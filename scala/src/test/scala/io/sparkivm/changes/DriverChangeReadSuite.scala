@@ -4,6 +4,7 @@ import io.sparkivm.TestSpark
 import org.apache.spark.sql.{Row, SparkSession}
 import org.apache.spark.sql.catalyst.{CatalystTypeConverters, TableIdentifier}
 import org.apache.spark.sql.delta.DeltaLog
+import org.apache.spark.sql.delta.actions.{AddCDCFile, AddFile}
 import org.apache.spark.sql.ivm.ReadMetrics
 import org.scalatest.funsuite.AnyFunSuite
 
@@ -55,6 +56,23 @@ class DriverChangeReadSuite extends AnyFunSuite {
     }
     // Several commits at once: their rows, each with its sign.
     assert(feedByDriver("cf", 0, version("cf")).contains(feedByDelta("cf", 0, version("cf"))))
+  }
+
+  test("a change spread over many files is read by several threads, in full") {
+    spark.sql("DROP TABLE IF EXISTS cfm")
+    spark.sql("CREATE TABLE cfm (k INT, s STRING) USING delta TBLPROPERTIES (delta.enableChangeDataFeed = true)")
+    spark.sql("INSERT INTO cfm SELECT /*+ REPARTITION(40) */ id, CAST(id AS STRING) FROM range(4000)")
+    val before = version("cfm")
+    spark.sql("DELETE FROM cfm WHERE k % 97 = 0") // change files
+    spark.sql("INSERT INTO cfm SELECT /*+ REPARTITION(30) */ id, 'again' FROM range(0, 4000, 97)") // 30 files
+    val after = version("cfm")
+    val files = DeltaLog.forTable(spark, TableIdentifier("cfm")).getChanges(before + 1).takeWhile(_._1 <= after)
+      .map(_._2.count(a => a.isInstanceOf[AddCDCFile] || a.isInstanceOf[AddFile])).sum
+    assert(files >= 30, files)
+    val (byDriver, work) = ReadMetrics.measure(spark)(feedByDriver("cfm", before, after))
+    assert(byDriver.contains(feedByDelta("cfm", before, after)))
+    assert(byDriver.get.values.map(math.abs).sum == 2 * 42)
+    assert(work.jobs == 0)
   }
 
   test("what it does not read itself is left to Delta's reader") {
