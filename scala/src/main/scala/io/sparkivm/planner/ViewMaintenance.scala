@@ -119,8 +119,12 @@ class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String]) {
     // with the changed keys (broadcast; the table is streamed in one stage), held here too (there
     // are no more of them than changed groups), so that the outer join below runs on the driver.
     // An outer join that keeps the few changed groups could only broadcast the table.
+    // Only the columns the fold reads are read: keys, count, states and places (a view's output
+    // columns are computed again from them).
+    val read = (keyNames ++ (CountColumn +: states.flatMap(_.columns.map(_._1))) ++ PositionColumns).toSet
     val backing = if (steps.localRows(folded).isEmpty || steps.localRows(probed).isDefined) probed
-      else steps.materialize(Project(probed.output, Join(probed, folded, LeftSemi, on(probed), JoinHint.NONE)))
+      else steps.materialize(Project(probed.output.filter(a => read(a.name)),
+        Join(probed, folded, LeftSemi, on(probed), JoinHint.NONE)))
     def col(name: String) = backing.output.find(_.name == name).getOrElse(
       throw new IllegalStateException(s"backing table has no column $name"))
     val joined = Join(folded, backing, LeftOuter, on(backing), JoinHint.NONE)
