@@ -40,10 +40,13 @@ object HeldTableRows {
     override def removeEldestEntry(e: java.util.Map.Entry[String, Held]): Boolean = size() > MaxTables
   }
 
-  private def lookup(path: String, snapshot: Snapshot): Option[Held] = held.synchronized {
-    Option(held.get(path)).filter(h => h.id == snapshot.metadata.id && h.version == snapshot.version &&
-      DriverWrite.sameColumns(h.schema, snapshot.metadata.schema))
-  }
+  /** The rows held for the table at `path` if they are of table `id` at `version`, with `schema`. */
+  private def lookup(path: String, id: String, version: Long, schema: StructType): Option[Held] =
+    held.synchronized(Option(held.get(path)))
+      .filter(h => h.id == id && h.version == version && DriverWrite.sameColumns(h.schema, schema))
+
+  private def lookup(path: String, snapshot: Snapshot): Option[Held] =
+    lookup(path, snapshot.metadata.id, snapshot.version, snapshot.metadata.schema)
 
   /** The table's rows at the snapshot's version if they are held (and holding is on). */
   def at(spark: SparkSession, snapshot: Snapshot): Option[Seq[InternalRow]] =
@@ -86,10 +89,8 @@ object HeldTableRows {
   def advanced(spark: SparkSession, snapshot: Snapshot, from: Long, changeSchema: StructType,
       change: Seq[InternalRow]): Option[Seq[InternalRow]] = {
     val path = snapshot.deltaLog.dataPath.toString
-    val before = held.synchronized(Option(held.get(path))).filter(h => h.id == snapshot.metadata.id &&
-      h.version == from && DriverWrite.sameColumns(h.schema, snapshot.metadata.schema))
     for {
-      h <- before
+      h <- lookup(path, snapshot.metadata.id, from, snapshot.metadata.schema)
       rows <- plus(h.schema, h.rows, changeSchema, change, 1) if rows.size <= IvmConf.HeldTableMaxRows.get(spark)
     } yield {
       put(path, Held(h.id, snapshot.version, h.schema, rows))
@@ -125,8 +126,7 @@ object HeldTableRows {
    */
   def committed(spark: SparkSession, path: String, id: String, from: Long, to: Long, schema: StructType,
       keyAt: Seq[Int], keys: Set[InternalRow], fresh: Seq[InternalRow], replacesAll: Boolean): Unit = held.synchronized {
-    val before = Option(held.get(path))
-      .filter(h => h.id == id && h.version == from && DriverWrite.sameColumns(h.schema, schema))
+    val before = lookup(path, id, from, schema)
     val kept: Option[IndexedSeq[InternalRow]] =
       if (replacesAll) Some(IndexedSeq.empty)
       else before.map(_.rows.filterNot { r =>

@@ -64,10 +64,12 @@ class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
     post <- local.zip(consumed.get(leaf.name)).flatMap { case ((schema, data), from) =>
       HeldTableRows.at(spark, snapshot).orElse(HeldTableRows.advanced(spark, snapshot, from, schema, data))
     }.orElse(HeldTableRows.rows(spark, leaf.table, snapshot))
-    rows <- if (version == p.version) Some(post) else local.flatMap { case (schema, data) =>
-      HeldTableRows.plus(snapshot.metadata.schema, post, schema, data, -1)
-    }
+    rows <- if (version == p.version) Some(post) else derivedPre.synchronized(derivedPre.getOrElseUpdate(leaf.name,
+      local.flatMap { case (schema, data) => HeldTableRows.plus(snapshot.metadata.schema, post, schema, data, -1) }))
   } yield LocalRelation(DataTypeUtils.toAttributes(snapshot.metadata.schema), rows)
+
+  /** Pre's rows of held tables, derived once per refresh (a plan reads Pre in several branches). */
+  private val derivedPre = scala.collection.mutable.Map[String, Option[Seq[InternalRow]]]()
 
   def pre(leaf: SourceLeaf): LogicalPlan = consumed.get(leaf.name) match {
     case Some(v) => bind(leaf, snapshot(leaf, v), None)

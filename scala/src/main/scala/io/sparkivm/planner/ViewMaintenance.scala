@@ -112,8 +112,10 @@ class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String]) {
       steps.materialize(foldedPlan)
     } else foldedPlan
     val probed = probeBacking(old(), folded, keys, steps)
+    def column(plan: LogicalPlan, name: String) = plan.output.find(_.name == name).getOrElse(
+      throw new IllegalStateException(s"backing table has no column $name"))
     def on(backing: LogicalPlan) = keys.zip(keyNames).map { case (k, n) =>
-      EqualNullSafe(k.toAttribute, backing.output.find(_.name == n).get): Expression
+      EqualNullSafe(k.toAttribute, column(backing, n)): Expression
     }.reduceOption(And)
     // The changed groups' old rows, when the folded delta is held here: a semi join of the table
     // with the changed keys (broadcast; the table is streamed in one stage), held here too (there
@@ -125,8 +127,7 @@ class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String]) {
     val backing = if (steps.localRows(folded).isEmpty || steps.localRows(probed).isDefined) probed
       else steps.materialize(Project(probed.output.filter(a => read(a.name)),
         Join(probed, folded, LeftSemi, on(probed), JoinHint.NONE)))
-    def col(name: String) = backing.output.find(_.name == name).getOrElse(
-      throw new IllegalStateException(s"backing table has no column $name"))
+    def col(name: String) = column(backing, name)
     val joined = Join(folded, backing, LeftOuter, on(backing), JoinHint.NONE)
     def oldOf(s: AggregateState) = s.columns.map(c => col(c._1))
     def dOf(s: AggregateState) = dStates(states.indexOf(s)).map(_.toAttribute)
