@@ -337,6 +337,57 @@ def test_applies_mark_the_old_rows_where_the_delta_read_found_them(spark: SparkS
         assert deletion_vectors(spark, "__ivm_backing_wide") > 0
 
 
+RESIDENT_VIEW_BYTES = "spark.ivm.residentViews.maxTableBytes"
+
+
+@pytest.mark.parametrize("compact", ["16", "2"])
+def test_large_views_are_kept_in_memory_by_key_and_moved_by_each_apply(
+        spark: SparkSession, db: str, compact: str) -> None:
+    # A backing table not held on the driver is kept in the executors' memory by its first key
+    # from the second refresh on, with each row's place: the delta looks its changed groups' old
+    # rows up (no job) and the apply marks them deleted where they lie (no job). Each apply moves
+    # the kept rows forward; a full refresh (another writer's commit) drops them; compaction
+    # rewrites places, and the apply finds the moved rows by its search. Groups share their
+    # first key (7 per value of a), so a lookup must keep only the changed groups' rows.
+    spark.sql("CREATE TABLE wide_src (id BIGINT, a BIGINT, b BIGINT, v BIGINT) USING delta")
+    spark.sql("INSERT INTO wide_src SELECT id, id % 300, id % 7, id FROM range(6000)")
+    q = "SELECT a, b, count(*) AS n, sum(v) AS s FROM wide_src GROUP BY a, b"
+    # A MAX recomputes the groups that lost their maximum from the source (a job of its own).
+    q_max = "SELECT a, b, max(v) AS hi, count(v) AS n FROM wide_src GROUP BY a, b"
+    with confs(spark, {HELD_MAX_ROWS: "0", "spark.ivm.apply.rewriteWithoutSearchBytes": "0",
+                       "spark.ivm.apply.compactMinFiles": compact}):
+        mv = MaterializedView.create(spark, "arranged", q)
+        mv_max = MaterializedView.create(spark, "arranged_max", q_max)
+        for round_ in range(1, 8):
+            if round_ == 5:
+                mv.refresh(full=True)
+            spark.sql(f"INSERT INTO wide_src SELECT 100000 * {round_} + id, (id * 37 + {round_}) % 320, "
+                      f"id % 7, id FROM range(25)")  # old groups, and new groups of old and new a
+            spark.sql(f"DELETE FROM wide_src WHERE id % 700 = {round_}")
+            spark.sql(f"UPDATE wide_src SET b = (b + 1) % 7, v = v + 1 WHERE id % 900 = {round_ + 20}")
+            spark.sql(f"DELETE FROM wide_src WHERE a = {round_} AND b = {round_ % 7}")  # a group empties
+            if round_ == 4:
+                spark.sql("INSERT INTO wide_src VALUES (99, 2, 2, 5)")  # and one comes back
+            assert mv_max.refresh().mode == "incremental"
+            assert_matches_query(spark, "arranged_max", q_max)
+            report = mv.refresh()
+            assert report.mode == "incremental", report
+            assert_matches_query(spark, "arranged", q)
+            # Made in round 2 (asked the second time), and again in round 6 after the full
+            # refresh; looked up, with no job, in the rounds between.
+            if round_ in (3, 4, 7):
+                assert report.phases_jobs.get("delta", 0) == 0, (round_, report.phases_jobs)
+                if compact == "16":
+                    assert report.phases_jobs.get("apply", 0) == 0, (round_, report.phases_jobs)
+        assert deletion_vectors(spark, "__ivm_backing_arranged") > 0
+        # Off, the old rows are read from the table again, with the same result.
+        spark.sql("DELETE FROM wide_src WHERE id % 1000 = 9")
+        with confs(spark, {RESIDENT_VIEW_BYTES: "0"}):
+            report = mv.refresh()
+        assert_matches_query(spark, "arranged", q)
+        assert report.phases_jobs.get("delta", 0) > 0, report.phases_jobs
+
+
 def test_small_base_tables_are_held_on_the_driver_and_moved_by_their_changes(
         spark: SparkSession, tables: str) -> None:
     # Small base tables (spark.ivm.heldTables.maxRows) are held on the driver by version: Post's

@@ -165,6 +165,16 @@ object IvmConf {
       "before and the change a refresh applied, and then joined on the driver with no Spark job. " +
       "0 turns this off.")
 
+  val ResidentViewMaxBytes: IvmConfEntry[Long] = long("spark.ivm.residentViews.maxTableBytes", 256L << 20,
+    "A view's backing table of at most this many bytes, too large to be held on the driver (see " +
+      "heldTables.maxRows), has the columns a refresh folds its delta into (keys, count, aggregate " +
+      "states) kept in the executors' memory between refreshes, indexed by the view's first key, " +
+      "with each row's place in the table's files: a refresh then looks up its changed groups' old " +
+      "rows instead of reading the table, and marks them deleted without searching for them. They " +
+      "are made (one read of the table) the second time a refresh in the application reads the " +
+      "view, moved forward by each refresh's apply, and take executor memory in proportion to the " +
+      "view's rows. 0 turns this off.")
+
   val LookupResidentMaxRows: IvmConfEntry[Long] = long("spark.ivm.lookup.residentMaxRows", 20000000L,
     "A view with ACCESS BY over a hierarchical join keeps its view trees (Zhang 2022: chapter 4 " +
       "for CQAP0, the heavy/light trees of chapter 5 otherwise) in the driver's memory for lookups, " +

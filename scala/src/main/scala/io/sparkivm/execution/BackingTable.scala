@@ -4,6 +4,7 @@ import io.sparkivm.catalog.{RefreshHistory, RefreshRecord, ViewCatalog, ViewMeta
 import io.sparkivm.changes.DeltaSources
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.planner.ViewMaintenance
+import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.AttributeReference
 import org.apache.spark.sql.catalyst.types.DataTypeUtils
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
@@ -89,6 +90,15 @@ object BackingTable {
           col("_metadata.row_index").as(row), lit(snapshot.version).as(version)))
     }
   }
+
+  /**
+   * The old rows of a refresh's changed keys (rows of the key columns) where the table is kept
+   * in memory by key ([[ResidentBackingRows]]): the columns the fold reads, with their places.
+   */
+  def oldOfKeys(spark: SparkSession, meta: ViewMetadata, maintenance: ViewMaintenance, keys: Seq[InternalRow],
+      refresh: String): Option[LogicalPlan] =
+    ResidentBackingRows.rows(spark, meta, DeltaLog.forTable(spark, meta.backing).update(), maintenance.foldColumns,
+      maintenance.keyNames.size, keys, refresh).map { case (output, rows) => RefreshSteps.local(output, rows) }
 
   def sizeInBytes(spark: SparkSession, meta: ViewMetadata): Long =
     DeltaSources.sizeInBytes(DeltaLog.forTable(spark, meta.backing).update())

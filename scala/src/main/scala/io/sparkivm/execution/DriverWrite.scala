@@ -44,7 +44,15 @@ object DriverWrite extends Logging {
    * committed (the caller commits them in `txn`). None if the table needs Delta's write path.
    */
   def write(spark: SparkSession, txn: OptimisticTransaction, schema: StructType, rows: Seq[InternalRow],
-      sortBy: Option[String] = None, rowsPerFile: Long = 0L): Option[Seq[AddFile]] = {
+      sortBy: Option[String] = None, rowsPerFile: Long = 0L): Option[Seq[AddFile]] =
+    writePlaced(spark, txn, schema, rows, sortBy, rowsPerFile).map(_.map(_._1))
+
+  /**
+   * [[write]], with the rows each file holds in the order written: a row's place in its list is
+   * its row index in the file (Spark's `_metadata.row_index`, which deletion vectors mark).
+   */
+  def writePlaced(spark: SparkSession, txn: OptimisticTransaction, schema: StructType, rows: Seq[InternalRow],
+      sortBy: Option[String] = None, rowsPerFile: Long = 0L): Option[Seq[(AddFile, Seq[InternalRow])]] = {
     if (!usable(spark, txn, schema)) return None
     val statsTracker = try statsTrackerOf(spark, txn) catch {
       case NonFatal(e) =>
@@ -61,7 +69,7 @@ object DriverWrite extends Logging {
       }
     }.getOrElse(rows)
     val chunks = if (rowsPerFile > 0) ordered.grouped(rowsPerFile.toInt).toSeq else Seq(ordered).filter(_.nonEmpty)
-    Some(chunks.zipWithIndex.flatMap { case (chunk, i) => writeFile(spark, txn, schema, chunk, i, statsTracker) })
+    Some(chunks.zipWithIndex.map { case (chunk, i) => writeFile(spark, txn, schema, chunk, i, statsTracker) -> chunk })
   }
 
   /** True if Delta's writes to the table do nothing but write the rows and their statistics. */
@@ -98,7 +106,7 @@ object DriverWrite extends Logging {
   }
 
   private def writeFile(spark: SparkSession, txn: OptimisticTransaction, schema: StructType, rows: Seq[InternalRow],
-      task: Int, statsTracker: Option[DeltaJobStatisticsTracker]): Seq[AddFile] = {
+      task: Int, statsTracker: Option[DeltaJobStatisticsTracker]): AddFile = {
     val log = txn.deltaLog
     val hadoopConf = spark.sessionState.newHadoopConfWithOptions(txn.metadata.configuration ++ log.options)
     val job = Job.getInstance(hadoopConf)
@@ -136,8 +144,8 @@ object DriverWrite extends Logging {
     committer.commitJob(job, Seq(message))
     val now = System.currentTimeMillis()
     statsTracker.zip(stats).foreach { case (t, s) => t.processStats(Seq(s.getFinalStats(now)), now) }
-    committer.addedStatuses.toSeq.map { a =>
-      statsTracker.map(t => a.copy(stats = t.recordedStats(a.toPath.getName))).getOrElse(a)
-    }
+    // One task writes one file.
+    val Seq(added) = committer.addedStatuses.toSeq
+    statsTracker.map(t => added.copy(stats = t.recordedStats(added.toPath.getName))).getOrElse(added)
   }
 }

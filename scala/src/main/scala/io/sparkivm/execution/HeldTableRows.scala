@@ -62,15 +62,7 @@ object HeldTableRows {
     val maxRows = IvmConf.HeldTableMaxRows.get(spark)
     if (maxRows <= 0) return None
     lookup(path, snapshot).map(_.rows).orElse {
-      if (!IvmConf.KnownFiles.get(spark)) return None
-      // Small by the file list's statistics (held on the driver: no job), before any row is read;
-      // and in a few files: a table in many (a view laid out for lookups by key) is read by a
-      // refresh only in the files that may hold its changed keys, less than all of it.
-      val files = KnownFiles.matching(snapshot.deltaLog, snapshot, Nil)
-      val records = files.map(_.numLogicalRecords)
-      val maxFiles = MaxFilesPerCore * spark.sparkContext.defaultParallelism
-      if (snapshot.metadata.partitionColumns.nonEmpty || files.size > maxFiles || files.map(_.size).sum > MaxBytes ||
-        records.exists(_.isEmpty) || records.flatten.sum > maxRows) None
+      if (!holdable(spark, snapshot)) None
       else {
         val df = DeltaSources.snapshot(spark, table, snapshot.version)
         LocalRows.collect(spark, Seq(df), maxRows.toInt).flatMap(_.headOption).filter(_.size <= maxRows).map { rows =>
@@ -78,6 +70,22 @@ object HeldTableRows {
           rows
         }
       }
+    }
+  }
+
+  /**
+   * True if the table at the snapshot is small enough to be held: by the file list's statistics
+   * (held on the driver: no job), before any row is read; and in a few files: a table in many (a
+   * view laid out for lookups by key) is read by a refresh only in the files that may hold its
+   * changed keys, less than all of it.
+   */
+  def holdable(spark: SparkSession, snapshot: Snapshot): Boolean = {
+    val maxRows = IvmConf.HeldTableMaxRows.get(spark)
+    maxRows > 0 && IvmConf.KnownFiles.get(spark) && snapshot.metadata.partitionColumns.isEmpty && {
+      val files = KnownFiles.matching(snapshot.deltaLog, snapshot, Nil)
+      val records = files.map(_.numLogicalRecords)
+      files.size <= MaxFilesPerCore * spark.sparkContext.defaultParallelism && files.map(_.size).sum <= MaxBytes &&
+        records.forall(_.isDefined) && records.flatten.sum <= maxRows
     }
   }
 

@@ -235,7 +235,8 @@ object RefreshPipeline extends Logging {
       val branches = analyzed.maintenance.branches(rules).map(_.describe)
       timer.mark("delta-plan")
       val rows = analyzed.maintenance.mergeSource(rules, () => BackingTable.current(spark, meta, positions = true),
-        steps, markExisting = true).map(steps.materialize)
+        steps, markExisting = true, BackingTable.oldOfKeys(spark, meta, analyzed.maintenance, _, attemptId))
+        .map(steps.materialize)
       timer.mark("delta")
       val notes = mutable.ArrayBuffer[String]() ++= run.notes ++= interpreted
       val epsilon = run.advance(notes)

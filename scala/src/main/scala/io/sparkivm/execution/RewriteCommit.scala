@@ -112,9 +112,9 @@ object RewriteCommit extends DeltaCommand {
     // its one row replaced), the new rows held here are written by the driver, with no job.
     val here = if (touched.nonEmpty && maintenance.keyNames.nonEmpty) None
       else changed.freshHere(maintenance.backingColumns).flatMap { case (schema, rows) =>
-        DriverWrite.write(spark, txn, schema, rows, layout.map(_.column), IvmConf.LayoutRowsPerFile.get(spark))
+        DriverWrite.writePlaced(spark, txn, schema, rows, layout.map(_.column), IvmConf.LayoutRowsPerFile.get(spark))
       }
-    val adds = here.getOrElse {
+    val adds = here.map(_.map(_._1)).getOrElse {
       val fresh = changed.fresh.select(columns: _*)
       val rows = kept.map(_.unionByName(fresh)).getOrElse(fresh)
       // The rewritten files and the new rows in as few files as their size needs: each task of
@@ -130,10 +130,19 @@ object RewriteCommit extends DeltaCommand {
       DeltaOperations.Write(SaveMode.Append, predicate = Some(s"spark-ivm refresh ${record.number} of ${meta.viewName}")),
       replacesAll = false)
     // The new version's rows, from the held rows of the version read and the rows written.
-    for (keys <- changed.keysHere; (schema, fresh) <- changed.freshHere(maintenance.backingColumns)) {
+    val freshHere = changed.freshHere(maintenance.backingColumns)
+    for (keys <- changed.keysHere; (schema, fresh) <- freshHere) {
       HeldTableRows.committed(spark, log.dataPath.toString, txn.metadata.id, txn.readVersion, version, schema,
         maintenance.keyNames.map(schema.fieldIndex), keys, fresh, replacesAll = maintenance.keyNames.isEmpty)
     }
+    // And the arranged rows: the new rows at the places the driver wrote them, if it did.
+    val placed = here.map(_.flatMap { case (add, rows) =>
+      val path = generateCandidateFileMap(log.dataPath, Seq(add)).keys.head
+      rows.zipWithIndex.map { case (r, i) => r -> Option(path -> i.toLong) }
+    }).orElse(freshHere.map(_._2.map(_ -> None)))
+    ResidentBackingRows.committed(log.dataPath.toString, txn.metadata.id, txn.readVersion, version,
+      changed.keysHere.filter(_ => placed.isDefined), freshHere.map(_._1).getOrElse(new StructType()),
+      placed.getOrElse(Nil))
     Some(changed.metrics)
   }
 

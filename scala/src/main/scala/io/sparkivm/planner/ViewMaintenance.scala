@@ -1,5 +1,6 @@
 package io.sparkivm.planner
 
+import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions._
 import org.apache.spark.sql.catalyst.expressions.aggregate._
 import org.apache.spark.sql.catalyst.plans.{LeftOuter, LeftSemi}
@@ -91,12 +92,16 @@ class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String]) {
    * The rows to MERGE into the backing table (complete new rows of the groups that changed,
    * with `__ivm_count` 0 for those that emptied), or None when no base table changed.
    *
-   * `old` reads the backing table. `steps` decides how intermediate results are computed: a
-   * refresh materializes the folded delta once and skips recomputation when no group needs
-   * it; EXPLAIN keeps everything as one plan and runs nothing.
+   * `old` reads the backing table. `oldOfKeys`, given the changed keys (rows of the key
+   * columns) when the folded delta is held on the driver, gives their old rows where they are
+   * kept in memory ([[foldColumns]], then [[PositionColumns]]), so that the table is not read.
+   * `steps` decides how intermediate results are computed: a refresh materializes the folded
+   * delta once and skips recomputation when no group needs it; EXPLAIN keeps everything as one
+   * plan and runs nothing.
    */
   def mergeSource(rules: DeltaRules, old: () => LogicalPlan, steps: PlanSteps,
-      markExisting: Boolean = false): Option[LogicalPlan] = {
+      markExisting: Boolean = false,
+      oldOfKeys: Seq[InternalRow] => Option[LogicalPlan] = _ => None): Option[LogicalPlan] = {
     val changed = branches(rules)
     if (changed.isEmpty) return None
     val m = rules.m
@@ -111,7 +116,7 @@ class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String]) {
     val folded = if (states.exists(_.recompute.isDefined) || steps.probe.enabled || steps.collects) {
       steps.materialize(foldedPlan)
     } else foldedPlan
-    val probed = probeBacking(old(), folded, keys, steps)
+    lazy val probed = probeBacking(old(), folded, keys, steps)
     def column(plan: LogicalPlan, name: String) = plan.output.find(_.name == name).getOrElse(
       throw new IllegalStateException(s"backing table has no column $name"))
     def on(backing: LogicalPlan) = keys.zip(keyNames).map { case (k, n) =>
@@ -122,11 +127,22 @@ class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String]) {
     // are no more of them than changed groups), so that the outer join below runs on the driver.
     // An outer join that keeps the few changed groups could only broadcast the table.
     // Only the columns the fold reads are read: keys, count, states and places (a view's output
-    // columns are computed again from them).
-    val read = (keyNames ++ (CountColumn +: states.flatMap(_.columns.map(_._1))) ++ PositionColumns).toSet
-    val backing = if (steps.localRows(folded).isEmpty || steps.localRows(probed).isDefined) probed
-      else steps.materialize(Project(probed.output.filter(a => read(a.name)),
-        Join(probed, folded, LeftSemi, on(probed), JoinHint.NONE)))
+    // columns are computed again from them). Where the old rows are kept in memory by key, they
+    // are looked up instead.
+    val read = (foldColumns ++ PositionColumns).toSet
+    val backing = steps.localRows(folded) match {
+      case Some(rows) =>
+        val at = keys.map(k => folded.output.indexWhere(_.exprId == k.exprId))
+        lazy val changedKeys = rows.map(r =>
+          new GenericInternalRow(at.indices.map(i => r.get(at(i), keys(i).dataType)).toArray): InternalRow)
+        val arranged = if (keys.isEmpty || at.contains(-1)) None else oldOfKeys(changedKeys)
+        arranged.getOrElse {
+          if (steps.localRows(probed).isDefined) probed
+          else steps.materialize(Project(probed.output.filter(a => read(a.name)),
+            Join(probed, folded, LeftSemi, on(probed), JoinHint.NONE)))
+        }
+      case None => probed
+    }
     def col(name: String) = column(backing, name)
     val joined = Join(folded, backing, LeftOuter, on(backing), JoinHint.NONE)
     def oldOf(s: AggregateState) = s.columns.map(c => col(c._1))
@@ -236,6 +252,9 @@ class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String]) {
       (Project(list ++ keep ++ flag, p), flag)
     case other => throw new IllegalStateException(s"unexpected ${other.nodeName} above an aggregate")
   }
+
+  /** The backing table's columns a refresh folds its delta into: keys, count and aggregate states. */
+  def foldColumns: Seq[String] = keyNames ++ (CountColumn +: states.flatMap(_.columns.map(_._1)))
 
   /** The names of the backing table's columns, in order. */
   def backingColumns: Seq[String] = keyNames ++ Seq(CountColumn) ++ states.flatMap(_.columns.map(_._1)) ++

@@ -1,0 +1,175 @@
+package io.sparkivm.execution
+
+import io.sparkivm.catalog.ViewMetadata
+import io.sparkivm.changes.DeltaSources
+import io.sparkivm.conf.IvmConf
+import io.sparkivm.epsilon.ResidentState
+import io.sparkivm.planner.{KeyProbe, SharedScans, ViewMaintenance}
+import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.catalyst.{CatalystTypeConverters, InternalRow}
+import org.apache.spark.sql.catalyst.expressions.{Attribute, GenericInternalRow}
+import org.apache.spark.sql.catalyst.types.DataTypeUtils
+import org.apache.spark.sql.delta.Snapshot
+import org.apache.spark.sql.functions.col
+import org.apache.spark.sql.ivm.{LocalRows, PartitionedRows}
+import org.apache.spark.sql.types.{LongType, StringType, StructField, StructType}
+import org.apache.spark.unsafe.types.UTF8String
+
+/**
+ * A view's backing table kept in the executors' memory between refreshes, indexed by its first
+ * key column: an arrangement of the view itself, as Materialize and DBSP keep an operator's
+ * output indexed by the key the next step looks it up by. A refresh folds its delta into the
+ * old rows of its changed keys; for a view of hundreds of thousands of groups (TPC-H Q10 at
+ * SF 10), reading those rows was a scan of every file of the table (a Spark job), because the
+ * changed keys spread over all of them. Looked up here, they cost what the change does.
+ *
+ * Only the columns the fold reads are kept (keys, count and aggregate states, see
+ * [[ViewMaintenance.foldColumns]]), with each row's place in the table's files (its file and row
+ * index), so that the apply marks the old rows deleted without searching for them
+ * ([[RewriteCommit]]). An entry is named by the table's path and stamped with its Delta id and
+ * version. The rows as first read stay as they are ([[PartitionedRows]]); each apply of
+ * spark-ivm's own records its changed keys' new rows (or their absence) on top, on the driver,
+ * with the places [[DriverWrite]] wrote them at, and moves the stamp to the version it
+ * committed. Any other commit to the table (a full refresh, a user's OPTIMIZE) leaves the entry
+ * at an older version: it is dropped, and made again by a read of the table. A place the apply
+ * finds no longer in the table (its file was compacted or rewritten) sends it back to its
+ * search, so a place never needs to be corrected here.
+ *
+ * The rows are made (one read of the table, laid out by key) the second time a refresh of the
+ * application reads the view's old rows by key, so an application that refreshes once never
+ * pays for them; only for tables larger than [[HeldTableRows]] holds on the driver, and at most
+ * `spark.ivm.residentViews.maxTableBytes`.
+ */
+object ResidentBackingRows {
+  /** Rows recorded on top of the rows first read, past which the entry is made again. */
+  private val MaxOverlayRows = 200000
+  /** Tables arranged at once (the most recently used). */
+  private val MaxTables = 8
+  private val asks = new ResidentAsks(16)
+
+  private final case class Arranged(id: String, version: Long, schema: StructType, keyCount: Int,
+      base: PartitionedRows, overlay: Map[InternalRow, Option[InternalRow]]) {
+    private val types = schema.fields.map(_.dataType)
+    /** The kept columns of the table (the schema ends with the places). */
+    def columns: Seq[String] = schema.fieldNames.toSeq.dropRight(2)
+    def keyOf(r: InternalRow): InternalRow =
+      new GenericInternalRow((0 until keyCount).map(i => r.get(i, types(i))).toArray)
+  }
+
+  private val arranged = new java.util.LinkedHashMap[String, Arranged](16, 0.75f, true) {
+    override def removeEldestEntry(e: java.util.Map.Entry[String, Arranged]): Boolean = {
+      val drop = size() > MaxTables
+      if (drop) e.getValue.base.release()
+      drop
+    }
+  }
+
+  /**
+   * The old rows of `keys` (rows of the view's key columns, in order, Catalyst values) in the
+   * backing table at `snapshot`: `columns` (the first `keyCount` of them the keys), then
+   * [[ViewMaintenance.PositionColumns]]. A key with no row has none. None where the table is
+   * not arranged (and is not arranged now: see the object comment).
+   */
+  def rows(spark: SparkSession, meta: ViewMetadata, snapshot: Snapshot, columns: Seq[String], keyCount: Int,
+      keys: Seq[InternalRow], refresh: String): Option[(Seq[Attribute], Seq[InternalRow])] = {
+    val max = IvmConf.ResidentViewMaxBytes.get(spark)
+    if (max <= 0 || keyCount == 0 || keys.isEmpty) return None
+    val path = snapshot.deltaLog.dataPath.toString
+    val found = arranged.synchronized(Option(arranged.get(path))).filter { a =>
+      val current = a.id == snapshot.metadata.id && a.version == snapshot.version &&
+        a.columns == columns && a.base.alive(spark.sparkContext)
+      if (!current) remove(path)
+      current
+    }
+    found.orElse {
+      if (!asks.touch(path, refresh)) None
+      else arrange(spark, meta, snapshot, columns, keyCount, max).map { a =>
+        arranged.synchronized(arranged.put(path, a))
+        a
+      }
+    }.flatMap(a => lookup(spark, path, a, keys))
+  }
+
+  /** The table's rows at the snapshot, arranged; None if it is too small, too large or not indexable. */
+  private def arrange(spark: SparkSession, meta: ViewMetadata, snapshot: Snapshot, columns: Seq[String],
+      keyCount: Int, max: Long): Option[Arranged] = {
+    val bytes = DeltaSources.sizeInBytes(snapshot)
+    val table = snapshot.metadata.schema
+    val fields = columns.flatMap(c => table.find(_.name == c))
+    if (bytes > max || HeldTableRows.holdable(spark, snapshot) || fields.size != columns.size ||
+      !fields.take(keyCount).forall(f => KeyProbe.equalsAsJvm(f.dataType)) ||
+      !fields.forall(f => SharedScans.comparable(f.dataType))) {
+      None
+    } else {
+      val Seq(file, row, _) = ViewMaintenance.PositionColumns
+      val df = DeltaSources.snapshot(spark, meta.backing, snapshot.version)
+        .select(columns.map(c => col(ViewMaintenance.quote(c))) :+ col("_metadata.file_path").as(file) :+
+          col("_metadata.row_index").as(row): _*)
+      val base = ResidentState.rows(df, columns.head, ResidentState.partitions(spark, bytes / (4L << 20) + 1))
+      // Every partition now, so that lookups read in place from the first.
+      base.load()
+      Some(Arranged(snapshot.metadata.id, snapshot.version, StructType(fields.map(_.copy(nullable = true)) ++
+        Seq(StructField(file, StringType), StructField(row, LongType))), keyCount, base, Map.empty))
+    }
+  }
+
+  /** The rows of `keys` in `a`, with the version as the last column; None (and `a` dropped) if inconsistent. */
+  private def lookup(spark: SparkSession, path: String, a: Arranged,
+      keys: Seq[InternalRow]): Option[(Seq[Attribute], Seq[InternalRow])] = {
+    val wanted = keys.toSet
+    val firstType = a.schema.head.dataType
+    val firsts = keys.iterator.filterNot(a.overlay.contains).map(k => if (k.isNullAt(0)) null else k.get(0, firstType))
+      .toArray.distinct
+    val kept = if (firsts.isEmpty) Some(Nil) else a.base.rowsOfKeysInPlace(firsts).orElse {
+      val external = firsts.map(v => if (v == null) null else CatalystTypeConverters.convertToScala(v, firstType))
+      LocalRows.collect(spark, Seq(a.base.frameByJob(spark, Some(external.toSeq))), Int.MaxValue).map(_.head)
+    }
+    kept.flatMap { rows =>
+      val fromBase = rows.filter { r => val k = a.keyOf(r); wanted(k) && !a.overlay.contains(k) }
+      val fromOverlay = keys.distinct.flatMap(k => a.overlay.get(k).flatten)
+      val all = fromBase ++ fromOverlay
+      if (all.map(a.keyOf).distinct.size != all.size) {
+        // Two rows of one key: the entry is not the table it is stamped with.
+        remove(path)
+        None
+      } else {
+        val types = a.schema.fields.map(_.dataType)
+        val out = all.map { r =>
+          new GenericInternalRow((types.indices.map(i => r.get(i, types(i))) :+ a.version).toArray): InternalRow
+        }
+        Some((DataTypeUtils.toAttributes(a.schema.add(ViewMaintenance.PositionColumns(2), LongType)), out))
+      }
+    }
+  }
+
+  /**
+   * Records an apply of spark-ivm's own that committed version `to` of the table at `path` (Delta
+   * id `id`) on top of `from`: the rows of `keys` (rows of the key columns) were removed and
+   * `fresh` (rows of `schema`, the table's columns, each with the file and row index it was
+   * written at, if known) added. Drops the entry where it was not at `from` or the rows are not
+   * known here (`keys` None).
+   */
+  def committed(path: String, id: String, from: Long, to: Long, keys: Option[Set[InternalRow]],
+      schema: StructType, fresh: Seq[(InternalRow, Option[(String, Long)])]): Unit = arranged.synchronized {
+    Option(arranged.get(path)).foreach { a =>
+      val at = a.columns.map(n => schema.fieldNames.indexOf(n))
+      if (a.id != id || a.version != from || to != from + 1 || keys.isEmpty || at.contains(-1) ||
+        a.overlay.size + keys.get.size > MaxOverlayRows) remove(path)
+      else {
+        val types = a.schema.fields.map(_.dataType)
+        val added = fresh.map { case (r, place) =>
+          val values = at.indices.map(i => r.get(at(i), types(i))) ++
+            place.map { case (f, i) => Seq(UTF8String.fromString(f), i) }.getOrElse(Seq(null, null))
+          val row = new GenericInternalRow(values.toArray)
+          a.keyOf(row) -> Some(row)
+        }
+        arranged.put(path, a.copy(version = to,
+          overlay = a.overlay ++ keys.get.iterator.map(_ -> None) ++ added))
+      }
+    }
+  }
+
+  private def remove(path: String): Unit = arranged.synchronized {
+    Option(arranged.remove(path)).foreach(_.base.release())
+  }
+}
