@@ -94,11 +94,12 @@ object BackingTable {
   /**
    * The old rows of a refresh's changed keys (rows of the key columns) where the table is kept
    * in memory by key ([[ResidentBackingRows]]): the columns the fold reads, with their places.
+   * `made` is called if the table was read now to keep them.
    */
   def oldOfKeys(spark: SparkSession, meta: ViewMetadata, maintenance: ViewMaintenance, keys: Seq[InternalRow],
-      refresh: String): Option[LogicalPlan] =
+      refresh: String, made: () => Unit): Option[LogicalPlan] =
     ResidentBackingRows.rows(spark, meta, DeltaLog.forTable(spark, meta.backing).update(), maintenance.foldColumns,
-      maintenance.keyNames.size, keys, refresh).map { case (output, rows) => RefreshSteps.local(output, rows) }
+      maintenance.keyNames.size, keys, refresh, made).map { case (output, rows) => RefreshSteps.local(output, rows) }
 
   def sizeInBytes(spark: SparkSession, meta: ViewMetadata): Long =
     DeltaSources.sizeInBytes(DeltaLog.forTable(spark, meta.backing).update())

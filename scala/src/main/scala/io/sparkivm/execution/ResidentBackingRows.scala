@@ -1,5 +1,7 @@
 package io.sparkivm.execution
 
+import scala.util.control.NonFatal
+
 import io.sparkivm.catalog.ViewMetadata
 import io.sparkivm.changes.DeltaSources
 import io.sparkivm.conf.IvmConf
@@ -68,10 +70,11 @@ object ResidentBackingRows {
    * The old rows of `keys` (rows of the view's key columns, in order, Catalyst values) in the
    * backing table at `snapshot`: `columns` (the first `keyCount` of them the keys), then
    * [[ViewMaintenance.PositionColumns]]. A key with no row has none. None where the table is
-   * not arranged (and is not arranged now: see the object comment).
+   * not arranged (and is not arranged now: see the object comment). `made` is called if the
+   * rows were read from the table now, to be kept.
    */
   def rows(spark: SparkSession, meta: ViewMetadata, snapshot: Snapshot, columns: Seq[String], keyCount: Int,
-      keys: Seq[InternalRow], refresh: String): Option[(Seq[Attribute], Seq[InternalRow])] = {
+      keys: Seq[InternalRow], refresh: String, made: () => Unit): Option[(Seq[Attribute], Seq[InternalRow])] = {
     val max = IvmConf.ResidentViewMaxBytes.get(spark)
     if (max <= 0 || keyCount == 0 || keys.isEmpty) return None
     val path = snapshot.deltaLog.dataPath.toString
@@ -85,6 +88,7 @@ object ResidentBackingRows {
       if (!asks.touch(path, refresh)) None
       else arrange(spark, meta, snapshot, columns, keyCount, max).map { a =>
         arranged.synchronized(arranged.put(path, a))
+        made()
         a
       }
     }.flatMap(a => lookup(spark, path, a, keys))
@@ -120,10 +124,15 @@ object ResidentBackingRows {
     val firstType = a.schema.head.dataType
     val firsts = keys.iterator.filterNot(a.overlay.contains).map(k => if (k.isNullAt(0)) null else k.get(0, firstType))
       .toArray.distinct
+    // In place (no job) where the partitions are kept in this JVM; else one job over the
+    // partitions the keys hash to, which recomputes any that were evicted from the version's
+    // files (gone if vacuumed since: then the table is read as if nothing were kept).
     val kept = if (firsts.isEmpty) Some(Nil) else a.base.rowsOfKeysInPlace(firsts).orElse {
       val external = firsts.map(v => if (v == null) null else CatalystTypeConverters.convertToScala(v, firstType))
-      LocalRows.collect(spark, Seq(a.base.frameByJob(spark, Some(external.toSeq))), Int.MaxValue).map(_.head)
+      try LocalRows.collect(spark, Seq(a.base.frameByJob(spark, Some(external.toSeq))), Int.MaxValue).map(_.head)
+      catch { case NonFatal(_) => None }
     }
+    if (kept.isEmpty) remove(path)
     kept.flatMap { rows =>
       val fromBase = rows.filter { r => val k = a.keyOf(r); wanted(k) && !a.overlay.contains(k) }
       val fromOverlay = keys.distinct.flatMap(k => a.overlay.get(k).flatten)
@@ -168,6 +177,9 @@ object ResidentBackingRows {
       }
     }
   }
+
+  /** Drops the rows kept for the table at `path` (its view is dropped). */
+  def forget(path: String): Unit = remove(path)
 
   private def remove(path: String): Unit = arranged.synchronized {
     Option(arranged.remove(path)).foreach(_.base.release())

@@ -239,6 +239,8 @@ object ViewLifecycle extends Logging {
       }
       val backing = table.get.properties.get(ViewCatalog.BackingProperty)
         .map(b => ViewCatalog.qualify(spark, b.split('.').toSeq)).getOrElse(ViewCatalog.backingTable(id))
+      // The backing table's rows kept in memory go with it.
+      scala.util.Try(ViewCatalog.deltaLog(spark, backing).dataPath.toString).foreach(ResidentBackingRows.forget)
       spark.sql(s"DROP VIEW IF EXISTS ${id.quotedString}")
       spark.sql(s"DROP TABLE IF EXISTS ${backing.quotedString}")
       TriangleStateTables.dropFor(spark, backing)
