@@ -310,6 +310,33 @@ def plot(table: List[Dict[str, Any]], out_dir: str, prefix: str, change: str) ->
     fig.savefig(os.path.join(out_dir, f"{prefix}_scale.png"), dpi=110)
 
 
+def plot_rounds(runs: List[Dict[str, Any]], out_dir: str, prefix: str) -> None:
+    """Refresh and recomputation time in each round, per scale factor and view: the first
+    rounds make what later refreshes keep in memory, so a median hides the steady state."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(runs), figsize=(6 * len(runs), 4), squeeze=False)
+    for ax, r in zip(axes[0], runs):
+        for v in sorted({x["view"] for x in r["rounds"]}, key=list(VIEWS).index):
+            rounds = [x for x in r["rounds"] if x["view"] == v]
+            xs = [x["round"] for x in rounds]
+            line = ax.plot(xs, [x["full_s"] for x in rounds], marker="o", linestyle="--",
+                           label=f"{v} recompute")
+            for m in MODES:
+                ax.plot(xs, [x[m]["refresh_s"] for x in rounds if m in x], marker="s",
+                        color=line[0].get_color(), label=f"{v} {m}")
+        ax.set_yscale("log")
+        ax.set_xticks(sorted({x["round"] for x in r["rounds"]}))
+        ax.set_xlabel("round")
+        ax.set_ylabel("seconds (log)")
+        ax.set_title(f"TPC-H SF {r['scale_factor']:g}, time per round")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out_dir, f"{prefix}_rounds.png"), dpi=110)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -325,10 +352,17 @@ def main() -> None:
     parser.add_argument("--memory", default="12g")
     parser.add_argument("--work", default=os.path.join(ROOT, "work"))
     parser.add_argument("--out", default="fk")
+    parser.add_argument("--replot", metavar="NAME",
+                        help="only draw the plots of results/NAME.json again (no run)")
     args = parser.parse_args()
     views = args.views.split(",")
     for m in set(MODES) - set(args.modes.split(",")):
         del MODES[m]
+    if args.replot:
+        with open(os.path.join(HERE, "results", f"{args.replot}.json")) as f:
+            saved = json.load(f)
+        plot_rounds(saved["runs"], os.path.join(ROOT, "docs", "img"), args.replot)
+        return
     runs = []
     for sf in args.sf or [1.0]:
         print(f"== fk benchmark at scale factor {sf:g}: {', '.join(views)} ==", flush=True)
@@ -342,6 +376,7 @@ def main() -> None:
     change = (f"{args.orders} orders in and out" if args.orders
               else f"{args.fraction * 100:g}% of orders in and out")
     plot(table, os.path.join(ROOT, "docs", "img"), args.out, change)
+    plot_rounds(runs, os.path.join(ROOT, "docs", "img"), args.out)
     for t in table:
         print(f"SF {t['sf']:g} {t['view']}: recompute {t['full_s']:.2f} s ({t['full_jobs']:.0f} jobs); " +
               "; ".join(f"{m} {t[m]['refresh_s']:.2f} s ({t[m]['spark_jobs']:.0f} jobs, "
