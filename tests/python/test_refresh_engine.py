@@ -366,6 +366,10 @@ def test_large_views_are_kept_in_memory_by_key_and_moved_by_each_apply(spark: Sp
             spark.sql(f"DELETE FROM wide_src WHERE a = {round_} AND b = {round_ % 7}")  # a group empties
             if round_ == 5:
                 spark.sql("INSERT INTO wide_src VALUES (99, 2, 2, 5)")  # and one comes back
+            if round_ in (1, 3):
+                explained = spark.sql("EXPLAIN REFRESH MATERIALIZED VIEW arranged").collect()[0][0]
+                assert ("Old rows of the changed groups: looked up in the view's rows kept in memory"
+                        in explained) == (round_ == 3), explained
             with confs(spark, {"spark.ivm.apply.compactMinFiles": "2" if round_ >= 7 else "16"}):
                 assert mv_max.refresh().mode == "incremental"
                 assert_matches_query(spark, "arranged_max", q_max)

@@ -94,6 +94,12 @@ object ResidentBackingRows {
     }.flatMap(a => lookup(spark, path, a, keys))
   }
 
+  /** True if the table's `columns` at the snapshot are kept here (for EXPLAIN: asks nothing, makes nothing). */
+  def keptAt(snapshot: Snapshot, columns: Seq[String]): Boolean =
+    arranged.synchronized(Option(arranged.get(snapshot.deltaLog.dataPath.toString))).exists { a =>
+      a.id == snapshot.metadata.id && a.version == snapshot.version && a.columns == columns
+    }
+
   /** The table's rows at the snapshot, arranged; None if it is too small, too large or not indexable. */
   private def arrange(spark: SparkSession, meta: ViewMetadata, snapshot: Snapshot, columns: Seq[String],
       keyCount: Int, max: Long): Option[Arranged] = {

@@ -12,6 +12,7 @@ import io.sparkivm.changes.{ChangeFeed, ChangeRequest, DeltaSources, PinnedSourc
 import io.sparkivm.policy.{CostModel, PolicyDecision, RefreshPolicies}
 import io.sparkivm.planner.{AggregateState, PlanOnly}
 import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.delta.DeltaLog
 import org.apache.spark.sql.ivm.{SessionInternals, SparkInternals}
 import org.json4s._
 import org.json4s.jackson.JsonMethods.{compact, render}
@@ -242,8 +243,12 @@ object ViewExplainer {
         val checks = rules.fk.notes.count(n => n.startsWith("FK-Guard and integrity hold") ||
           n.startsWith("integrity fails"))
         val recompute = if (maintenance.states.exists(_.recompute.isDefined)) 2 else 0
-        line(s"Estimated Spark jobs: ${1 + checks + 1 + recompute + 2} (changes 1, integrity " +
-          s"checks $checks, changed rows ${1 + recompute}, apply and commit about 2)")
+        val kept = maintenance.keyNames.nonEmpty &&
+          ResidentBackingRows.keptAt(DeltaLog.forTable(spark, meta.backing).update(), maintenance.foldColumns)
+        line("Old rows of the changed groups: " + (if (kept) "looked up in the view's rows kept in memory by key " +
+          s"(${IvmConf.ResidentViewMaxBytes.key}), no job" else s"read from ${meta.backing.quotedString}"))
+        line(s"Estimated Spark jobs: ${1 + checks + (if (kept) 0 else 1) + recompute + 2} (changes 1, integrity " +
+          s"checks $checks, changed rows ${(if (kept) 0 else 1) + recompute}, apply and commit about 2)")
         maintenance.mergeSource(rules,
           () => BackingTable.current(spark, meta), PlanOnly).foreach { plan =>
           line("== Spark plan of the rows to merge ==")
