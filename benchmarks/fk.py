@@ -324,9 +324,10 @@ def plot_rounds(runs: List[Dict[str, Any]], out_dir: str, prefix: str) -> None:
             xs = [x["round"] for x in rounds]
             line = ax.plot(xs, [x["full_s"] for x in rounds], marker="o", linestyle="--",
                            label=f"{v} recompute")
-            for m in MODES:
-                ax.plot(xs, [x[m]["refresh_s"] for x in rounds if m in x], marker="s",
-                        color=line[0].get_color(), label=f"{v} {m}")
+            for m, marker in zip(MODES, "s^vD"):
+                if all(m in x for x in rounds):
+                    ax.plot(xs, [x[m]["refresh_s"] for x in rounds], marker=marker,
+                            color=line[0].get_color(), label=f"{v} {m}")
         ax.set_yscale("log")
         ax.set_xticks(sorted({x["round"] for x in r["rounds"]}))
         ax.set_xlabel("round")
