@@ -364,6 +364,9 @@ def test_large_views_are_kept_in_memory_by_key_and_moved_by_each_apply(spark: Sp
             spark.sql(f"DELETE FROM wide_src WHERE id % 700 = {round_}")
             spark.sql(f"UPDATE wide_src SET b = (b + 1) % 7, v = v + 1 WHERE id % 900 = {round_ + 20}")
             spark.sql(f"DELETE FROM wide_src WHERE a = {round_} AND b = {round_ % 7}")  # a group empties
+            # A group changed in every round: its old row is the one the last apply wrote, at the
+            # place it wrote it.
+            spark.sql("UPDATE wide_src SET v = v + 1 WHERE a = 7 AND b = 0")
             if round_ == 5:
                 spark.sql("INSERT INTO wide_src VALUES (99, 2, 2, 5)")  # and one comes back
             if round_ in (1, 3):

@@ -8,7 +8,7 @@ import io.sparkivm.conf.IvmConf
 import io.sparkivm.epsilon.ResidentState
 import io.sparkivm.planner.{KeyProbe, SharedScans, ViewMaintenance}
 import org.apache.spark.sql.SparkSession
-import org.apache.spark.sql.catalyst.{CatalystTypeConverters, InternalRow}
+import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.{Attribute, GenericInternalRow}
 import org.apache.spark.sql.catalyst.types.DataTypeUtils
 import org.apache.spark.sql.delta.Snapshot
@@ -76,18 +76,19 @@ object ResidentBackingRows {
   def rows(spark: SparkSession, meta: ViewMetadata, snapshot: Snapshot, columns: Seq[String], keyCount: Int,
       keys: Seq[InternalRow], refresh: String, made: () => Unit): Option[(Seq[Attribute], Seq[InternalRow])] = {
     val max = IvmConf.ResidentViewMaxBytes.get(spark)
-    if (max <= 0 || keyCount == 0 || keys.isEmpty) return None
     val path = snapshot.deltaLog.dataPath.toString
+    if (max <= 0) forget(path)
+    if (max <= 0 || keyCount == 0 || keys.isEmpty) return None
     val found = arranged.synchronized(Option(arranged.get(path))).filter { a =>
       val current = a.id == snapshot.metadata.id && a.version == snapshot.version &&
         a.columns == columns && a.base.alive(spark.sparkContext)
-      if (!current) remove(path)
+      if (!current) remove(path, a)
       current
     }
     found.orElse {
       if (!asks.touch(path, refresh)) None
       else arrange(spark, meta, snapshot, columns, keyCount, max).map { a =>
-        arranged.synchronized(arranged.put(path, a))
+        arranged.synchronized(Option(arranged.put(path, a))).filter(_.base ne a.base).foreach(_.base.release())
         made()
         a
       }
@@ -133,19 +134,18 @@ object ResidentBackingRows {
     // In place (no job) where the partitions are kept in this JVM; else one job over the
     // partitions the keys hash to, which recomputes any that were evicted from the version's
     // files (gone if vacuumed since: then the table is read as if nothing were kept).
-    val kept = if (firsts.isEmpty) Some(Nil) else a.base.rowsOfKeysInPlace(firsts).orElse {
-      val external = firsts.map(v => if (v == null) null else CatalystTypeConverters.convertToScala(v, firstType))
-      try LocalRows.collect(spark, Seq(a.base.frameByJob(spark, Some(external.toSeq))), Int.MaxValue).map(_.head)
-      catch { case NonFatal(_) => None }
-    }
-    if (kept.isEmpty) remove(path)
+    val kept = if (firsts.isEmpty) Some(Nil) else try {
+      a.base.rowsOfKeysInPlace(firsts).orElse(
+        LocalRows.collect(spark, Seq(a.base.frameOfKeysByJob(spark, Some(firsts))), Int.MaxValue).map(_.head))
+    } catch { case NonFatal(_) => None }
+    if (kept.isEmpty) remove(path, a)
     kept.flatMap { rows =>
       val fromBase = rows.filter { r => val k = a.keyOf(r); wanted(k) && !a.overlay.contains(k) }
       val fromOverlay = keys.distinct.flatMap(k => a.overlay.get(k).flatten)
       val all = fromBase ++ fromOverlay
       if (all.map(a.keyOf).distinct.size != all.size) {
         // Two rows of one key: the entry is not the table it is stamped with.
-        remove(path)
+        remove(path, a)
         None
       } else {
         val types = a.schema.fields.map(_.dataType)
@@ -169,7 +169,7 @@ object ResidentBackingRows {
     Option(arranged.get(path)).foreach { a =>
       val at = a.columns.map(n => schema.fieldNames.indexOf(n))
       if (a.id != id || a.version != from || to != from + 1 || keys.isEmpty || at.contains(-1) ||
-        a.overlay.size + keys.get.size > MaxOverlayRows) remove(path)
+        a.overlay.size + keys.get.size > MaxOverlayRows) forget(path)
       else {
         val types = a.schema.fields.map(_.dataType)
         val added = fresh.map { case (r, place) =>
@@ -184,10 +184,13 @@ object ResidentBackingRows {
     }
   }
 
-  /** Drops the rows kept for the table at `path` (its view is dropped). */
-  def forget(path: String): Unit = remove(path)
-
-  private def remove(path: String): Unit = arranged.synchronized {
+  /** Drops the rows kept for the table at `path` (its view is dropped, or its rows replaced). */
+  def forget(path: String): Unit = arranged.synchronized {
     Option(arranged.remove(path)).foreach(_.base.release())
+  }
+
+  /** Drops `a`, if it is still the entry kept for `path` (a concurrent apply may have moved it on). */
+  private def remove(path: String, a: Arranged): Unit = arranged.synchronized {
+    if (arranged.get(path) eq a) forget(path)
   }
 }

@@ -14,6 +14,7 @@ import org.apache.spark.sql.catalyst.util.TypeUtils
 import org.apache.spark.sql.delta.{DeltaLog, DeltaOperations, OptimisticTransaction}
 import org.apache.spark.sql.delta.actions.{Action, AddFile, FileAction, SetTransaction}
 import org.apache.spark.sql.delta.commands.DeltaCommand
+import org.apache.spark.sql.delta.util.DeltaFileOperations
 import org.apache.spark.sql.functions.{col, input_file_name, lit, sum, when}
 import org.apache.spark.sql.ivm.{LocalRows, SessionInternals, SparkInternals}
 import org.apache.spark.sql.types.StructType
@@ -137,7 +138,8 @@ object RewriteCommit extends DeltaCommand {
     }
     // And the arranged rows: the new rows at the places the driver wrote them, if it did.
     val placed = here.map(_.flatMap { case (add, rows) =>
-      val path = generateCandidateFileMap(log.dataPath, Seq(add)).keys.head
+      // Escaped, as Spark's `_metadata.file_path` gives a place, and as `getTouchedFile` takes it.
+      val path = DeltaFileOperations.absolutePath(log.dataPath.toString, add.path).toUri.toString
       rows.zipWithIndex.map { case (r, i) => r -> Option(path -> i.toLong) }
     }).orElse(freshHere.map(_._2.map(_ -> None)))
     ResidentBackingRows.committed(log.dataPath.toString, txn.metadata.id, txn.readVersion, version,
@@ -155,6 +157,7 @@ object RewriteCommit extends DeltaCommand {
       record: RefreshRecord): Boolean = {
     val (log, txn) = start(spark, meta)
     if (txn.txnVersion(meta.id) >= record.number) return false
+    ResidentBackingRows.forget(log.dataPath.toString)
     val old = candidateFiles(spark, log, txn, Nil)
     recordIn(txn, record, properties, Some(SparkInternals.nullable(rows.schema)))
     val adds = txn.writeFiles(rows, BackingLayout.deltaOptions(spark))

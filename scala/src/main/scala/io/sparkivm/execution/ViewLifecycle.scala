@@ -136,6 +136,7 @@ object ViewLifecycle extends Logging {
         }
     }
     replacing.foreach { old =>
+      forgetKept(spark, old)
       spark.sql(s"DROP TABLE IF EXISTS ${old.quotedString}")
       TriangleStateTables.dropFor(spark, old)
     }
@@ -205,6 +206,7 @@ object ViewLifecycle extends Logging {
       // Written moments ago: a CREATE that is still running (it makes its catalog view next).
       val lastCommit = snapshot.map(_.timestamp).getOrElse(0L)
       if (System.currentTimeMillis() - lastCommit < CreateInProgressMs) return false
+      forgetKept(spark, backing)
       spark.sql(s"DROP TABLE IF EXISTS ${backing.quotedString}")
       TriangleStateTables.dropFor(spark, backing)
       true
@@ -212,6 +214,10 @@ object ViewLifecycle extends Logging {
       throw IvmErrors.alreadyExists(backing.quotedString)
     } else false
   }
+
+  /** Drops a backing table's rows kept in memory ([[ResidentBackingRows]]): the table is dropped. */
+  private def forgetKept(spark: SparkSession, backing: TableIdentifier): Unit =
+    scala.util.Try(ViewCatalog.deltaLog(spark, backing).dataPath.toString).foreach(ResidentBackingRows.forget)
 
   /** True if something lies at the location a managed table of this name would have. */
   private def locationTaken(spark: SparkSession, table: TableIdentifier): Boolean = {
@@ -239,8 +245,7 @@ object ViewLifecycle extends Logging {
       }
       val backing = table.get.properties.get(ViewCatalog.BackingProperty)
         .map(b => ViewCatalog.qualify(spark, b.split('.').toSeq)).getOrElse(ViewCatalog.backingTable(id))
-      // The backing table's rows kept in memory go with it.
-      scala.util.Try(ViewCatalog.deltaLog(spark, backing).dataPath.toString).foreach(ResidentBackingRows.forget)
+      forgetKept(spark, backing)
       spark.sql(s"DROP VIEW IF EXISTS ${id.quotedString}")
       spark.sql(s"DROP TABLE IF EXISTS ${backing.quotedString}")
       TriangleStateTables.dropFor(spark, backing)

@@ -16,7 +16,7 @@ import org.apache.spark.sql.classic
 import org.apache.spark.sql.execution.LogicalRDD
 import org.apache.spark.sql.functions.col
 import org.apache.spark.sql.internal.SQLConf
-import org.apache.spark.sql.types.{DataType, StructType}
+import org.apache.spark.sql.types.{DataType, Decimal, StructType}
 import org.apache.spark.storage.{RDDBlockId, StorageLevel}
 
 /**
@@ -56,7 +56,9 @@ final class PartitionedRows private (val schema: StructType, keyIndex: Int, part
 
   /** Each key value (not null) with its Catalyst value of type `to`, where it has one. */
   private def toKeyPairs(keys: Iterable[Any], to: DataType = keyType): Array[(Any, Any)] = {
-    val converters = mutable.HashMap[Class[_], Any => Any]()
+    // By class and, for decimals, by the value's own precision and scale: a converter made for
+    // 1.25 (DECIMAL(3, 2)) would overflow on 12.50.
+    val converters = mutable.HashMap[(Class[_], DataType), Any => Any]()
     def converter(sample: Any): Any => Any = {
       val from = Literal.create(sample).dataType
       val toCatalyst = CatalystTypeConverters.createToCatalystConverter(from)
@@ -68,7 +70,13 @@ final class PartitionedRows private (val schema: StructType, keyIndex: Int, part
     }
     keys.iterator.flatMap { k =>
       if (k == null) Some((null, null))
-      else Option(converters.getOrElseUpdate(k.getClass, converter(k))(k)).map(k -> _)
+      else {
+        val decimal = k match {
+          case _: java.math.BigDecimal | _: scala.math.BigDecimal | _: Decimal => Literal.create(k).dataType
+          case _ => null
+        }
+        Option(converters.getOrElseUpdate((k.getClass, decimal), converter(k))(k)).map(k -> _)
+      }
     }.toArray
   }
 
@@ -186,10 +194,13 @@ final class PartitionedRows private (val schema: StructType, keyIndex: Int, part
     keys.flatMap(rowsInPlace(_)).map(LocalRows.frame(spark, schema, _)).getOrElse(frameByJob(spark, keys))
 
   /** [[frame]] read through a job, for a caller that found the rows cannot be read in place. */
-  def frameByJob(spark: SparkSession, keys: Option[Iterable[Any]]): DataFrame = {
+  def frameByJob(spark: SparkSession, keys: Option[Iterable[Any]]): DataFrame =
+    frameOfKeysByJob(spark, keys.map(toKeys))
+
+  /** [[frameByJob]] for keys that are Catalyst values of the key column's type already. */
+  def frameOfKeysByJob(spark: SparkSession, keys: Option[Array[Any]]): DataFrame = {
     val read: RDD[InternalRow] = keys match {
-      case Some(ks) =>
-        val wanted = toKeys(ks)
+      case Some(wanted) =>
         val pruned = prune(wanted)
         val rows: JHashMap[Any, Array[InternalRow]] => Iterator[InternalRow] =
           if (indexed) PartitionedRows.groupsOf(_, wanted).flatMap(_._2.iterator) else PartitionedRows.allRows

@@ -8,6 +8,7 @@ import org.apache.spark.rdd.{PartitionPruningRDD, RDD}
 import org.apache.spark.sql.{Row, SparkSession}
 import org.apache.spark.sql.execution.LogicalRDD
 import org.apache.spark.sql.functions.col
+import org.apache.spark.sql.types.Decimal
 import org.scalatest.BeforeAndAfterAll
 import org.scalatest.funsuite.AnyFunSuite
 
@@ -33,6 +34,24 @@ class PartitionedRowsSuite extends AnyFunSuite with BeforeAndAfterAll {
   private def prunedTo(rdd: RDD[_]): Int = rdd match {
     case p: PartitionPruningRDD[_] => p.getNumPartitions
     case other => prunedTo(other.dependencies.head.rdd)
+  }
+
+  test("decimal keys of any precision find their rows, in place and through a job") {
+    import spark.implicits._
+    // A converter made for the first key's own precision (1.25: DECIMAL(3, 2)) once overflowed
+    // on a longer one (12.50), and the key found no rows.
+    val df = Seq(("1.25", 1L), ("12.50", 2L), ("123.75", 3L), ("0.00", 4L)).toDF("k", "w")
+      .select(col("k").cast("decimal(10, 2)").as("k"), col("w"))
+    val kept = PartitionedRows(df, "k", 4, indexed = true)
+    kept.load()
+    val keys = Seq(BigDecimal("1.25"), BigDecimal("12.50"), BigDecimal("123.75"))
+    def weights(read: org.apache.spark.sql.DataFrame) = read.collect().map(_.getLong(1)).sorted.toSeq
+    assert(weights(kept.frameByJob(spark, Some(keys))) == Seq(1L, 2L, 3L))
+    assert(weights(kept.frame(spark, Some(keys))) == Seq(1L, 2L, 3L))
+    val catalyst = keys.map(k => Decimal(k, 10, 2): Any).toArray
+    assert(weights(kept.frameOfKeysByJob(spark, Some(catalyst))) == Seq(1L, 2L, 3L))
+    assert(kept.rowsOfKeysInPlace(catalyst).map(_.map(_.getLong(1)).sorted) == Some(Seq(1L, 2L, 3L)))
+    kept.release()
   }
 
   for (indexed <- Seq(true, false)) {
