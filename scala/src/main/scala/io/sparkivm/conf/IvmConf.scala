@@ -165,7 +165,7 @@ object IvmConf {
       "before and the change a refresh applied, and then joined on the driver with no Spark job. " +
       "0 turns this off.")
 
-  val ResidentViewMaxBytes: IvmConfEntry[Long] = long("spark.ivm.residentViews.maxTableBytes", 256L << 20,
+  val ResidentViewMaxBytes: IvmConfEntry[Long] = long("spark.ivm.residentViews.maxTableBytes", 128L << 20,
     "A view's backing table of at most this many bytes, too large to be held on the driver (see " +
       "heldTables.maxRows), has the columns a refresh folds its delta into (keys, count, aggregate " +
       "states) kept in the executors' memory between refreshes, indexed by the view's first key, " +
@@ -173,7 +173,8 @@ object IvmConf {
       "rows instead of reading the table, and marks them deleted without searching for them. They " +
       "are made (one read of the table) the second time a refresh in the application reads the " +
       "view, moved forward by each refresh's apply, and take executor memory in proportion to the " +
-      "view's rows. 0 turns this off.")
+      "view's rows (on a local master, only if about four times the table's bytes fit in half the " +
+      "block manager's memory). 0 turns this off.")
 
   val LookupResidentMaxRows: IvmConfEntry[Long] = long("spark.ivm.lookup.residentMaxRows", 20000000L,
     "A view with ACCESS BY over a hierarchical join keeps its view trees (Zhang 2022: chapter 4 " +

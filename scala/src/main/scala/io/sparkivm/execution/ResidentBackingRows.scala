@@ -101,13 +101,21 @@ object ResidentBackingRows {
       a.id == snapshot.metadata.id && a.version == snapshot.version && a.columns == columns
     }
 
+  /**
+   * Kept rows take about this many times their bytes in the table's files (decompressed and
+   * decoded, as rows and hash maps); on a local master they must fit in half the block
+   * manager's memory, else they would spill to disk and each lookup would read them back.
+   */
+  private val MemoryPerFileByte = 4
+
   /** The table's rows at the snapshot, arranged; None if it is too small, too large or not indexable. */
   private def arrange(spark: SparkSession, meta: ViewMetadata, snapshot: Snapshot, columns: Seq[String],
       keyCount: Int, max: Long): Option[Arranged] = {
     val bytes = DeltaSources.sizeInBytes(snapshot)
     val table = snapshot.metadata.schema
     val fields = columns.flatMap(c => table.find(_.name == c))
-    if (bytes > max || HeldTableRows.holdable(spark, snapshot) || fields.size != columns.size ||
+    val fits = PartitionedRows.localStorageBytes(spark.sparkContext).forall(bytes * MemoryPerFileByte <= _ / 2)
+    if (bytes > max || !fits || HeldTableRows.holdable(spark, snapshot) || fields.size != columns.size ||
       !fields.take(keyCount).forall(f => KeyProbe.equalsAsJvm(f.dataType)) ||
       !fields.forall(f => SharedScans.comparable(f.dataType))) {
       None

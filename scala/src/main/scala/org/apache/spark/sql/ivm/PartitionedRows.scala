@@ -288,6 +288,13 @@ object PartitionedRows {
     }.flatMap(_.iterator)
   }
 
+  /**
+   * The memory this JVM's block manager may keep blocks in, on a local master (whose one
+   * executor is this JVM); None on other masters.
+   */
+  def localStorageBytes(sc: SparkContext): Option[Long] =
+    if (!sc.isLocal) None else Option(SparkEnv.get).map(_.memoryManager.maxOnHeapStorageMemory)
+
   /** External rows (as `collect` returns them) as Catalyst rows of `schema`. */
   def toInternal(schema: StructType, rows: Seq[org.apache.spark.sql.Row]): IndexedSeq[InternalRow] = {
     val convert = CatalystTypeConverters.createToCatalystConverter(schema)
