@@ -55,8 +55,10 @@ def test_refresh_runs_few_jobs_and_reports_them_per_phase(spark: SparkSession, t
             assert report.mode == "incremental"
             # changes 1; the changed rows 1, with a broadcast of the backing table and the
             # rebuild of its new Delta snapshot 3; the MAX's folded delta and groups to
-            # recompute 4 more; apply and commit 2
-            assert 0 < report.spark_jobs <= (16 if name == "agg" else 10), report
+            # recompute 4 more; apply and commit 2. The first refresh reads the small tables it
+            # then holds on the driver (a job each); later ones may run none at all.
+            assert report.spark_jobs <= (16 if name == "agg" else 10), report
+            assert report.spark_jobs > 0 or round_ > 1, report
             assert sum(report.phases_jobs.values()) == report.spark_jobs, report
             assert report.phases_jobs.get("changes", 0) <= 1, report
             assert_matches_query(spark, name, q)
@@ -485,6 +487,35 @@ def test_small_views_fold_their_delta_into_backing_rows_held_on_the_driver(
                 # The first refresh after CREATE reads the rows once (and holds them); a full
                 # refresh reads its rows for its report, which holds them too.
                 assert (report.phases_jobs.get("delta", 0) == 0) != (round_ == 1), (round_, report)
+
+
+def test_small_views_are_written_whole_by_the_driver_unless_a_view_reads_their_changes(
+        spark: SparkSession, tables: str) -> None:
+    # A small backing table held on the driver is applied by writing all its rows from the
+    # driver (no job); once a view reads its change feed, the apply rewrites only the files
+    # holding the changed keys, so that the feed shows the changed groups, not the whole table.
+    q = "SELECT id % 100 AS k, count(*) AS n, sum(v) AS s FROM f GROUP BY id % 100"
+    upper = "SELECT k, s FROM by_k WHERE n > 1"
+    with confs(spark, {"spark.ivm.layout.rowsPerFile": "20"}):
+        by_k = MaterializedView.create(spark, "by_k", q)
+        for round_ in range(1, 5):
+            if round_ == 3:
+                spark.sql(f"CREATE MATERIALIZED VIEW upper AS {upper}")
+            change(spark, round_)
+            spark.sql(f"INSERT INTO f VALUES ({3000 + round_}, 1, 2.0)")  # a new group
+            report = by_k.refresh()
+            assert report.mode == "incremental", report
+            assert_matches_query(spark, "by_k", q)
+            if round_ == 2:
+                assert report.phases_jobs.get("apply", 0) == 0, report.phases_jobs
+            if round_ >= 3:
+                assert MaterializedView.for_name(spark, "upper").refresh().mode == "incremental"
+                assert_matches_query(spark, "upper", upper)
+                v = report.backing_version
+                feed = f"table_changes('__ivm_backing_by_k', {v}, {v})"
+                fed = spark.sql(f"SELECT count(*) FROM {feed}").first()[0]
+                total = spark.table("by_k").count()
+                assert 0 < fed < 2 * total, (fed, total)
 
 
 def test_backing_table_has_no_change_feed_until_a_view_reads_it(spark: SparkSession, tables: str) -> None:

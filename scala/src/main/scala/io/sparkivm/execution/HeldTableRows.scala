@@ -136,15 +136,18 @@ object HeldTableRows {
       keyAt: Seq[Int], keys: Set[InternalRow], fresh: Seq[InternalRow], replacesAll: Boolean): Unit = held.synchronized {
     val before = lookup(path, id, from, schema)
     val kept: Option[IndexedSeq[InternalRow]] =
-      if (replacesAll) Some(IndexedSeq.empty)
-      else before.map(_.rows.filterNot { r =>
-        keys(new GenericInternalRow(keyAt.map(i => r.get(i, schema(i).dataType)).toArray))
-      })
+      if (replacesAll) Some(IndexedSeq.empty) else before.map(h => without(schema, h.rows, keyAt, keys))
     kept.map(_ ++ fresh).filter(_.size <= IvmConf.HeldTableMaxRows.get(spark)) match {
       case Some(rows) if to == from + 1 => put(path, Held(id, to, schema, rows))
       case _ => held.remove(path)
     }
   }
+
+  /** `rows` (of `schema`) less those whose columns at `keyAt` hold one of `keys`. */
+  def without(schema: StructType, rows: Seq[InternalRow], keyAt: Seq[Int], keys: Set[InternalRow]): IndexedSeq[InternalRow] =
+    rows.iterator.filterNot { r =>
+      keys(new GenericInternalRow(keyAt.map(i => r.get(i, schema(i).dataType)).toArray))
+    }.toIndexedSeq
 
   private def put(path: String, h: Held): Unit = held.synchronized(held.put(path, h))
 

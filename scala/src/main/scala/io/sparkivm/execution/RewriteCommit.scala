@@ -1,7 +1,7 @@
 package io.sparkivm.execution
 
 import io.sparkivm.catalog.{RefreshHistory, RefreshRecord, ViewCatalog, ViewMetadata}
-import io.sparkivm.changes.KnownFiles
+import io.sparkivm.changes.{DeltaSources, KnownFiles}
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.planner.{KeyProbe, ViewMaintenance}
 import org.apache.spark.sql.{Column, DataFrame, SaveMode, SparkSession}
@@ -11,7 +11,7 @@ import org.apache.spark.sql.catalyst.expressions.{AttributeReference, CreateStru
 import org.apache.spark.sql.catalyst.plans.logical.{Filter, LogicalPlan}
 import org.apache.spark.sql.catalyst.types.DataTypeUtils
 import org.apache.spark.sql.catalyst.util.TypeUtils
-import org.apache.spark.sql.delta.{DeltaLog, DeltaOperations, OptimisticTransaction}
+import org.apache.spark.sql.delta.{DeltaConfigs, DeltaLog, DeltaOperations, OptimisticTransaction}
 import org.apache.spark.sql.delta.actions.{Action, AddFile, FileAction, SetTransaction}
 import org.apache.spark.sql.delta.commands.DeltaCommand
 import org.apache.spark.sql.delta.util.DeltaFileOperations
@@ -66,10 +66,12 @@ object RewriteCommit extends DeltaCommand {
         BackingLayout.skippingKey(layout, maintenance))
       case None => new DistributedChangedRows(spark, SparkInternals.dataFrame(spark, plan), maintenance)
     }
+    // A small table held on the driver at the version read is written whole by the driver.
+    val whole = wholeHere(spark, txn, maintenance, changed)
     // A view without keys (a global aggregate) has one row: every file is a candidate.
-    val candidates = candidateFiles(spark, log, txn, changed.skipping.toSeq)
+    val candidates = candidateFiles(spark, log, txn, if (whole.isDefined) Nil else changed.skipping.toSeq)
     // Candidates worth searching: which of them hold a changed key, and where.
-    val search = candidates.nonEmpty && maintenance.keyNames.nonEmpty &&
+    val search = whole.isEmpty && candidates.nonEmpty && maintenance.keyNames.nonEmpty &&
       candidates.map(_.size).sum > IvmConf.RewriteWithoutSearchBytes.get(spark)
     // `touched`: files rewritten without the changed keys' rows; `marked`: files whose rows of
     // changed keys are marked deleted by deletion vectors instead (large tables, see
@@ -105,16 +107,18 @@ object RewriteCommit extends DeltaCommand {
     val foundPaths = found.iterator.map(_.path).toSet
     val touched = found ++ small.values.filter(f => !foundPaths(f.path))
     val columns = maintenance.backingColumns.map(c => col(ViewMaintenance.quote(c)))
-    val kept = if (touched.isEmpty) None else {
+    lazy val kept = if (touched.isEmpty) None else {
       val scan = log.createDataFrame(txn.snapshot, touched)
       Some((if (maintenance.keyNames.isEmpty) scan.limit(0) else changed.withoutKeys(scan)).select(columns: _*))
     }
     // When no row of a rewritten file is kept (none is rewritten, or a view without keys has
     // its one row replaced), the new rows held here are written by the driver, with no job.
-    val here = if (touched.nonEmpty && maintenance.keyNames.nonEmpty) None
-      else changed.freshHere(maintenance.backingColumns).flatMap { case (schema, rows) =>
-        DriverWrite.writePlaced(spark, txn, schema, rows, layout.map(_.column), IvmConf.LayoutRowsPerFile.get(spark))
-      }
+    def writeHere(schema: StructType, rows: Seq[InternalRow]) =
+      DriverWrite.writePlaced(spark, txn, schema, rows, layout.map(_.column), IvmConf.LayoutRowsPerFile.get(spark))
+    val here = whole.map((writeHere _).tupled).getOrElse {
+      if (touched.nonEmpty && maintenance.keyNames.nonEmpty) None
+      else changed.freshHere(maintenance.backingColumns).flatMap((writeHere _).tupled)
+    }
     val adds = here.map(_.map(_._1)).getOrElse {
       val fresh = changed.fresh.select(columns: _*)
       val rows = kept.map(_.unionByName(fresh)).getOrElse(fresh)
@@ -132,10 +136,12 @@ object RewriteCommit extends DeltaCommand {
       replacesAll = false)
     // The new version's rows, from the held rows of the version read and the rows written.
     val freshHere = changed.freshHere(maintenance.backingColumns)
-    for (keys <- changed.keysHere; (schema, fresh) <- freshHere) {
+    for (keys <- changed.keysHere; (schema, fresh) <- whole.orElse(freshHere)) {
       HeldTableRows.committed(spark, log.dataPath.toString, txn.metadata.id, txn.readVersion, version, schema,
-        maintenance.keyNames.map(schema.fieldIndex), keys, fresh, replacesAll = maintenance.keyNames.isEmpty)
+        maintenance.keyNames.map(schema.fieldIndex), keys, fresh,
+        replacesAll = maintenance.keyNames.isEmpty || whole.isDefined)
     }
+    if (whole.isDefined) ResidentBackingRows.forget(log.dataPath.toString)
     // And the arranged rows: the new rows at the places the driver wrote them, if it did.
     val placed = here.map(_.flatMap { case (add, rows) =>
       // Escaped, as Spark's `_metadata.file_path` gives a place, and as `getTouchedFile` takes it.
@@ -147,6 +153,26 @@ object RewriteCommit extends DeltaCommand {
       placed.getOrElse(Nil))
     Some(changed.metrics)
   }
+
+  /**
+   * The table's rows after the apply (its columns, with their schema), when they are all known on
+   * the driver: the table's rows at the version read are held there ([[HeldTableRows]]), the
+   * table is at most `spark.ivm.apply.rewriteWithoutSearchBytes` (so it would be rewritten
+   * without a search anyway) and has no change data feed (whose readers would see every row
+   * deleted and inserted). They are the held rows less those of the changed keys, plus the new
+   * rows; the apply then replaces every file with them, written by the driver with no job, where
+   * rewriting the candidate files took a Spark job to read the rows they keep.
+   */
+  private def wholeHere(spark: SparkSession, txn: OptimisticTransaction, maintenance: ViewMaintenance,
+      changed: ChangedRows): Option[(StructType, Seq[InternalRow])] =
+    if (maintenance.keyNames.isEmpty || DeltaConfigs.CHANGE_DATA_FEED.fromMetaData(txn.metadata)) None
+    else for {
+      held <- HeldTableRows.at(spark, txn.snapshot)
+      if DeltaSources.sizeInBytes(txn.snapshot) <= IvmConf.RewriteWithoutSearchBytes.get(spark)
+      keys <- changed.keysHere
+      (schema, fresh) <- changed.freshHere(maintenance.backingColumns)
+      if DriverWrite.sameColumns(txn.metadata.schema, schema)
+    } yield schema -> (HeldTableRows.without(schema, held, maintenance.keyNames.map(schema.fieldIndex), keys) ++ fresh)
 
   /**
    * Replaces all rows of the backing table by `rows` (a full refresh), with the schema of `rows`
