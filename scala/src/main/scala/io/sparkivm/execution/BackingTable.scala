@@ -9,7 +9,7 @@ import org.apache.spark.sql.catalyst.expressions.AttributeReference
 import org.apache.spark.sql.catalyst.types.DataTypeUtils
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.ivm.SparkInternals
-import org.apache.spark.sql.delta.DeltaLog
+import org.apache.spark.sql.delta.{DeltaLog, Snapshot}
 import org.apache.spark.sql.types.BooleanType
 import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.functions.{col, lit}
@@ -78,8 +78,14 @@ object BackingTable {
    * ([[ViewMaintenance.PositionColumns]]: Spark's `_metadata.file_path` and `_metadata.row_index`,
    * and the version read), which the apply then marks deleted without reading the table again.
    */
-  def current(spark: SparkSession, meta: ViewMetadata, positions: Boolean = false): LogicalPlan = {
-    val snapshot = DeltaLog.forTable(spark, meta.backing).update()
+  def current(spark: SparkSession, meta: ViewMetadata, positions: Boolean = false): LogicalPlan =
+    at(spark, meta, latest(spark, meta), positions)
+
+  /** The backing table's latest snapshot. */
+  def latest(spark: SparkSession, meta: ViewMetadata): Snapshot = DeltaLog.forTable(spark, meta.backing).update()
+
+  /** [[current]] at `snapshot`, which a refresh reads once for its delta's reads of the table. */
+  def at(spark: SparkSession, meta: ViewMetadata, snapshot: Snapshot, positions: Boolean): LogicalPlan = {
     // A small table's rows held on the driver ([[HeldTableRows]]): no job reads them.
     HeldTableRows.rows(spark, meta.backing, snapshot) match {
       case Some(rows) => RefreshSteps.local(DataTypeUtils.toAttributes(snapshot.metadata.schema), rows)
@@ -96,13 +102,13 @@ object BackingTable {
    * in memory by key ([[ResidentBackingRows]]): the columns the fold reads, with their places.
    * `made` is called if the table was read now to keep them.
    */
-  def oldOfKeys(spark: SparkSession, meta: ViewMetadata, maintenance: ViewMaintenance, keys: Seq[InternalRow],
-      refresh: String, made: () => Unit): Option[LogicalPlan] =
-    ResidentBackingRows.rows(spark, meta, DeltaLog.forTable(spark, meta.backing).update(), maintenance.foldColumns,
-      maintenance.keyNames.size, keys, refresh, made).map { case (output, rows) => RefreshSteps.local(output, rows) }
+  def oldOfKeys(spark: SparkSession, meta: ViewMetadata, snapshot: Snapshot, maintenance: ViewMaintenance,
+      keys: Seq[InternalRow], refresh: String, made: () => Unit): Option[LogicalPlan] =
+    ResidentBackingRows.rows(spark, meta, snapshot, maintenance.foldColumns, maintenance.keyNames.size, keys,
+      refresh, made).map { case (output, rows) => RefreshSteps.local(output, rows) }
 
   def sizeInBytes(spark: SparkSession, meta: ViewMetadata): Long =
-    DeltaSources.sizeInBytes(DeltaLog.forTable(spark, meta.backing).update())
+    DeltaSources.sizeInBytes(latest(spark, meta))
 
   /**
    * Applies a refresh's changed rows (complete new rows of the changed keys, see

@@ -235,16 +235,20 @@ object RefreshPipeline extends Logging {
       val branches = analyzed.maintenance.branches(rules).map(_.describe)
       timer.mark("delta-plan")
       var lookedUp = Option.empty[String]
-      val rows = analyzed.maintenance.mergeSource(rules, () => BackingTable.current(spark, meta, positions = true),
-        steps, markExisting = true, keys => {
-          var made = false
-          BackingTable.oldOfKeys(spark, meta, analyzed.maintenance, keys, attemptId, () => made = true).map { plan =>
-            lookedUp = Some(s"old rows of the ${keys.size} changed groups looked up in the view's rows kept in " +
-              "memory by key (spark.ivm.residentViews.maxTableBytes)" +
-              (if (made) ", read from the table now to be kept" else ", not read from the table"))
-            plan
-          }
-        }).map(steps.materialize)
+      // The backing table's version, read once for both ways of reading its old rows.
+      lazy val backingNow = BackingTable.latest(spark, meta)
+      val old = () => BackingTable.at(spark, meta, backingNow, positions = true)
+      val rows = analyzed.maintenance.mergeSource(rules, old, steps, markExisting = true, keys => {
+        var made = false
+        val kept = BackingTable.oldOfKeys(spark, meta, backingNow, analyzed.maintenance, keys, attemptId,
+          () => made = true)
+        kept.map { plan =>
+          lookedUp = Some(s"old rows of the ${keys.size} changed groups looked up in the view's rows kept in " +
+            "memory by key (spark.ivm.residentViews.maxTableBytes)" +
+            (if (made) ", read from the table now to be kept" else ", not read from the table"))
+          plan
+        }
+      }).map(steps.materialize)
       timer.mark("delta")
       val notes = mutable.ArrayBuffer[String]() ++= run.notes ++= interpreted ++= lookedUp
       val epsilon = run.advance(notes)

@@ -14,7 +14,7 @@ import org.apache.spark.sql.catalyst.types.DataTypeUtils
 import org.apache.spark.sql.delta.Snapshot
 import org.apache.spark.sql.functions.col
 import org.apache.spark.sql.ivm.{LocalRows, PartitionedRows}
-import org.apache.spark.sql.types.{LongType, StringType, StructField, StructType}
+import org.apache.spark.sql.types.{DataType, LongType, StringType, StructField, StructType}
 import org.apache.spark.unsafe.types.UTF8String
 
 /**
@@ -51,9 +51,12 @@ object ResidentBackingRows {
 
   private final case class Arranged(id: String, version: Long, schema: StructType, keyCount: Int,
       base: PartitionedRows, overlay: Map[InternalRow, Option[InternalRow]]) {
-    private val types = schema.fields.map(_.dataType)
+    val types: Array[DataType] = schema.fields.map(_.dataType)
     /** The kept columns of the table (the schema ends with the places). */
     def columns: Seq[String] = schema.fieldNames.toSeq.dropRight(2)
+    /** True if these are the rows of `columns` of the table at the snapshot. */
+    def isAt(snapshot: Snapshot, columns: Seq[String]): Boolean =
+      id == snapshot.metadata.id && version == snapshot.version && this.columns == columns
     def keyOf(r: InternalRow): InternalRow =
       new GenericInternalRow((0 until keyCount).map(i => r.get(i, types(i))).toArray)
   }
@@ -78,10 +81,10 @@ object ResidentBackingRows {
     val max = IvmConf.ResidentViewMaxBytes.get(spark)
     val path = snapshot.deltaLog.dataPath.toString
     if (max <= 0) forget(path)
-    if (max <= 0 || keyCount == 0 || keys.isEmpty) return None
+    // A table held on the driver whole (HeldTableRows) is read from there.
+    if (max <= 0 || keyCount == 0 || keys.isEmpty || HeldTableRows.at(spark, snapshot).isDefined) return None
     val found = arranged.synchronized(Option(arranged.get(path))).filter { a =>
-      val current = a.id == snapshot.metadata.id && a.version == snapshot.version &&
-        a.columns == columns && a.base.alive(spark.sparkContext)
+      val current = a.isAt(snapshot, columns) && a.base.alive(spark.sparkContext)
       if (!current) remove(path, a)
       current
     }
@@ -97,9 +100,7 @@ object ResidentBackingRows {
 
   /** True if the table's `columns` at the snapshot are kept here (for EXPLAIN: asks nothing, makes nothing). */
   def keptAt(snapshot: Snapshot, columns: Seq[String]): Boolean =
-    arranged.synchronized(Option(arranged.get(snapshot.deltaLog.dataPath.toString))).exists { a =>
-      a.id == snapshot.metadata.id && a.version == snapshot.version && a.columns == columns
-    }
+    arranged.synchronized(Option(arranged.get(snapshot.deltaLog.dataPath.toString))).exists(_.isAt(snapshot, columns))
 
   /**
    * Kept rows take about this many times their bytes in the table's files (decompressed and
@@ -156,9 +157,8 @@ object ResidentBackingRows {
         remove(path, a)
         None
       } else {
-        val types = a.schema.fields.map(_.dataType)
         val out = all.map { r =>
-          new GenericInternalRow((types.indices.map(i => r.get(i, types(i))) :+ a.version).toArray): InternalRow
+          new GenericInternalRow((a.types.indices.map(i => r.get(i, a.types(i))) :+ a.version).toArray): InternalRow
         }
         Some((DataTypeUtils.toAttributes(a.schema.add(ViewMaintenance.PositionColumns(2), LongType)), out))
       }
@@ -179,9 +179,8 @@ object ResidentBackingRows {
       if (a.id != id || a.version != from || to != from + 1 || keys.isEmpty || at.contains(-1) ||
         a.overlay.size + keys.get.size > MaxOverlayRows) forget(path)
       else {
-        val types = a.schema.fields.map(_.dataType)
         val added = fresh.map { case (r, place) =>
-          val values = at.indices.map(i => r.get(at(i), types(i))) ++
+          val values = at.indices.map(i => r.get(at(i), a.types(i))) ++
             place.map { case (f, i) => Seq(UTF8String.fromString(f), i) }.getOrElse(Seq(null, null))
           val row = new GenericInternalRow(values.toArray)
           a.keyOf(row) -> Some(row)

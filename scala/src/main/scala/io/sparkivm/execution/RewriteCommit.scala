@@ -66,8 +66,10 @@ object RewriteCommit extends DeltaCommand {
         BackingLayout.skippingKey(layout, maintenance))
       case None => new DistributedChangedRows(spark, SparkInternals.dataFrame(spark, plan), maintenance)
     }
+    // The new rows, where they are held here (projected to the table's columns once).
+    val freshHere = changed.freshHere(maintenance.backingColumns)
     // A small table held on the driver at the version read is written whole by the driver.
-    val whole = wholeHere(spark, txn, maintenance, changed)
+    val whole = wholeHere(spark, txn, maintenance, changed.keysHere, freshHere)
     // A view without keys (a global aggregate) has one row: every file is a candidate.
     val candidates = candidateFiles(spark, log, txn, if (whole.isDefined) Nil else changed.skipping.toSeq)
     // Candidates worth searching: which of them hold a changed key, and where.
@@ -117,7 +119,7 @@ object RewriteCommit extends DeltaCommand {
       DriverWrite.writePlaced(spark, txn, schema, rows, layout.map(_.column), IvmConf.LayoutRowsPerFile.get(spark))
     val here = whole.map((writeHere _).tupled).getOrElse {
       if (touched.nonEmpty && maintenance.keyNames.nonEmpty) None
-      else changed.freshHere(maintenance.backingColumns).flatMap((writeHere _).tupled)
+      else freshHere.flatMap((writeHere _).tupled)
     }
     val adds = here.map(_.map(_._1)).getOrElse {
       val fresh = changed.fresh.select(columns: _*)
@@ -135,7 +137,6 @@ object RewriteCommit extends DeltaCommand {
       DeltaOperations.Write(SaveMode.Append, predicate = Some(s"spark-ivm refresh ${record.number} of ${meta.viewName}")),
       replacesAll = false)
     // The new version's rows, from the held rows of the version read and the rows written.
-    val freshHere = changed.freshHere(maintenance.backingColumns)
     for (keys <- changed.keysHere; (schema, fresh) <- whole.orElse(freshHere)) {
       HeldTableRows.committed(spark, log.dataPath.toString, txn.metadata.id, txn.readVersion, version, schema,
         maintenance.keyNames.map(schema.fieldIndex), keys, fresh,
@@ -164,13 +165,14 @@ object RewriteCommit extends DeltaCommand {
    * rewriting the candidate files took a Spark job to read the rows they keep.
    */
   private def wholeHere(spark: SparkSession, txn: OptimisticTransaction, maintenance: ViewMaintenance,
-      changed: ChangedRows): Option[(StructType, Seq[InternalRow])] =
+      keysHere: Option[Set[InternalRow]], freshHere: Option[(StructType, Seq[InternalRow])])
+      : Option[(StructType, Seq[InternalRow])] =
     if (maintenance.keyNames.isEmpty || DeltaConfigs.CHANGE_DATA_FEED.fromMetaData(txn.metadata)) None
     else for {
       held <- HeldTableRows.at(spark, txn.snapshot)
       if DeltaSources.sizeInBytes(txn.snapshot) <= IvmConf.RewriteWithoutSearchBytes.get(spark)
-      keys <- changed.keysHere
-      (schema, fresh) <- changed.freshHere(maintenance.backingColumns)
+      keys <- keysHere
+      (schema, fresh) <- freshHere
       if DriverWrite.sameColumns(txn.metadata.schema, schema)
     } yield schema -> (HeldTableRows.without(schema, held, maintenance.keyNames.map(schema.fieldIndex), keys) ++ fresh)
 
