@@ -82,6 +82,27 @@ class NotAMaterializedViewError(IvmAnalysisException):
 
 
 @_register
+class RowLocationInQueryError(IvmAnalysisException):
+    """The query reads where rows are stored (``_metadata``, ``input_file_name()``)."""
+
+    condition = "IVM_ROW_LOCATION_IN_QUERY"
+
+
+@_register
+class MaterializedViewObjectError(IvmAnalysisException):
+    """Spark's own DDL or DML on a materialized view or its backing table."""
+
+    condition = "IVM_MATERIALIZED_VIEW_OBJECT"
+
+
+@_register
+class VerifyMismatchError(IvmAnalysisException):
+    """A verified refresh found rows that differ from the view's query."""
+
+    condition = "IVM_VERIFY_MISMATCH"
+
+
+@_register
 class InvalidNameError(IvmAnalysisException):
     """Not a valid materialized view name."""
 

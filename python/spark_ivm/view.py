@@ -72,10 +72,11 @@ class MaterializedView:
     @raises_typed
     def for_name(cls, spark: SparkSession, name: str) -> "MaterializedView":
         """The view called ``name`` (``view`` or ``db.view``). A catalog lookup only: nothing is
-        analyzed or read. If there is none, ``ViewNotFoundError`` (``IVM_VIEW_NOT_FOUND``), as
-        ``DESCRIBE MATERIALIZED VIEW`` raises it."""
+        analyzed or read. If there is none, ``ViewNotFoundError`` (``IVM_VIEW_NOT_FOUND``), and if
+        the name is a table or plain view, ``NotAMaterializedViewError``, as ``DESCRIBE
+        MATERIALIZED VIEW`` raises them."""
         if not is_materialized_view(spark, name):
-            spark.sql(f"DESCRIBE MATERIALIZED VIEW {quote_name(name)}")  # raises IVM_VIEW_NOT_FOUND
+            spark.sql(f"DESCRIBE MATERIALIZED VIEW {quote_name(name)}")  # raises IVM_VIEW_NOT_FOUND or IVM_NOT_A_MATERIALIZED_VIEW
             raise IvmError(f"{name} is not a materialized view (SHOW MATERIALIZED VIEWS lists them)")
         return cls(spark, name)
 

@@ -168,7 +168,7 @@ def test_names_that_need_quoting(spark: SparkSession, orders: str, name: str) ->
     assert_matches_query(spark, f"`{name}`", "SELECT cust, count(*) AS n FROM orders GROUP BY cust")
     mv.drop()
     assert not is_materialized_view(spark, name)
-    with pytest.raises(AnalysisException, match="IVM_VIEW_NOT_FOUND"):
+    with pytest.raises(AnalysisException, match="IVM_NOT_A_MATERIALIZED_VIEW"):
         MaterializedView.for_name(spark, "orders")  # a table, not a materialized view
 
 

@@ -78,7 +78,16 @@ object IvmErrors {
   def notDelta(table: String, provider: String): IvmException =
     of("IVM_SOURCE_NOT_DELTA", "table" -> table, "provider" -> provider)
 
-  def changeFeedDisabled(table: String): IvmException = of("IVM_CHANGE_FEED_DISABLED", "table" -> table)
+  /** At CREATE (`view` None) spark-ivm may turn the feed on; a refresh never changes a table. */
+  def changeFeedDisabled(table: String, view: Option[String] = None): IvmException =
+    of("IVM_CHANGE_FEED_DISABLED", "table" -> table, "hint" -> (view match {
+      case None => s"Run ALTER TABLE $table SET TBLPROPERTIES (delta.enableChangeDataFeed = true), or set " +
+        "spark.ivm.autoEnableChangeDataFeed=true to let spark-ivm do it."
+      case Some(v) => s"The change data feed was turned off after materialized view $v was created, and a " +
+        s"refresh never changes a base table's properties. Run ALTER TABLE $table SET TBLPROPERTIES " +
+        s"(delta.enableChangeDataFeed = true), then REFRESH MATERIALIZED VIEW $v FULL (changes made while it " +
+        "was off were not recorded)."
+    }))
 
   def viewNotWritable(name: String, statement: String): IvmException =
     of("IVM_VIEW_NOT_WRITABLE", "name" -> name, "statement" -> statement)
@@ -93,6 +102,39 @@ object IvmErrors {
   def propertyNotSettable(key: String, reason: String): IvmException =
     of("IVM_INVALID_PROPERTY", "key" -> key, "action" -> "set", "reason" -> reason)
 
-  private def firstLine(t: Throwable): String =
-    Option(t.getMessage).map(_.linesIterator.toSeq.headOption.getOrElse("")).getOrElse(t.toString)
+  /** A name that REFRESH, DROP, DESCRIBE or ALTER MATERIALIZED VIEW took for a view, and is not. */
+  def notMaterializedView(name: String, kind: String, hint: String): IvmException =
+    of("IVM_NOT_A_MATERIALIZED_VIEW", "name" -> name, "kind" -> kind, "hint" -> hint)
+
+  /** A query that reads where its rows are stored (`_metadata`, `input_file_name()`). */
+  def rowLocation(view: String, what: String): IvmException =
+    of("IVM_ROW_LOCATION_IN_QUERY", "view" -> view, "what" -> what)
+
+  /** Spark's own DDL or DML on an object that is part of a materialized view. */
+  def materializedViewObject(name: String, role: String, statement: String, effect: String,
+      instead: String): IvmException =
+    of("IVM_MATERIALIZED_VIEW_OBJECT", "name" -> name, "role" -> role, "statement" -> statement,
+      "effect" -> effect, "instead" -> instead)
+
+  /** A verified refresh whose committed rows differ from its query's. */
+  def verifyMismatch(view: String, refresh: Long, level: String, differences: Long, sample: String,
+      action: String): IvmException =
+    of("IVM_VERIFY_MISMATCH", "view" -> view, "refresh" -> refresh, "level" -> level,
+      "differences" -> differences, "sample" -> sample, "action" -> action)
+
+  /** A state spark-ivm should never reach: Spark's INTERNAL_ERROR, with what was found. */
+  def internal(what: String): org.apache.spark.SparkException =
+    org.apache.spark.SparkException.internalError(s"spark-ivm: $what")
+
+  /**
+   * The cause's message on one line, up to the plan Spark appends to analysis errors: a
+   * message wrapped over lines (Delta's change-feed errors are) is kept whole.
+   */
+  private def firstLine(t: Throwable): String = {
+    val message = Option(t.getMessage).getOrElse(t.toString)
+    val lines = message.linesIterator.takeWhile(l => !l.startsWith("'") && !l.startsWith("+-") &&
+      !l.startsWith("== ")).map(_.trim).filter(_.nonEmpty).toSeq
+    val joined = lines.mkString(" ").stripSuffix(";")
+    if (joined.length <= 600) joined else joined.take(597) + "..."
+  }
 }

@@ -79,6 +79,10 @@ object ViewCatalog extends Logging {
   def isMaterializedView(table: CatalogTable): Boolean =
     table.tableType == CatalogTableType.VIEW && table.properties.contains(MarkerProperty)
 
+  /** What a catalog object is, for errors: "a table", "a view". */
+  def kindOf(table: CatalogTable): String =
+    if (table.tableType == CatalogTableType.VIEW) "a view" else "a table"
+
   /** True if the name (as a user wrote it) is a materialized view. */
   def isMaterializedView(spark: SparkSession, parts: Seq[String]): Boolean =
     catalogTable(spark, qualify(spark, parts)).exists(isMaterializedView)
@@ -86,8 +90,12 @@ object ViewCatalog extends Logging {
   /** The metadata of a materialized view, or IVM_VIEW_NOT_FOUND. */
   def lookup(spark: SparkSession, parts: Seq[String]): ViewMetadata = {
     val id = qualify(spark, parts)
-    val view = catalogTable(spark, id).filter(isMaterializedView)
-      .getOrElse(throw IvmErrors.notFound(id.quotedString))
+    val view = catalogTable(spark, id) match {
+      case Some(t) if isMaterializedView(t) => t
+      case Some(t) => throw IvmErrors.notMaterializedView(id.quotedString, kindOf(t),
+        "MATERIALIZED VIEW statements apply to materialized views only; SHOW MATERIALIZED VIEWS lists them.")
+      case None => throw IvmErrors.notFound(id.quotedString)
+    }
     val backing = view.properties.get(BackingProperty).map(b => qualify(spark, b.split('.').toSeq))
       .getOrElse(backingTable(id))
     if (!exists(spark, backing)) {

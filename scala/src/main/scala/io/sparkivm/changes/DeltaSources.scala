@@ -37,13 +37,22 @@ object DeltaSources extends Logging {
   private val ChangeType = "_change_type"
   private val CdfProperty = "delta.enableChangeDataFeed"
 
-  /** The current version of a Delta table, after checking it records its changes. */
+  /**
+   * The current version of a Delta table, after checking it records its changes. A refresh gives
+   * `consumed`, the view and the table as it consumed it: another table of the name (dropped and
+   * created again) is IVM_SOURCE_CHANGED before anything else is asked of it.
+   */
   def pin(spark: SparkSession, table: TableIdentifier, requireChangeFeed: Boolean,
-      autoEnable: Boolean): PinnedSource = {
+      autoEnable: Boolean, consumed: Option[(String, SourceInfo)] = None): PinnedSource = {
     var snapshot = DeltaLog.forTable(spark, table).update()
+    consumed.foreach { case (view, before) =>
+      if (before.tableId != snapshot.metadata.id) {
+        throw IvmErrors.sourceChanged(view, before.table, "it was dropped and created again")
+      }
+    }
     val cdf = snapshot.metadata.configuration.get(CdfProperty).exists(_.equalsIgnoreCase("true"))
     if (requireChangeFeed && !cdf) {
-      if (!autoEnable) throw IvmErrors.changeFeedDisabled(table.quotedString)
+      if (!autoEnable) throw IvmErrors.changeFeedDisabled(table.quotedString, consumed.map(_._1))
       logWarning(s"spark-ivm: enabling the change data feed of ${table.quotedString} so that " +
         "views over it can be refreshed incrementally")
       spark.sql(s"ALTER TABLE ${table.quotedString} SET TBLPROPERTIES ($CdfProperty = true)")
@@ -64,9 +73,11 @@ object DeltaSources extends Logging {
       .orElse(KnownFiles.held(snapshot).map(_.sizeInBytes))
       .getOrElse(snapshot.sizeInBytes)
 
-  /** The current version of a Delta table, from its log (no Spark job). */
-  def currentVersion(spark: SparkSession, table: TableIdentifier): Long =
-    DeltaLog.forTable(spark, table).update().version
+  /** The Delta table id and current version of a table, from its log (no Spark job). */
+  def current(spark: SparkSession, table: TableIdentifier): (String, Long) = {
+    val snapshot = DeltaLog.forTable(spark, table).update()
+    snapshot.metadata.id -> snapshot.version
+  }
 
   /** The table as of a version (from its files as held on the driver, see [[KnownFiles]]). */
   def snapshot(spark: SparkSession, table: TableIdentifier, version: Long): DataFrame =

@@ -1,11 +1,16 @@
 package io.sparkivm.execution
 
+import scala.jdk.CollectionConverters._
 import scala.util.control.NonFatal
+
+import io.sparkivm.IvmErrors
 
 import org.apache.hadoop.fs.Path
 import org.apache.hadoop.mapreduce.{Job, JobID, TaskAttemptID, TaskID, TaskType}
 import org.apache.hadoop.mapreduce.lib.output.FileOutputFormat
 import org.apache.hadoop.mapreduce.task.TaskAttemptContextImpl
+import org.apache.parquet.hadoop.ParquetFileReader
+import org.apache.parquet.hadoop.util.HadoopInputFile
 import org.apache.spark.internal.Logging
 import org.apache.spark.internal.io.FileNameSpec
 import org.apache.spark.sql.{DataFrame, SparkSession}
@@ -20,6 +25,7 @@ import org.apache.spark.sql.delta.constraints.Constraints
 import org.apache.spark.sql.delta.files.DelayedCommitProtocol
 import org.apache.spark.sql.delta.sources.DeltaSQLConf
 import org.apache.spark.sql.delta.stats.DeltaJobStatisticsTracker
+import org.apache.spark.sql.ivm.SparkInternals
 import org.apache.spark.sql.types.{DataType, StructType}
 
 /**
@@ -54,6 +60,10 @@ object DriverWrite extends Logging {
   def writePlaced(spark: SparkSession, txn: OptimisticTransaction, schema: StructType, rows: Seq[InternalRow],
       sortBy: Option[String] = None, rowsPerFile: Long = 0L): Option[Seq[(AddFile, Seq[InternalRow])]] = {
     if (!usable(spark, txn, schema)) return None
+    // Every column written as nullable, as Delta's `makeOutputNullable` does: a plan may call a
+    // column non-null that holds NULL (an emptied group's state), and Parquet writes no value
+    // for a NULL in a required column, which makes the file unreadable.
+    val fileSchema = SparkInternals.nullable(schema)
     val statsTracker = try statsTrackerOf(spark, txn) catch {
       case NonFatal(e) =>
         logWarning(s"Delta's statistics tracker is not reachable (${e.getMessage}); writing by a Spark job")
@@ -69,7 +79,7 @@ object DriverWrite extends Logging {
       }
     }.getOrElse(rows)
     val chunks = if (rowsPerFile > 0) ordered.grouped(rowsPerFile.toInt).toSeq else Seq(ordered).filter(_.nonEmpty)
-    Some(chunks.zipWithIndex.map { case (chunk, i) => writeFile(spark, txn, schema, chunk, i, statsTracker) -> chunk })
+    Some(chunks.zipWithIndex.map { case (chunk, i) => writeFile(spark, txn, fileSchema, chunk, i, statsTracker) -> chunk })
   }
 
   /** True if Delta's writes to the table do nothing but write the rows and their statistics. */
@@ -103,6 +113,27 @@ object DriverWrite extends Logging {
     val (tracker, _) = method.invoke(txn, output, txn.deltaLog.dataPath, new StructType(), spark.emptyDataFrame: DataFrame)
       .asInstanceOf[(Option[DeltaJobStatisticsTracker], Option[_])]
     tracker
+  }
+
+  /**
+   * Checks the file just written from its footer before it can be committed: as many rows as
+   * given, every column optional (readable whatever it holds), each column chunk holding a value
+   * or a NULL for every row. A file that fails is deleted and never reaches the log.
+   */
+  private[execution] def verify(conf: org.apache.hadoop.conf.Configuration, path: Path, rows: Long): Unit = {
+    val reader = ParquetFileReader.open(HadoopInputFile.fromPath(path, conf))
+    val footer = try reader.getFooter finally reader.close()
+    val blocks = footer.getBlocks.asScala.toSeq
+    val written = blocks.map(_.getRowCount).sum
+    val required = footer.getFileMetaData.getSchema.getFields.asScala
+      .filter(_.isRepetition(org.apache.parquet.schema.Type.Repetition.REQUIRED)).map(_.getName)
+    val short = blocks.flatMap(b => b.getColumns.asScala.filter(c => c.getPath.size == 1 && c.getValueCount < b.getRowCount)
+      .map(_.getPath.toDotString))
+    if (written != rows || required.nonEmpty || short.nonEmpty) {
+      scala.util.Try(path.getFileSystem(conf).delete(path, false))
+      throw IvmErrors.internal(s"the driver wrote a file that would not read back ($path: $written of $rows rows, " +
+        s"required columns ${required.mkString(", ")}, short columns ${short.mkString(", ")})")
+    }
   }
 
   private def writeFile(spark: SparkSession, txn: OptimisticTransaction, schema: StructType, rows: Seq[InternalRow],
@@ -140,6 +171,7 @@ object DriverWrite extends Logging {
       }
     } finally writer.close()
     stats.foreach(_.closeFile(path))
+    verify(hadoopConf, new Path(path), rows.size)
     val message = committer.commitTask(context)
     committer.commitJob(job, Seq(message))
     val now = System.currentTimeMillis()

@@ -165,8 +165,10 @@ object RefreshPipeline extends Logging {
 
     val incremental = meta.mode == RefreshMode.Incremental
     val analyzed = ViewAnalysis.reanalyze(spark, meta, incremental)
-    val pinned = ViewAnalysis.pin(spark, meta.viewName, analyzed, incremental,
-      IvmConf.AutoEnableChangeDataFeed.get(spark))
+    // A refresh never changes a base table's properties: the change feed is turned on at CREATE
+    // only (spark.ivm.autoEnableChangeDataFeed), and one turned off since is an error.
+    val pinned = ViewAnalysis.pin(spark, meta.viewName, analyzed, incremental && !recompute, autoEnable = false,
+      if (recompute) Nil else meta.sources)
     val number = last.number + 1
     val attemptId = UUID.randomUUID().toString
     val versions = pinned.map { case (t, p) => t -> p.version }
@@ -274,12 +276,15 @@ object RefreshPipeline extends Logging {
   private def request(p: PinnedSource, last: RefreshRecord) =
     ChangeRequest(p.table, last.sourceVersions(p.name), p.version, Some(p.schema))
 
-  /** True if every base table the view consumed is still at the consumed version. */
+  /**
+   * True if every base table the view consumed is still the same table (its Delta table id: one
+   * dropped and created again may have reached the same version number) at the consumed version.
+   */
   private def unchanged(spark: SparkSession, meta: ViewMetadata, last: RefreshRecord): Boolean =
     meta.sources.nonEmpty && meta.sources.forall { s =>
       last.sourceVersions.get(s.table).exists { v =>
         val id = ViewCatalog.qualify(spark, s.table.split('.').toSeq.takeRight(2))
-        try DeltaSources.currentVersion(spark, id) == v catch { case _: Exception => false }
+        try DeltaSources.current(spark, id) == (s.tableId, v) catch { case _: Exception => false }
       }
     }
 

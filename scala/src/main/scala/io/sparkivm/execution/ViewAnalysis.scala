@@ -3,7 +3,7 @@ package io.sparkivm.execution
 import scala.util.control.NonFatal
 
 import io.sparkivm.{IvmErrors, IvmException}
-import io.sparkivm.catalog.{ViewCatalog, ViewMetadata}
+import io.sparkivm.catalog.{SourceInfo, ViewCatalog, ViewMetadata}
 import io.sparkivm.changes.{DeltaSources, PinnedSource}
 import io.sparkivm.planner.{PlanValidator, QueryRewrites, RowsShape, SourceLeaf, ViewMaintenance, ViewShape}
 import org.apache.spark.sql.SparkSession
@@ -58,21 +58,49 @@ object ViewAnalysis {
       case e: IvmException => throw e
       case NonFatal(e) =>
         val table = meta.sources.map(_.table).find(t => !ViewCatalog.exists(spark,
-          ViewCatalog.qualify(spark, t.split('.').toSeq.takeRight(2)))).getOrElse("of the query")
-        throw IvmErrors.sourceMissing(meta.viewName, table, e)
+          ViewCatalog.qualify(spark, t.split('.').toSeq.takeRight(2))))
+        if (table.isEmpty) changedShape(spark, meta).foreach(throw _)
+        throw IvmErrors.sourceMissing(meta.viewName, table.getOrElse("of the query"), e)
     }
+    requireRowData(meta.viewName, plan)
     prepare(plan, meta.columns, incremental)
   }
 
-  /** Pins every base table at its current version. */
+  /**
+   * The first base table that is no longer as the view consumed it (another table of the name,
+   * a column dropped or retyped), as IVM_SOURCE_CHANGED: why a query that analyzed before no
+   * longer does.
+   */
+  private def changedShape(spark: SparkSession, meta: ViewMetadata): Option[Exception] =
+    meta.sources.iterator.flatMap { s =>
+      try {
+        val id = ViewCatalog.qualify(spark, s.table.split('.').toSeq.takeRight(2))
+        DeltaSources.checkUnchangedShape(meta.viewName, s, DeltaSources.pin(spark, id,
+          requireChangeFeed = false, autoEnable = false))
+        None
+      } catch {
+        case e: IvmException => Some(e)
+        case NonFatal(_) => None
+      }
+    }.nextOption()
+
+  /** IVM_ROW_LOCATION_IN_QUERY if the query reads where rows are stored ([[PlanValidator.rowLocation]]). */
+  def requireRowData(view: String, plan: LogicalPlan): Unit =
+    PlanValidator.rowLocation(plan).foreach(what => throw IvmErrors.rowLocation(view, what))
+
+  /**
+   * Pins every base table at its current version. A refresh gives the `consumed` tables (as the
+   * view last read them), checked to be the same tables.
+   */
   def pin(spark: SparkSession, view: String, analyzed: AnalyzedView, incremental: Boolean,
-      autoEnable: Boolean): Map[String, PinnedSource] =
+      autoEnable: Boolean, consumed: Seq[SourceInfo] = Nil): Map[String, PinnedSource] =
     analyzed.tables.map { leaf =>
       // A backing table read by a view gets its change feed whatever the setting: it is ours,
       // and kept off until a view reads it.
       val backing = leaf.table.table.startsWith(ViewCatalog.BackingPrefix)
       leaf.name -> DeltaSources.wrap(view, leaf.name) {
-        DeltaSources.pin(spark, leaf.table, requireChangeFeed = incremental, autoEnable || backing)
+        DeltaSources.pin(spark, leaf.table, requireChangeFeed = incremental, autoEnable || backing,
+          consumed.find(_.table == leaf.name).map(view -> _))
       }
     }.toMap
 }

@@ -4,7 +4,7 @@ import java.util.{Locale, UUID}
 
 import io.sparkivm.{IvmErrors, IvmException}
 import io.sparkivm.access.AccessPatterns
-import io.sparkivm.catalog.{EpsilonState, HistoryEntry, RefreshHistory, RefreshMode, RefreshPolicy, RefreshRecord,
+import io.sparkivm.catalog.{CatalogGuard, EpsilonState, HistoryEntry, RefreshHistory, RefreshMode, RefreshPolicy, RefreshRecord,
   Schedule, ViewCatalog, ViewMetadata}
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.epsilon.{EpsilonStrategy, TriangleStateTables, TriangleViews}
@@ -60,6 +60,7 @@ object ViewLifecycle extends Logging {
     }
     val policy = stmt.policy.orElse(legacy).getOrElse(RefreshPolicies.default(spark))
     val plan = ViewAnalysis.analyze(spark, stmt.queryTextInPlace, database)
+    ViewAnalysis.requireRowData(id.quotedString, plan)
     val columns = if (stmt.columnNames.isEmpty) plan.output.map(_.name) else {
       if (stmt.columnNames.size != plan.output.size) {
         throw IvmErrors.of("IVM_COLUMN_COUNT_MISMATCH", "view" -> id.quotedString,
@@ -126,7 +127,7 @@ object ViewLifecycle extends Logging {
       case e: IvmException if e.getCondition == "IVM_VIEW_ALREADY_EXISTS" => throw e
       case e: Throwable =>
         // Nothing the user sees has changed: drop what this CREATE wrote.
-        scala.util.Try(spark.sql(s"DROP TABLE IF EXISTS ${backing.quotedString}"))
+        scala.util.Try(CatalogGuard.internal(spark.sql(s"DROP TABLE IF EXISTS ${backing.quotedString}")))
         scala.util.Try(TriangleStateTables.dropFor(spark, backing))
         e match {
           // A concurrent CREATE of the same name made its catalog view first.
@@ -137,7 +138,7 @@ object ViewLifecycle extends Logging {
     }
     replacing.foreach { old =>
       forgetKept(spark, old)
-      spark.sql(s"DROP TABLE IF EXISTS ${old.quotedString}")
+      CatalogGuard.internal(spark.sql(s"DROP TABLE IF EXISTS ${old.quotedString}"))
       TriangleStateTables.dropFor(spark, old)
     }
   }
@@ -188,8 +189,8 @@ object ViewLifecycle extends Logging {
       ViewCatalog.properties(meta).get(ViewCatalog.AccessByProperty).map(ViewCatalog.AccessByProperty -> _))
       .map { case (k, v) => s"${ViewCatalog.sqlString(k)} = ${ViewCatalog.sqlString(v)}" }
       .mkString(", ")
-    spark.sql(s"CREATE ${if (replace) "OR REPLACE " else ""}VIEW ${meta.view.quotedString}$comment " +
-      s"TBLPROPERTIES ($props) AS ${maintenance.viewSql(meta.backing.quotedString)}")
+    CatalogGuard.internal(spark.sql(s"CREATE ${if (replace) "OR REPLACE " else ""}VIEW " +
+      s"${meta.view.quotedString}$comment TBLPROPERTIES ($props) AS ${maintenance.viewSql(meta.backing.quotedString)}"))
   }
 
   /**
@@ -198,16 +199,17 @@ object ViewLifecycle extends Logging {
    * table of this view is someone else's and is an error.
    */
   private def dropOrphanBacking(spark: SparkSession, view: TableIdentifier, backing: TableIdentifier,
-      failIfForeign: Boolean): Boolean = {
+      failIfForeign: Boolean, spareRecent: Boolean = true): Boolean = {
     if (!ViewCatalog.exists(spark, backing)) return false
     val snapshot = scala.util.Try(ViewCatalog.deltaLog(spark, backing).update()).toOption
     val props = snapshot.map(_.metadata.configuration).getOrElse(Map.empty[String, String])
     if (props.get(ViewCatalog.ViewProperty).exists(_.equalsIgnoreCase(view.unquotedString))) {
       // Written moments ago: a CREATE that is still running (it makes its catalog view next).
+      // A DROP of the view asks for it gone whatever its age.
       val lastCommit = snapshot.map(_.timestamp).getOrElse(0L)
-      if (System.currentTimeMillis() - lastCommit < CreateInProgressMs) return false
+      if (spareRecent && System.currentTimeMillis() - lastCommit < CreateInProgressMs) return false
       forgetKept(spark, backing)
-      spark.sql(s"DROP TABLE IF EXISTS ${backing.quotedString}")
+      CatalogGuard.internal(spark.sql(s"DROP TABLE IF EXISTS ${backing.quotedString}"))
       TriangleStateTables.dropFor(spark, backing)
       true
     } else if (failIfForeign) {
@@ -241,17 +243,19 @@ object ViewLifecycle extends Logging {
     }
     if (table.isDefined) {
       if (!ViewCatalog.isMaterializedView(table.get)) {
-        throw IvmErrors.of("IVM_NOT_A_MATERIALIZED_VIEW", "name" -> id.quotedString)
+        throw IvmErrors.notMaterializedView(id.quotedString, ViewCatalog.kindOf(table.get),
+          "Use DROP TABLE or DROP VIEW.")
       }
       val backing = table.get.properties.get(ViewCatalog.BackingProperty)
         .map(b => ViewCatalog.qualify(spark, b.split('.').toSeq)).getOrElse(ViewCatalog.backingTable(id))
       forgetKept(spark, backing)
-      spark.sql(s"DROP VIEW IF EXISTS ${id.quotedString}")
-      spark.sql(s"DROP TABLE IF EXISTS ${backing.quotedString}")
+      CatalogGuard.internal(spark.sql(s"DROP VIEW IF EXISTS ${id.quotedString}"))
+      CatalogGuard.internal(spark.sql(s"DROP TABLE IF EXISTS ${backing.quotedString}"))
       TriangleStateTables.dropFor(spark, backing)
       RefreshFailures.forget(id.unquotedString)
     } else {
-      val orphan = dropOrphanBacking(spark, id, ViewCatalog.backingTable(id), failIfForeign = false)
+      val orphan = dropOrphanBacking(spark, id, ViewCatalog.backingTable(id), failIfForeign = false,
+        spareRecent = false)
       if (!orphan && !ifExists) throw IvmErrors.notFound(id.quotedString)
     }
   }

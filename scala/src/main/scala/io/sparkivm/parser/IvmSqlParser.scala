@@ -1,7 +1,7 @@
 package io.sparkivm.parser
 
 import io.sparkivm.IvmErrors
-import io.sparkivm.catalog.ViewCatalog
+import io.sparkivm.catalog.{CatalogGuard, ViewCatalog}
 import io.sparkivm.commands.{KeyConstraintCommands, MaterializedViewCommands}
 import org.apache.spark.sql.catalyst.analysis.UnresolvedRelation
 import org.apache.spark.sql.SparkSession
@@ -24,8 +24,10 @@ class IvmSqlParser(session: SparkSession, delegate: ParserInterface) extends Par
       .getOrElse(withKeys(delegate.parsePlanWithParameters(sqlText, context)))
 
   /** PK/FK constraints, which Spark parses and Delta refuses, are kept by spark-ivm. */
-  private def withKeys(plan: LogicalPlan): LogicalPlan =
+  private def withKeys(plan: LogicalPlan): LogicalPlan = {
+    CatalogGuard.check(session, plan)
     KeyConstraintCommands.intercept(refuseWritesToViews(plan)).getOrElse(plan)
+  }
 
   /**
    * UPDATE, DELETE and MERGE name a materialized view as their target: say so, instead of the

@@ -93,6 +93,27 @@ object PlanValidator {
     case _ =>
   }
 
+  /**
+   * What in a query reads where its rows are stored rather than the rows: a file-source
+   * metadata column (`_metadata`, in any part of the query, its subqueries and the views it
+   * reads) or `input_file_name()` and its kin. Such a query is refused whatever the refresh
+   * policy: even a recomputation reads the files of a pinned version its own way.
+   */
+  def rowLocation(plan: LogicalPlan): Option[String] = {
+    var found = Option.empty[String]
+    def note(what: String): Unit = if (found.isEmpty) found = Some(what)
+    plan.foreachWithSubqueries { p =>
+      p.expressions.foreach(_.foreach {
+        case a: Attribute if MetadataAttribute.isValid(a.metadata) || FileSourceMetadataAttribute.isValid(a.metadata) =>
+          note(s"The metadata column ${a.name}")
+        case f @ (_: InputFileName | _: InputFileBlockStart | _: InputFileBlockLength) =>
+          note(s"The function ${f.prettyName}()")
+        case _ =>
+      })
+    }
+    found
+  }
+
   private val TimeDependent = Set("CurrentTimestamp", "CurrentDate", "Now", "LocalTimestamp",
     "CurrentTime", "CurrentTimeZone", "CurrentUser", "CurrentBatchTimestamp", "UnixTimestamp")
 

@@ -221,7 +221,11 @@ class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String]) {
         val rewritten = body.transformDown {
           case ae: AggregateExpression =>
             val s = stateOf(ae.canonicalized)
-            s.finish(s.columns.map(c => attr(c._1)))
+            val value = s.finish(s.columns.map(c => attr(c._1)))
+            // A global aggregate over no rows is what the function gives on empty input
+            // (COUNT(DISTINCT x) is 0), whatever its state holds once every row is gone.
+            if (!global) value else If(EqualTo(attr(CountColumn), Literal(0L)),
+              ae.aggregateFunction.defaultResult.filter(_.dataType == ae.dataType).getOrElse(Literal(null, ae.dataType)), value)
           case e if keyExprs.exists(_.semanticEquals(e)) =>
             attr(keyNames(keyExprs.indexWhere(_.semanticEquals(e))))
         }
