@@ -220,3 +220,49 @@ def test_smaller_errors_say_what_happened(spark: SparkSession, db: str) -> None:
         e = refused(lambda: spark.sql(stmt))
         assert condition(e) == "PARSE_SYNTAX_ERROR", stmt
         assert "pos" in str(e) or "^^^" in str(e), (stmt, str(e))
+
+
+def test_a_view_keeps_the_sql_settings_it_was_created_with(spark: SparkSession, db: str) -> None:
+    """Time zone and ANSI mode (and the other settings Spark captures for its views) are those
+    of the CREATE for every refresh, incremental and full, whatever the refreshing session says."""
+    spark.sql("CREATE TABLE e (ts TIMESTAMP, s STRING) USING delta")
+    query = "SELECT to_date(ts) AS d, count(*) AS n, sum(CAST(s AS INT)) AS v FROM e GROUP BY to_date(ts)"
+    with session_confs(spark, {"spark.sql.session.timeZone": "UTC", "spark.sql.ansi.enabled": "false"}):
+        spark.sql("INSERT INTO e VALUES (TIMESTAMP'2024-01-01 03:00:00', '1'), "
+                  "(TIMESTAMP'2024-01-01 12:00:00', 'x')")
+        mv = MaterializedView.create(spark, "v", query)
+        info = mv.describe()["info"]["SQL configurations"]
+        assert "spark.sql.session.timeZone=UTC" in info and "spark.sql.ansi.enabled=false" in info
+    with session_confs(spark, {"spark.sql.session.timeZone": "America/Los_Angeles",
+                               "spark.sql.ansi.enabled": "true"}):
+        # Days that differ between the two zones; 'y' is NULL without ANSI (an error with it).
+        spark.sql("INSERT INTO e VALUES (TIMESTAMP'2024-01-02 18:00:00', '2'), "
+                  "(TIMESTAMP'2024-01-01 19:00:00', 'y')")
+        assert mv.refresh().mode == "incremental"
+        before = sorted(spark.table("v").collect())
+        assert mv.refresh(full=True).mode == "full"
+        assert sorted(spark.table("v").collect()) == before
+    with session_confs(spark, {"spark.sql.session.timeZone": "UTC", "spark.sql.ansi.enabled": "false"}):
+        assert_matches_query(spark, "v", query)
+        assert len(before) == 3, before
+
+
+def test_full_refresh_gives_the_querys_schema_after_a_column_changes_type(spark: SparkSession,
+                                                                          db: str) -> None:
+    spark.sql("CREATE TABLE f (k INT, price DECIMAL(14,2)) USING delta "
+              "TBLPROPERTIES (delta.columnMapping.mode = 'name')")
+    spark.sql("INSERT INTO f VALUES (1, 2.50), (2, 1.25)")
+    query = "SELECT k, sum(price) AS s, max(price) AS m, avg(price) AS a FROM f GROUP BY k"
+    mv = MaterializedView.create(spark, "v", query)
+    spark.sql("ALTER TABLE f DROP COLUMN price")
+    spark.sql("ALTER TABLE f ADD COLUMNS (price DOUBLE)")
+    spark.sql("INSERT INTO f VALUES (1, 3.5)")
+    e = refused(mv.refresh)
+    assert condition(e) == "IVM_SOURCE_CHANGED" and "price" in str(e)
+    assert mv.refresh(full=True).mode == "full"
+    assert spark.table("v").schema == spark.sql(query).schema
+    assert_matches_query(spark, "v", query)
+    spark.sql("INSERT INTO f VALUES (2, 0.5), (3, 7.0)")
+    assert mv.refresh().mode == "incremental"
+    assert spark.table("v").schema == spark.sql(query).schema
+    assert_matches_query(spark, "v", query)

@@ -40,6 +40,8 @@ object ViewCatalog extends Logging {
   val FullBecauseProperty = "ivm.fullBecause"
   /** ACCESS BY's input columns, as a JSON array. */
   val AccessByProperty = "ivm.accessBy"
+  /** Prefix of the SQL settings captured at CREATE ([[ViewMetadata.sqlConf]]). */
+  val SqlConfPrefix = "ivm.sqlConf."
   private val ReservedProperties = Set(MarkerProperty, BackingProperty, ViewProperty, IdProperty,
     QueryProperty, DatabaseProperty, SourcesProperty, CommentProperty, RecordProperty, PolicyProperty,
     FullBecauseProperty, Schedule.Property, RefreshHistory.Property, AccessByProperty)
@@ -121,6 +123,7 @@ object ViewCatalog extends Logging {
       mode = mode,
       sources = parseSources(need(SourcesProperty)),
       userProperties = props.filter { case (k, _) => !ReservedProperties.contains(k) && k != RefreshProperty &&
+        !k.startsWith(SqlConfPrefix) &&
         !k.startsWith("delta.") && k != EpsilonState.Property },
       comment = props.get(CommentProperty),
       epsilon = props.get(EpsilonState.Property).map(v => EpsilonState.parse(v).getOrElse(
@@ -132,7 +135,8 @@ object ViewCatalog extends Logging {
       accessBy = props.get(AccessByProperty).toSeq.flatMap(v => parse(v) match {
         case JArray(items) => items.collect { case JString(c) => c }
         case _ => Nil
-      }))
+      }),
+      sqlConf = props.collect { case (k, v) if k.startsWith(SqlConfPrefix) => k.stripPrefix(SqlConfPrefix) -> v })
   }
 
   /** The properties that store a view's metadata on its backing table. */
@@ -147,7 +151,8 @@ object ViewCatalog extends Logging {
     meta.epsilon.map(e => EpsilonState.Property -> e.toString) ++
     meta.schedule.map(s => Schedule.Property -> Schedule.json(s)) ++
     meta.fullBecause.map(FullBecauseProperty -> _) ++
-    (if (meta.accessBy.isEmpty) Nil else Seq(AccessByProperty -> compact(render(JArray(meta.accessBy.map(JString(_)).toList)))))
+    (if (meta.accessBy.isEmpty) Nil else Seq(AccessByProperty -> compact(render(JArray(meta.accessBy.map(JString(_)).toList))))) ++
+    meta.sqlConf.map { case (k, v) => (SqlConfPrefix + k) -> v }
 
   def renderSources(sources: Seq[SourceInfo]): String = compact(render(JArray(sources.toList.map { s =>
     JObject("table" -> JString(s.table), "id" -> JString(s.tableId),

@@ -43,7 +43,10 @@ case class ViewMetadata(
     /** The last refreshes, oldest first ([[RefreshHistory]]). */
     history: Seq[HistoryEntry] = Nil,
     /** ACCESS BY: the input columns of the view's access pattern (empty: none declared). */
-    accessBy: Seq[String] = Nil) {
+    accessBy: Seq[String] = Nil,
+    /** The SQL settings captured at CREATE, under which every refresh analyzes and runs the query
+     * (empty for views created before they were captured). */
+    sqlConf: Map[String, String] = Map.empty) {
   def viewName: String = view.quotedString
   def eps: Double = epsilon.getOrElse(EpsilonState.Default)
 }

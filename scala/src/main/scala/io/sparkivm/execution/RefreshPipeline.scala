@@ -14,7 +14,7 @@ import io.sparkivm.policy.{CostModel, PolicyDecision, RefreshPolicies, ViewGraph
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.delta.DeltaConcurrentModificationException
-import org.apache.spark.sql.ivm.{JoinMetrics, ReadMetrics, SessionInternals, SparkInternals}
+import org.apache.spark.sql.ivm.{CapturedSqlConf, JoinMetrics, ReadMetrics, SessionInternals, SparkInternals}
 
 /**
  * The session a refresh runs in: a clone of the user's, so that the settings a refresh needs
@@ -147,6 +147,8 @@ object RefreshPipeline extends Logging {
   private def refreshOnce(spark: SparkSession, user: SparkSession, name: Seq[String], full: Boolean,
       timer: PhaseTimer, trigger: String): RefreshReport = {
     val meta = ViewCatalog.lookup(spark, name)
+    // The refresh's own session analyzes and runs the query under the settings the view captured.
+    CapturedSqlConf.applyTo(spark, meta.sqlConf)
     FaultInjection.point(user, "refresh-start")
     val (last, foreign) = ViewCatalog.lastRefresh(spark, meta)
     val recompute = full || meta.mode == RefreshMode.Full
@@ -210,6 +212,7 @@ object RefreshPipeline extends Logging {
       // The base tables' shape as read now, in the same commit.
       BackingTable.overwrite(spark, meta.copy(sources = pinned.values.toSeq.sortBy(_.name).map(_.info)), rows, record,
         BackingLayout.of(meta, analyzed.maintenance))
+      ViewLifecycle.matchCatalogView(spark, meta, analyzed)
       timer.mark("recompute")
       FaultInjection.point(user, "after-commit")
       return report(spark, meta, number, attemptId, "full", last, pinned, Map.empty, Nil,

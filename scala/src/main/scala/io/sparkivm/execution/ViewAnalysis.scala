@@ -8,7 +8,7 @@ import io.sparkivm.changes.{DeltaSources, PinnedSource}
 import io.sparkivm.planner.{PlanValidator, QueryRewrites, RowsShape, SourceLeaf, ViewMaintenance, ViewShape}
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
-import org.apache.spark.sql.ivm.{SessionInternals, SparkInternals}
+import org.apache.spark.sql.ivm.{CapturedSqlConf, SessionInternals, SparkInternals}
 
 /** A view's query, analyzed now, with what maintaining it takes. */
 case class AnalyzedView(plan: LogicalPlan, leaves: Seq[SourceLeaf], maintenance: ViewMaintenance) {
@@ -53,7 +53,9 @@ object ViewAnalysis {
   }
 
   /** The view's query as it analyzes now; a missing or broken base table is IVM_SOURCE_MISSING. */
-  def reanalyze(spark: SparkSession, meta: ViewMetadata, incremental: Boolean): AnalyzedView = {
+  def reanalyze(user: SparkSession, meta: ViewMetadata, incremental: Boolean): AnalyzedView = {
+    // Under the SQL settings the view captured at CREATE, whatever the session's are now.
+    val spark = CapturedSqlConf.session(user, meta.sqlConf)
     val plan = try analyze(spark, meta.queryText, meta.database) catch {
       case e: IvmException => throw e
       case NonFatal(e) =>

@@ -89,6 +89,8 @@ object ViewExplainer {
       Seq(("Last refresh", s"#${last.number} (${last.mode}) at $refreshedAt, " +
         s"backing table version ${last.backingVersion}" + lastReason.map(r => s": $r").getOrElse(""), "")) ++
       meta.comment.map(c => ("Comment", c, "")) ++
+      (if (meta.sqlConf.isEmpty) Nil else Seq(("SQL configurations",
+        meta.sqlConf.toSeq.sorted.map { case (k, v) => s"$k=$v" }.mkString("[", ", ", "]"), ""))) ++
       meta.userProperties.toSeq.sorted.map { case (k, v) => ("Table property", s"$k=$v", "") } ++
       warnings.map(w => ("Warning", w, ""))
     def opt[T](o: Option[T])(f: T => JValue): JValue = o.map(f).getOrElse(JNull)
@@ -131,6 +133,7 @@ object ViewExplainer {
         "reason" -> opt(lastReason)(JString(_)),
         "timestamp" -> JString(refreshedAt.toInstant.toString), "backing_version" -> JLong(last.backingVersion)),
       "properties" -> JObject(meta.userProperties.toSeq.sorted.map { case (k, v) => k -> JString(v) }.toList),
+      "sql_configs" -> JObject(meta.sqlConf.toSeq.sorted.map { case (k, v) => k -> JString(v) }.toList),
       "warnings" -> JArray(warnings.map(JString(_)).toList),
       // The same as the rows' "# Materialized View Information" part: key -> value, or values.
       "info" -> JObject(info.groupBy(_._1).toSeq.sortBy { case (k, _) => info.indexWhere(_._1 == k) }.map {

@@ -17,7 +17,7 @@ import org.apache.spark.sql.catalyst.analysis.NoSuchTableException
 import org.apache.spark.sql.delta.DeltaConcurrentModificationException
 import org.apache.spark.sql.catalyst.TableIdentifier
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
-import org.apache.spark.sql.ivm.SessionInternals
+import org.apache.spark.sql.ivm.{CapturedSqlConf, SessionInternals}
 import org.apache.spark.internal.Logging
 
 /** CREATE, DROP, ALTER and SHOW MATERIALIZED VIEW(S). */
@@ -38,8 +38,15 @@ object ViewLifecycle extends Logging {
     create(spark, stmt, spark.catalog.currentDatabase, Nil)
 
   /** CREATE with the query analyzed in `database` (ALTER rebuilds a view in its own, and keeps its
-   * `history`). */
+   * `history` and the SQL settings it captured, `sqlConf`). */
   private def create(spark: SparkSession, stmt: CreateMaterializedView, database: String,
+      history: Seq[HistoryEntry], sqlConf: Option[Map[String, String]] = None): Unit = sqlConf match {
+    case Some(captured) if !CapturedSqlConf.matches(spark, captured) =>
+      create(CapturedSqlConf.session(spark, captured), stmt, database, history, None)
+    case _ => createHere(spark, stmt, database, history)
+  }
+
+  private def createHere(spark: SparkSession, stmt: CreateMaterializedView, database: String,
       history: Seq[HistoryEntry]): Unit = {
     val startMs = System.currentTimeMillis()
     val id = ViewCatalog.qualify(spark, stmt.name)
@@ -103,7 +110,7 @@ object ViewLifecycle extends Logging {
     val meta = ViewMetadata(id, backing, UUID.randomUUID().toString, stmt.queryText, database, mode,
       pinned.values.toSeq.sortBy(_.name).map(_.info),
       stmt.properties.filter { case (k, _) => !k.startsWith("ivm.") }, stmt.comment, columns,
-      epsilon, policy, stmt.schedule, fullBecause, history, stmt.accessBy)
+      epsilon, policy, stmt.schedule, fullBecause, history, stmt.accessBy, CapturedSqlConf.capture(spark))
     try {
       val reader = new PinnedReader(spark, Map.empty, pinned, id.quotedString)
       val rows = reader.fullRows(analyzed.maintenance)
@@ -177,6 +184,20 @@ object ViewLifecycle extends Logging {
     case a: AnalysisException if Set("TABLE_OR_VIEW_ALREADY_EXISTS",
       "DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION").contains(a.getCondition) => true
     case other => isCreateConflict(other.getCause)
+  }
+
+  /**
+   * After a full refresh: the catalog view's columns take the types the query gives now (a base
+   * column retyped since CREATE), as CREATE OR REPLACE would give them; the backing table took
+   * them in the refresh's commit.
+   */
+  def matchCatalogView(spark: SparkSession, meta: ViewMetadata, analyzed: AnalyzedView): Unit = {
+    val view = SessionInternals.catalog(spark).getTableMetadata(meta.view)
+    val types = analyzed.plan.output.map(_.dataType)
+    if (view.schema.length != types.length || view.schema.fields.zip(types).exists { case (f, t) =>
+        !org.apache.spark.sql.types.DataType.equalsIgnoreNullability(f.dataType, t) }) {
+      createCatalogView(spark, meta, analyzed.maintenance, replace = true)
+    }
   }
 
   /** The user-facing catalog view over the backing table. */
@@ -276,7 +297,7 @@ object ViewLifecycle extends Logging {
       create(spark, CreateMaterializedView(name, ifNotExists = false, orReplace = true,
         if (meta.columns == plan.output.map(_.name)) Nil else meta.columns, meta.comment,
         props, meta.queryText, meta.queryText, Some(policy), meta.schedule, meta.accessBy), meta.database,
-        meta.history)
+        meta.history, Some(meta.sqlConf).filter(_.nonEmpty))
     } else {
       ViewCatalog.setProperties(spark, meta.backing, extraSet ++ Map(ViewCatalog.PolicyProperty -> policy.name) ++
         fullBecause.map(ViewCatalog.FullBecauseProperty -> _))

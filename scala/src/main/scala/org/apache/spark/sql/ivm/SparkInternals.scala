@@ -44,3 +44,47 @@ object SessionInternals {
   def parser(spark: SparkSession): ParserInterface =
     spark.asInstanceOf[classic.SparkSession].sessionState.sqlParser
 }
+
+/**
+ * The SQL settings a materialized view captures at CREATE and is analyzed and refreshed with
+ * ever after, chosen as Spark chooses them for its persistent views (Spark's `CapturesConfig`:
+ * every modifiable setting the session changed, less optimizer and execution tuning, and always
+ * the session time zone and ANSI mode, whose defaults are not fixed).
+ */
+object CapturedSqlConf extends org.apache.spark.sql.catalyst.CapturesConfig {
+  /**
+   * Spark SQL's own settings only: Delta's and spark-ivm's (registered with SQLConf too) tune how
+   * a refresh runs, and stay the running session's; so does catalog plumbing.
+   */
+  private def captures(key: String): Boolean =
+    key.startsWith("spark.sql.") && !key.startsWith("spark.sql.catalog.") && !key.startsWith("spark.sql.extensions")
+
+  /** The settings of `spark` a view created now captures. */
+  def capture(spark: SparkSession): Map[String, String] =
+    sqlConfigsToProps(conf(spark), "").filter { case (k, _) => captures(k) }
+
+  /** True if `spark` analyzes and runs a query as under `captured` (nothing captured: any). */
+  def matches(spark: SparkSession, captured: Map[String, String]): Boolean =
+    captured.isEmpty || capture(spark) == captured
+
+  /**
+   * Makes `spark` (a session of spark-ivm's own) analyze and run as under `captured`: the
+   * captured values set, every other capturable setting back to its default, as Spark's view
+   * resolution does (`View.effectiveSQLConf`).
+   */
+  def applyTo(spark: SparkSession, captured: Map[String, String]): Unit = if (!matches(spark, captured)) {
+    val c = conf(spark)
+    capture(spark).keys.filterNot(captured.contains).foreach(c.unsetConf)
+    captured.foreach { case (k, v) => c.setConfString(k, v) }
+  }
+
+  /** A session of its own that analyzes and runs as under `captured`. */
+  def session(spark: SparkSession, captured: Map[String, String]): SparkSession =
+    if (matches(spark, captured)) spark else {
+      val s = SparkInternals.isolated(spark)
+      applyTo(s, captured)
+      s
+    }
+
+  private def conf(spark: SparkSession) = spark.asInstanceOf[classic.SparkSession].sessionState.conf
+}
