@@ -177,6 +177,14 @@ def follow_changes(spark: SparkSession, queries: Dict[str, str], changes: List[L
     return views
 
 
+def drop_behind_spark_ivm(spark: SparkSession, database: str, name: str) -> None:
+    """Drops a table or view from the session catalog without going through SQL, as an
+    application without spark-ivm (or a metastore client) would: spark-ivm's guard never sees it."""
+    jvm = spark._jvm  # type: ignore[attr-defined]
+    ident = jvm.org.apache.spark.sql.catalyst.TableIdentifier(name, jvm.scala.Some(database))
+    spark._jsparkSession.sessionState().catalog().dropTable(ident, False, False)  # type: ignore[attr-defined]
+
+
 def condition(e: BaseException) -> str:
     """The error class of a Spark error (``IVM_*`` for spark-ivm's own)."""
     return e.getCondition()  # type: ignore[attr-defined,no-any-return]

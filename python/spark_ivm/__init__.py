@@ -8,7 +8,7 @@ history and lag); ``RefreshService`` runs the views' schedules and triggers.
 from spark_ivm.constraints import add_foreign_key, add_primary_key, constraints, drop_constraint
 from spark_ivm.errors import IvmError
 from spark_ivm.history import Lag, RefreshEntry, SourceLag
-from spark_ivm.report import Candidate, RefreshReport, SourceChange
+from spark_ivm.report import Candidate, RefreshReport, SourceChange, Verification
 from spark_ivm.service import RefreshService, ServiceRun
 from spark_ivm.session import (
     IVM_EXTENSION,
@@ -32,6 +32,7 @@ __all__ = [
     "ServiceRun",
     "SourceChange",
     "SourceLag",
+    "Verification",
     "add_foreign_key",
     "add_primary_key",
     "constraints",

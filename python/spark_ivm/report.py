@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,23 @@ class Candidate:
     mode: str
     estimated_ms: int
     basis: str
+
+
+@dataclass(frozen=True)
+class Verification:
+    """The check of a refresh against its query (``spark.ivm.verify``)."""
+
+    level: str
+    """``sample``, ``changed`` or ``all``."""
+    keys_checked: int
+    """Keys (groups, or rows of a view without GROUP BY) checked; -1 for the whole view."""
+    rows_checked: int
+    differences: int
+    """Rows that differed from the query; a view that differed was recomputed at once."""
+    sample: List[str]
+    ms: int
+    repaired_by: Optional[int] = None
+    """The number of the full refresh that repaired the view, if it differed."""
 
 
 @dataclass(frozen=True)
@@ -64,6 +81,8 @@ class RefreshReport:
     """Why the refresh ran in its mode (AUTO: the estimates it compared)."""
     candidates: List[Candidate] = field(default_factory=list)
     """The modes AUTO weighed, with their estimated times (empty when the mode was fixed)."""
+    verify: Optional[Verification] = None
+    """The check of this refresh against its query, when ``spark.ivm.verify`` is on."""
 
     @property
     def source_rows_changed(self) -> int:
@@ -106,6 +125,7 @@ class RefreshReport:
             reason=d.get("reason", ""),
             candidates=[Candidate(c["mode"], int(c["estimated_ms"]), c["basis"])
                         for c in d.get("candidates", [])],
+            verify=Verification(**d["verify"]) if d.get("verify") else None,
         )
 
     def __str__(self) -> str:

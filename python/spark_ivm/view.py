@@ -76,7 +76,8 @@ class MaterializedView:
         the name is a table or plain view, ``NotAMaterializedViewError``, as ``DESCRIBE
         MATERIALIZED VIEW`` raises them."""
         if not is_materialized_view(spark, name):
-            spark.sql(f"DESCRIBE MATERIALIZED VIEW {quote_name(name)}")  # raises IVM_VIEW_NOT_FOUND or IVM_NOT_A_MATERIALIZED_VIEW
+            # raises IVM_VIEW_NOT_FOUND or IVM_NOT_A_MATERIALIZED_VIEW
+            spark.sql(f"DESCRIBE MATERIALIZED VIEW {quote_name(name)}")
             raise IvmError(f"{name} is not a materialized view (SHOW MATERIALIZED VIEWS lists them)")
         return cls(spark, name)
 

@@ -40,6 +40,8 @@ _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ivm-subprocesses",
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "subprocesses(work): work(directory) runs in processes of its "
                                        "own from the start of the session; the test checks its result")
+    config.addinivalue_line("markers", "measures_cost: the test counts a refresh's jobs or rows read, "
+                                       "so its refreshes are not verified")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item]) -> None:
@@ -64,6 +66,17 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     session = make_session(warehouse=str(tmp_path_factory.mktemp("warehouse")))
     yield session
     session.stop()
+
+
+@pytest.fixture(autouse=True)
+def verified(request: pytest.FixtureRequest, spark: SparkSession) -> Iterator[None]:
+    """Every incremental refresh is checked against its query for the keys it changed
+    (``spark.ivm.verify = changed``: a wrong one fails the test, as its report says so, and is
+    repaired), except in tests that measure what a refresh costs."""
+    level = "off" if request.node.get_closest_marker("measures_cost") else "changed"
+    spark.conf.set("spark.ivm.verify", level)
+    yield
+    spark.conf.set("spark.ivm.verify", "off")
 
 
 @pytest.fixture()

@@ -137,6 +137,7 @@ def _rows_read(spark: SparkSession, sql: str) -> int:
     return int(metrics.workOf(spark._jsparkSession, sql)[2])
 
 
+@pytest.mark.measures_cost
 def test_lookups_and_refreshes_read_only_the_files_that_may_match(spark: SparkSession, db: str) -> None:
     """The backing table lies in files of a bounded size ordered by the first input (of a view
     with ACCESS BY) or the first key (of any other view): a lookup, and the apply of a change to

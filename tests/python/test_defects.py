@@ -8,7 +8,7 @@ from typing import List
 import pytest
 from pyspark.sql import SparkSession
 
-from ivm_testing import assert_matches_query, condition, refused, session_confs
+from ivm_testing import assert_matches_query, condition, drop_behind_spark_ivm, refused, session_confs
 from spark_ivm import MaterializedView
 
 # Every column type a backing table holds: decimals (and their sums' wider decimals), dates,
@@ -148,13 +148,6 @@ def test_a_recreated_base_table_is_never_taken_for_unchanged(spark: SparkSession
     assert_matches_query(spark, "v", query)
 
 
-def _drop_from_catalog_only(spark: SparkSession, db: str, name: str) -> None:
-    """What another application (without spark-ivm) dropping the catalog view leaves."""
-    jvm = spark._jvm  # type: ignore[attr-defined]
-    ident = jvm.org.apache.spark.sql.catalyst.TableIdentifier(name, jvm.scala.Some(db))
-    spark._jsparkSession.sessionState().catalog().dropTable(ident, False, False)  # type: ignore[attr-defined]
-
-
 def test_spark_ddl_on_a_materialized_views_objects_is_refused(spark: SparkSession, db: str) -> None:
     spark.sql("CREATE TABLE t (i INT) USING delta")
     spark.sql("INSERT INTO t VALUES (1)")
@@ -163,7 +156,8 @@ def test_spark_ddl_on_a_materialized_views_objects_is_refused(spark: SparkSessio
     statements: List[str] = [
         "DROP VIEW v", "DROP TABLE v", "ALTER VIEW v AS SELECT 'hijacked' AS x",
         "CREATE OR REPLACE VIEW v AS SELECT 2 AS x", "ALTER VIEW v RENAME TO w",
-        "DROP TABLE __ivm_backing_v", f"DROP TABLE {db}.__ivm_backing_v", "ALTER TABLE __ivm_backing_v RENAME TO z",
+        "DROP TABLE __ivm_backing_v", f"DROP TABLE {db}.__ivm_backing_v",
+        "ALTER TABLE __ivm_backing_v RENAME TO z",
         "INSERT INTO __ivm_backing_v SELECT * FROM __ivm_backing_v", "DELETE FROM __ivm_backing_v",
         "UPDATE __ivm_backing_v SET n = 5", "TRUNCATE TABLE __ivm_backing_v",
         "MERGE INTO __ivm_backing_v b USING t ON b.i = t.i WHEN MATCHED THEN DELETE",
@@ -181,7 +175,7 @@ def test_spark_ddl_on_a_materialized_views_objects_is_refused(spark: SparkSessio
     assert_matches_query(spark, "v", query)
     # A catalog view dropped behind spark-ivm's back: DROP MATERIALIZED VIEW cleans up its table,
     # and the name can be used again without a suffixed backing table.
-    _drop_from_catalog_only(spark, db, "v")
+    drop_behind_spark_ivm(spark, db, "v")
     spark.sql("DROP MATERIALIZED VIEW v")
     assert not spark.catalog.tableExists("__ivm_backing_v")
     MaterializedView.create(spark, "v", query)
@@ -265,4 +259,91 @@ def test_full_refresh_gives_the_querys_schema_after_a_column_changes_type(spark:
     spark.sql("INSERT INTO f VALUES (2, 0.5), (3, 7.0)")
     assert mv.refresh().mode == "incremental"
     assert spark.table("v").schema == spark.sql(query).schema
+    assert_matches_query(spark, "v", query)
+
+
+@pytest.mark.parametrize("level", ["changed", "sample", "all"])
+def test_verified_refreshes_catch_and_repair_a_wrong_apply(spark: SparkSession, db: str, level: str) -> None:
+    spark.sql("CREATE TABLE f (k INT, g STRING, x DOUBLE) USING delta")
+    spark.sql("INSERT INTO f VALUES (1, 'a', 0.1), (2, 'b', 0.2), (3, 'a', 0.3)")
+    query = "SELECT g, count(*) AS n, sum(x) AS s, avg(x) AS a FROM f GROUP BY g"
+    mv = MaterializedView.create(spark, "v", query, refresh_policy="INCREMENTAL")
+    with session_confs(spark, {"spark.ivm.verify": level}):
+        spark.sql("INSERT INTO f VALUES (4, 'b', 0.4), (5, 'c', 0.5)")
+        ok = mv.refresh()
+        assert ok.mode == "incremental" and ok.verify is not None
+        assert ok.verify.differences == 0 and ok.verify.level == level
+        assert ok.verify.rows_checked != 0
+        if level == "changed":
+            assert ok.verify.keys_checked == 2  # groups b and c
+        # A wrong apply (test mode only): none of the changed rows reaches the table.
+        spark.conf.set("spark.ivm.testing.corruptApply", "true")
+        spark.sql("UPDATE f SET x = x + 1 WHERE g = 'a'")
+        caught = mv.refresh()
+        assert caught.mode == "full" and caught.verify is not None, caught
+        assert caught.verify.differences > 0 and caught.verify.repaired_by == caught.refresh_number
+        assert "spark.ivm.verify" in caught.reason
+        assert_matches_query(spark, "v", query)
+        assert mv.history(limit=2)[0].mode == "full"
+        # The next refresh is incremental again, and checked.
+        spark.sql("DELETE FROM f WHERE k = 2")
+        again = mv.refresh()
+        assert again.mode == "incremental" and again.verify is not None and again.verify.differences == 0
+    assert_matches_query(spark, "v", query)
+
+
+def test_a_strict_view_that_verification_repairs_says_so(spark: SparkSession, db: str) -> None:
+    spark.sql("CREATE TABLE f (k INT, v INT) USING delta")
+    spark.sql("INSERT INTO f VALUES (1, 1), (2, 2)")
+    query = "SELECT k, v FROM f"
+    mv = MaterializedView.create(spark, "v", query, refresh_policy="INCREMENTAL STRICT")
+    with session_confs(spark, {"spark.ivm.verify": "changed"}):
+        spark.conf.set("spark.ivm.testing.corruptApply", "true")
+        spark.sql("INSERT INTO f VALUES (3, 3)")
+        e = refused(mv.refresh)
+        assert condition(e) == "IVM_VERIFY_MISMATCH" and "repaired" in str(e), str(e)[:500]
+    assert_matches_query(spark, "v", query)
+
+
+def test_verification_reads_the_changed_keys_only(spark: SparkSession, db: str) -> None:
+    """`changed` costs the rows of the changed keys: it reads a small part of a table laid out
+    in many files, where `all` reads it whole."""
+    spark.sql("CREATE TABLE f (k BIGINT, v BIGINT) USING delta")
+    for i in range(8):
+        spark.sql(f"INSERT INTO f SELECT id, id % 7 FROM range({i * 1000}, {(i + 1) * 1000})")
+    query = "SELECT k, sum(v) AS s, count(*) AS n FROM f GROUP BY k"
+    mv = MaterializedView.create(spark, "v", query, refresh_policy="INCREMENTAL")
+    reads = {}
+    for level in ("off", "changed", "all"):
+        with session_confs(spark, {"spark.ivm.verify": level}):
+            spark.sql("UPDATE f SET v = v + 1 WHERE k = 7500")  # the same change each time
+            report = mv.refresh()
+            assert (report.verify is None) == (level == "off")
+            assert report.verify is None or report.verify.differences == 0
+            reads[level] = report.rows_read
+    # What the check itself read, beyond the refresh: the changed key's file, not the table.
+    assert (reads["changed"] - reads["off"]) * 4 < reads["all"] - reads["off"], reads
+
+
+def test_full_refresh_rebuilds_a_view_whose_backing_table_is_gone(spark: SparkSession, db: str) -> None:
+    """The error for a lost backing table says REFRESH ... FULL rebuilds it: it does."""
+    spark.sql("CREATE TABLE t (i INT, g STRING) USING delta")
+    spark.sql("INSERT INTO t VALUES (1, 'a'), (2, 'b'), (3, 'a')")
+    query = "SELECT g, count(*) AS n FROM t GROUP BY g"
+    with session_confs(spark, {"spark.sql.session.timeZone": "Asia/Tokyo"}):
+        spark.sql(f"CREATE MATERIALIZED VIEW v (grp, n) COMMENT 'kept' REFRESH POLICY INCREMENTAL AS {query}")
+    drop_behind_spark_ivm(spark, db, "__ivm_backing_v")
+    e = refused(lambda: spark.sql("REFRESH MATERIALIZED VIEW v"))
+    assert condition(e) == "IVM_BACKING_TABLE_ALTERED" and "FULL" in str(e)
+    spark.sql("INSERT INTO t VALUES (4, 'c')")
+    mv = MaterializedView.for_name(spark, "v")
+    report = mv.refresh(full=True)
+    assert report.mode == "full" and "rebuilt" in report.reason
+    info = mv.describe()["info"]
+    assert info["Refresh policy"] == "INCREMENTAL" and info["Comment"] == "kept"
+    assert "spark.sql.session.timeZone=Asia/Tokyo" in info["SQL configurations"]
+    assert [f.name for f in spark.table("v").schema] == ["grp", "n"]
+    assert_matches_query(spark, "v", query)
+    spark.sql("DELETE FROM t WHERE i = 1")
+    assert mv.refresh().mode == "incremental"
     assert_matches_query(spark, "v", query)

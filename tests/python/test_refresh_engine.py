@@ -19,6 +19,9 @@ from ivm_testing import session_confs as confs
 from spark_ivm import MaterializedView, configure_spark_with_ivm
 from spark_ivm.session import CODEGEN_CACHE_ENTRIES, LOCAL_FILE_CONTEXT, NIO_LOCAL_FS, session_defaults
 
+# What a refresh costs is measured here: its refreshes are not verified (spark.ivm.verify).
+pytestmark = pytest.mark.measures_cost
+
 AGG = "SELECT g, count(*) AS n, sum(v) AS s, max(v) AS hi FROM f GROUP BY g"
 JOIN = "SELECT d.name, count(*) AS n, sum(f.v) AS s FROM f JOIN d ON f.g = d.g GROUP BY d.name"
 

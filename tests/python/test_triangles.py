@@ -228,6 +228,7 @@ def test_failed_refresh_after_state_write_leaves_nothing_wrong(spark: SparkSessi
     assert_matches_query(spark, "tri", query)
 
 
+@pytest.mark.measures_cost
 def test_resident_state_follows_refreshes(spark: SparkSession, db: str) -> None:
     """The IVM^eps state kept in the executors' memory between refreshes (relation occurrences
     and auxiliary views): a refresh that finds it reads no Delta table for its probes and runs

@@ -132,12 +132,16 @@ object ViewCatalog extends Logging {
       schedule = props.get(Schedule.Property).flatMap(Schedule.fromJson),
       fullBecause = props.get(FullBecauseProperty),
       history = RefreshHistory.read(props),
-      accessBy = props.get(AccessByProperty).toSeq.flatMap(v => parse(v) match {
-        case JArray(items) => items.collect { case JString(c) => c }
-        case _ => Nil
-      }),
+      accessBy = accessByOf(props),
       sqlConf = props.collect { case (k, v) if k.startsWith(SqlConfPrefix) => k.stripPrefix(SqlConfPrefix) -> v })
   }
+
+  /** ACCESS BY's input columns, from the properties of a backing table or catalog view. */
+  def accessByOf(props: Map[String, String]): Seq[String] =
+    props.get(AccessByProperty).toSeq.flatMap(v => parse(v) match {
+      case JArray(items) => items.collect { case JString(c) => c }
+      case _ => Nil
+    })
 
   /** The properties that store a view's metadata on its backing table. */
   def properties(meta: ViewMetadata): Map[String, String] = meta.userProperties ++ Map(

@@ -248,14 +248,14 @@ object IvmConf {
       "(beyond its fixed part).", min = 0.0)
 
   val AutoMinChangeBytes: IvmConfEntry[Long] = long("spark.ivm.refreshPolicy.autoMinChangeBytes", 1L << 20,
-    "The AUTO policy recomputes a view only when its changes total at least this many bytes (as " +
-      "the change data feed stores them): a smaller change costs an incremental refresh about its " +
-      "fixed part, whatever the size of the tables.", min = 0L)
+    "Until a view's incremental refreshes have been measured, the AUTO policy's prior alone does " +
+      "not recompute it for a change under this many bytes (as the change data feed stores them) " +
+      "and under a quarter of its tables: that change is refreshed incrementally, and measured.", min = 0L)
 
   val AutoMinGainMs: IvmConfEntry[Long] = long("spark.ivm.refreshPolicy.autoMinGainMs", 500L,
     "The AUTO policy recomputes a view only if that is estimated to save at least this many ms " +
-      "over an incremental refresh: where both cost about the same (small tables), the refresh " +
-      "stays incremental.")
+      "(and 10%) over an incremental refresh: where both cost about the same, the refresh stays " +
+      "incremental.")
 
   val ServicePollMs: IvmConfEntry[Long] = long("spark.ivm.service.pollIntervalMs", 1000L,
     "How often the refresh service checks schedules and base-table versions (from the Delta logs, " +
@@ -273,6 +273,17 @@ object IvmConf {
 
   // ---- fault injection (tests only) ----
 
+  val Verify: IvmConfEntry[String] = entry("spark.ivm.verify", "off", "string",
+    "Checks each incremental refresh against its query at the versions it consumed, and repairs a " +
+      "view that differs by a full refresh (reported, and kept in the history; under REFRESH POLICY " +
+      "INCREMENTAL STRICT also raised as IVM_VERIFY_MISMATCH): off, sample (a sample of the changed " +
+      "keys), changed (every changed key, read by key) or all (the whole view, a recomputation).")(
+    v => Some(v.trim.toLowerCase(Locale.ROOT)).filter(Seq("off", "sample", "changed", "all").contains)
+      .toRight("off, sample, changed or all"))
+
+  val VerifySampleKeys: IvmConfEntry[Int] = int("spark.ivm.verify.sampleKeys", 64,
+    "How many of a refresh's changed keys spark.ivm.verify = sample checks.", min = 1)
+
   val Testing: IvmConfEntry[Boolean] = bool("spark.ivm.testing.enabled", default = false,
     "Static: allow the spark.ivm.testing.* fault-injection hooks. Without it they do nothing, " +
       "whatever a session sets.", static = true)
@@ -283,6 +294,9 @@ object IvmConf {
     "Test mode only: <point>:<statement> runs the statement once at that point.")
   val FailAt: IvmConfEntry[String] = text("spark.ivm.testing.failAt",
     "Test mode only: throw once at this fault-injection point.")
+  val CorruptApply: IvmConfEntry[Boolean] = bool("spark.ivm.testing.corruptApply", default = false,
+    "Test mode only: the next incremental refresh applies none of its changed rows (a wrong apply, " +
+      "for spark.ivm.verify to catch).")
 
   def all: Seq[IvmConfEntry[_]] = entries.toSeq
 

@@ -23,6 +23,13 @@ object FaultInjection {
     spark.sparkContext.getConf.getBoolean(IvmConf.Testing.key, defaultValue = false) ||
       java.lang.Boolean.getBoolean("spark.ivm.testing")
 
+  /** True once after `spark.ivm.testing.corruptApply` was set: the apply should go wrong. */
+  def corruptApply(spark: SparkSession): Boolean = enabled(spark) &&
+    spark.conf.getOption(IvmConf.CorruptApply.key).exists(_.equalsIgnoreCase("true")) && {
+      spark.conf.unset(IvmConf.CorruptApply.key)
+      true
+    }
+
   def point(spark: SparkSession, name: String): Unit = if (enabled(spark)) {
     spark.conf.getOption(IvmConf.SqlAt.key).filter(_.startsWith(name + ":")).foreach { spec =>
       spark.conf.unset(IvmConf.SqlAt.key)

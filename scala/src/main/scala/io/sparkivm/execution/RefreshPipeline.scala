@@ -6,13 +6,16 @@ import scala.annotation.tailrec
 import scala.collection.mutable
 
 import io.sparkivm.IvmErrors
-import io.sparkivm.catalog.{HistoryEntry, RefreshHistory, RefreshMode, RefreshRecord, ViewCatalog, ViewMetadata}
+import io.sparkivm.catalog.{HistoryEntry, RefreshHistory, RefreshMode, RefreshPolicy, RefreshRecord, ViewCatalog,
+  ViewMetadata}
 import io.sparkivm.changes.{ChangeFeed, ChangeRequest, DeltaSources, LocalChange, PinnedSource}
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.epsilon.StateConflictException
 import io.sparkivm.policy.{CostModel, PolicyDecision, RefreshPolicies, ViewGraph}
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.catalyst.expressions.Literal
+import org.apache.spark.sql.catalyst.plans.logical.Filter
 import org.apache.spark.sql.delta.DeltaConcurrentModificationException
 import org.apache.spark.sql.ivm.{CapturedSqlConf, JoinMetrics, ReadMetrics, SessionInternals, SparkInternals}
 
@@ -102,11 +105,34 @@ object RefreshPipeline extends Logging {
   }
 
   def refresh(user: SparkSession, name: Seq[String], full: Boolean, trigger: String = "sql"): RefreshReport = {
+    val rebuilt = full && ViewLifecycle.rebuildIfBackingMissing(user, name)
+    val report = refreshChecked(user, name, full, trigger,
+      if (rebuilt) Some("the view's backing table was gone: rebuilt from its definition, and recomputed") else None)
+    report.verify.filter(_.differences > 0) match {
+      case None => report
+      case Some(v) =>
+        // A wrong view never stays: recomputed at once, and the mismatch is kept in its history.
+        val why = s"spark.ivm.verify = ${v.level} found ${v.differences} rows of refresh " +
+          s"#${report.refreshNumber} differing from the query (${v.sample.mkString("; ")}): recomputed to repair it"
+        logWarning(s"spark-ivm: $why")
+        val repaired = refreshChecked(user, name, full = true, "verify", Some(why))
+        val checked = v.copy(repairedBy = Some(repaired.refreshNumber))
+        if (repaired.policy == RefreshPolicy.IncrementalStrict.sql) {
+          throw IvmErrors.verifyMismatch(report.view, report.refreshNumber, v.level, v.differences,
+            v.sample.mkString("; "), s"The view was repaired by refresh #${repaired.refreshNumber}, a recomputation.")
+        }
+        repaired.copy(verify = Some(checked), planNotes = repaired.planNotes :+ checked.describe)
+    }
+  }
+
+  /** A refresh, checked if `spark.ivm.verify` says so; `because` names why a full one was asked for. */
+  private def refreshChecked(user: SparkSession, name: Seq[String], full: Boolean, trigger: String,
+      because: Option[String]): RefreshReport = {
     val spark = RefreshSession.of(user)
     val measureJoins = IvmConf.MeasureRowsJoined.get(spark)
     val timer = new PhaseTimer
     // Active for the refresh: Delta's commands read their settings from the active session.
-    def run() = RefreshSession.active(spark)(attempt(spark, user, name, full, 1, timer, trigger))
+    def run() = RefreshSession.active(spark)(attempt(spark, user, name, full, 1, timer, trigger, because))
     val ((report, work), joined) = try {
       if (measureJoins) JoinMetrics.measure(spark)(ReadMetrics.measure(spark)(run()))
       else (ReadMetrics.measure(spark)(run()), 0L)
@@ -121,8 +147,8 @@ object RefreshPipeline extends Logging {
 
   @tailrec
   private def attempt(spark: SparkSession, user: SparkSession, name: Seq[String], full: Boolean, n: Int,
-      timer: PhaseTimer, trigger: String): RefreshReport = {
-    val result = try Right(refreshOnce(spark, user, name, full, timer, trigger)) catch {
+      timer: PhaseTimer, trigger: String, because: Option[String]): RefreshReport = {
+    val result = try Right(refreshOnce(spark, user, name, full, timer, trigger, because)) catch {
       case e: Exception if n < MaxAttempts && isConflict(e) =>
         logWarning(s"spark-ivm: refresh of ${name.mkString(".")} lost a commit race; retrying", e)
         Left(e)
@@ -131,7 +157,7 @@ object RefreshPipeline extends Logging {
       case Right(report) => report
       case Left(_) =>
         timer.mark("retry")
-        attempt(spark, user, name, full, n + 1, timer, trigger)
+        attempt(spark, user, name, full, n + 1, timer, trigger, because)
     }
   }
 
@@ -145,7 +171,7 @@ object RefreshPipeline extends Logging {
   /** One attempt, run in `spark` (the refresh's own session); fault-injection points of tests are
    * set on the `user`'s session. */
   private def refreshOnce(spark: SparkSession, user: SparkSession, name: Seq[String], full: Boolean,
-      timer: PhaseTimer, trigger: String): RefreshReport = {
+      timer: PhaseTimer, trigger: String, because: Option[String]): RefreshReport = {
     val meta = ViewCatalog.lookup(spark, name)
     // The refresh's own session analyzes and runs the query under the settings the view captured.
     CapturedSqlConf.applyTo(spark, meta.sqlConf)
@@ -182,6 +208,7 @@ object RefreshPipeline extends Logging {
 
     // The mode: fixed by the request, the view's layout or stale state; else by the policy.
     val fixed = RefreshPolicies.fixedMode(meta, full, strategy.stale(meta, last))
+      .map(d => because.map(r => d.copy(reason = r)).getOrElse(d))
     val (changed, sizes) = if (fixed.isDefined) (Nil, Map.empty[String, Long]) else {
       checkSources(meta, last, pinned)
       val changed = pinned.values.filter(p => last.sourceVersions(p.name) != p.version).toSeq
@@ -265,12 +292,20 @@ object RefreshPipeline extends Logging {
       val record = RefreshRecord(number, "incremental", versions, attemptId, -1, 0, epsilon,
         entry("incremental", decision, counts.values.sum, sizes.values.sum, tableBytes))
       FaultInjection.point(user, "before-commit")
-      val metrics = BackingTable.apply(spark, meta, analyzed.maintenance, rows, record,
+      val applied = if (FaultInjection.corruptApply(user)) rows.map(Filter(Literal(false), _)) else rows
+      val metrics = BackingTable.apply(spark, meta, analyzed.maintenance, applied, record,
         () => timer.mark("apply"))
       timer.mark("commit")
       FaultInjection.point(user, "after-commit")
-      report(spark, meta, number, attemptId, "incremental", last, pinned, counts, branches, notes.toSeq,
+      val done = report(spark, meta, number, attemptId, "incremental", last, pinned, counts, branches, notes.toSeq,
         metrics, timer, decision)
+      if (done.mode != "incremental") done else {
+        val verified = RefreshVerification.run(spark, meta.viewName, meta.backing, analyzed.maintenance, pinned,
+          rows, done.backingVersion)
+        if (verified.isDefined) timer.mark("verify")
+        done.copy(verify = verified, planNotes = done.planNotes ++ verified.map(_.describe),
+          phasesMs = timer.result)
+      }
     } finally {
       reader.release()
     }

@@ -39,7 +39,9 @@ case class RefreshReport(
     policy: String = "",
     reason: String = "",
     /** What AUTO weighed: estimated ms of each candidate mode. */
-    candidates: Seq[Estimate] = Nil) {
+    candidates: Seq[Estimate] = Nil,
+    /** The check of the refresh against its query (`spark.ivm.verify`), if one ran. */
+    verify: Option[VerifyReport] = None) {
 
   def sourceRowsChanged: Long = sources.map(_.changedRows).sum
   def viewRowsChanged: Long = rowsInserted + rowsUpdated + rowsDeleted
@@ -65,7 +67,8 @@ case class RefreshReport(
     "phases_jobs" -> JObject(phasesJobs.toList.map { case (k, v) => k -> JLong(v) }),
     "policy" -> JString(policy), "reason" -> JString(reason),
     "candidates" -> JArray(candidates.toList.map(c =>
-      JObject("mode" -> JString(c.mode), "estimated_ms" -> JLong(c.ms), "basis" -> JString(c.basis)))))))
+      JObject("mode" -> JString(c.mode), "estimated_ms" -> JLong(c.ms), "basis" -> JString(c.basis)))),
+    "verify" -> verify.map(_.toJson).getOrElse(JNull))))
 }
 
 /** Wall time per named phase, and when each phase ended (to attribute jobs to phases). */

@@ -200,14 +200,54 @@ object ViewLifecycle extends Logging {
     }
   }
 
+  /** Hive's metastore keeps property values of up to 4,000 characters. */
+  private val MirroredQueryMaxChars = 3500
+
+  /**
+   * REFRESH ... FULL of a view whose backing table is gone (dropped by an application without
+   * spark-ivm, or its files deleted): the view is built again, as CREATE OR REPLACE would, from
+   * the definition its catalog view keeps (query, database, policy, SQL settings, ACCESS BY; the
+   * schedule, properties and history went with the table). True if it was rebuilt.
+   */
+  def rebuildIfBackingMissing(spark: SparkSession, name: Seq[String]): Boolean = {
+    val id = ViewCatalog.qualify(spark, name)
+    val view = try Some(SessionInternals.catalog(spark).getTableMetadata(id)) catch {
+      case _: NoSuchTableException => None
+    }
+    view.filter(ViewCatalog.isMaterializedView).exists { v =>
+      val props = v.properties
+      val backing = props.get(ViewCatalog.BackingProperty).map(b => ViewCatalog.qualify(spark, b.split('.').toSeq))
+        .getOrElse(ViewCatalog.backingTable(id))
+      val definition = for (query <- props.get(ViewCatalog.QueryProperty);
+        database <- props.get(ViewCatalog.DatabaseProperty)) yield (query, database)
+      (!ViewCatalog.exists(spark, backing)) && definition.exists { case (query, database) =>
+        logWarning(s"spark-ivm: the backing table of ${id.quotedString} is gone; rebuilding the view")
+        val captured = props.collect { case (k, value) if k.startsWith(ViewCatalog.SqlConfPrefix) =>
+          k.stripPrefix(ViewCatalog.SqlConfPrefix) -> value }
+        create(spark, CreateMaterializedView(name, ifNotExists = false, orReplace = true,
+          v.schema.fieldNames.toSeq, v.comment, Map.empty, query, query,
+          props.get(ViewCatalog.PolicyProperty).flatMap(RefreshPolicy.parse), None, ViewCatalog.accessByOf(props)),
+          database, Nil, Some(captured).filter(_.nonEmpty))
+        true
+      }
+    }
+  }
+
   /** The user-facing catalog view over the backing table. */
   def createCatalogView(spark: SparkSession, meta: ViewMetadata, maintenance: ViewMaintenance,
       replace: Boolean): Unit = {
     val comment = meta.comment.map(c => s" COMMENT ${ViewCatalog.sqlString(c)}").getOrElse("")
     // ACCESS BY is mirrored on the catalog view: a lookup reads it without touching the backing table.
+    // So is the definition, when it fits a metastore's property value: REFRESH ... FULL rebuilds
+    // a view from it whose backing table (and with it the full metadata) was lost.
+    val definition = if (meta.queryText.length > MirroredQueryMaxChars) Nil else
+      Seq(ViewCatalog.QueryProperty -> meta.queryText, ViewCatalog.DatabaseProperty -> meta.database,
+        ViewCatalog.PolicyProperty -> meta.policy.name) ++
+        meta.sqlConf.map { case (k, v) => (ViewCatalog.SqlConfPrefix + k) -> v }
     val props = (Seq(ViewCatalog.MarkerProperty -> "true",
       ViewCatalog.BackingProperty -> meta.backing.unquotedString.stripPrefix("spark_catalog.")) ++
-      ViewCatalog.properties(meta).get(ViewCatalog.AccessByProperty).map(ViewCatalog.AccessByProperty -> _))
+      ViewCatalog.properties(meta).get(ViewCatalog.AccessByProperty).map(ViewCatalog.AccessByProperty -> _) ++
+      definition)
       .map { case (k, v) => s"${ViewCatalog.sqlString(k)} = ${ViewCatalog.sqlString(v)}" }
       .mkString(", ")
     CatalogGuard.internal(spark.sql(s"CREATE ${if (replace) "OR REPLACE " else ""}VIEW " +

@@ -14,34 +14,36 @@ case class PolicyDecision(mode: String, reason: String, candidates: Seq[Estimate
 /**
  * The AUTO policy's choice between an incremental refresh and a recomputation, from the sizes
  * the Delta logs give without a Spark job (x: the bytes the change data feed will read; y: the
- * base tables' bytes) and this view's own past refreshes:
+ * base tables' bytes) and what this view's own refreshes took, in both modes:
  *
  *  - full = the time of the recent recomputations of this view, scaled to today's y; before
  *    there is one, the time its CREATE took (a recomputation that also built the view); before
  *    that, a prior.
- *  - incremental = F + x * c. F, the fixed cost, is the cheapest recent incremental refresh. c is
- *    the median cost per byte of recent incremental refreshes whose change was large enough (1 MiB)
- *    and that took clearly longer than F; until there is one, `factor`
- *    times what a base-table byte costs a recomputation beyond its fixed part (a changed byte
- *    goes through the view's joins, the apply and the commit, a scanned one is often skipped).
+ *  - incremental = F + c * x, fitted to the view's recent incremental refreshes (their change
+ *    bytes and times) by Theil and Sen's estimator: c the median slope between refreshes whose
+ *    changes differ at least twofold, F the median of what remains; robust to the odd slow
+ *    refresh (a cold start). A change beyond the largest measured is charged the prior per
+ *    byte beyond it. Before any incremental refresh of the view is measured, the prior:
+ *    F = a small query, c = `factor` times what a base-table byte costs a recomputation beyond
+ *    its fixed part (a changed byte goes through the view's joins, the apply and the commit).
  *
- * A recomputation is chosen if it is estimated to save at least `minGainMs`, and only for a
- * change of at least `minChangeBytes`: a smaller one costs an incremental refresh about its fixed
- * part, whatever the tables' size, while the per-byte prior above, drawn from a recomputation
- * that on small tables is mostly fixed cost too, would overstate it. Where no
- * recomputation has been measured since CREATE and the incremental refresh is estimated at
- * least half as dear, AUTO runs one, to measure it (Snowflake's and Databricks' AUTO modes
- * learn from their refreshes likewise). Estimates are in ms, the units a user measures.
+ * Measured estimates decide: a recomputation runs when it is estimated at least 10% and
+ * `minGainMs` cheaper. The prior alone does not overrule a small change (under `minChangeBytes`
+ * and under a quarter of the tables), whose first incremental refresh is tried and measured;
+ * the reason says so. Where no recomputation has been measured since CREATE and the incremental
+ * refresh is estimated at least half as dear (for a change of `minChangeBytes`; 80% for any),
+ * AUTO runs one, to measure it (Snowflake's and
+ * Databricks' AUTO modes learn from their refreshes likewise). Estimates are in ms.
  */
 object CostModel {
   /** Fixed cost of a refresh with no history to go by (one small query). */
   val PriorFixedMs = 1000.0
   /** Scan rate of a recomputation with no history to go by (bytes per ms). */
   val PriorFullBytesPerMs = 100000.0
-  /** The smallest change whose incremental refresh measures what a changed byte costs. */
-  val MinMeasuredChangeBytes: Long = 1L << 20
   /** Entries of each kind the fits look at. */
   private val Recent = 20
+  /** How much cheaper a recomputation must be estimated, relatively, to be chosen. */
+  private val MinRelativeGain = 1.1
 
   def decide(history: Seq[HistoryEntry], changeBytes: Long, tableBytes: Long, factor: Double,
       minGainMs: Long, minChangeBytes: Long): PolicyDecision = {
@@ -50,37 +52,55 @@ object CostModel {
     val creates = ok.filter(e => e.mode == "create" && e.tableBytes > 0).takeRight(1)
     val incs = ok.filter(e => e.mode == "incremental" && e.changeBytes >= 0).takeRight(Recent)
     val y = math.max(1L, tableBytes).toDouble
+    val x = math.max(0L, changeBytes).toDouble
 
     val measured = if (recomputations.nonEmpty) recomputations else creates
     val fullMs = if (measured.isEmpty) PriorFixedMs + y / PriorFullBytesPerMs
       else median(measured.map(e => e.durationMs * y / e.tableBytes))
-    val fixed = if (incs.nonEmpty) incs.map(_.durationMs.toDouble).min else math.min(fullMs, PriorFixedMs)
-    // What a base-table byte costs a recomputation beyond its fixed part (at most half of it).
-    val scanned = math.max(fullMs / 2, fullMs - PriorFixedMs) / y
-    val floor = factor * scanned
-    // Only changes large enough for their expected cost to stand clear of the fixed part say
-    // what a byte costs: a small change that took long was slow for another reason (a busy
-    // machine, a cold start), and must not make every small change look dear.
-    val slopes = incs.filter(e => e.changeBytes >= MinMeasuredChangeBytes && e.durationMs > 1.5 * fixed)
-      .map(e => (e.durationMs - fixed) / e.changeBytes)
-    val perByte = if (slopes.isEmpty) floor else median(slopes)
-    val incBasis = if (slopes.isEmpty) {
-      f"${incs.size} incremental refreshes, none large enough to measure a changed byte's cost: " +
-        f"$factor%.0fx a base-table byte's in a recomputation"
-    } else s"cost per byte from ${slopes.size} of ${incs.size} incremental refreshes"
-    val inc = Estimate("incremental", math.round(fixed + changeBytes * perByte),
-      s"${bytes(changeBytes)} of changes; $incBasis")
+    // What a base-table byte costs a recomputation beyond its fixed part (at most half of it), and
+    // at most the prior scan rate's: a recomputation of small tables is nearly all fixed cost.
+    val scanned = math.min(math.max(fullMs / 2, fullMs - PriorFixedMs) / y, 1.0 / PriorFullBytesPerMs)
+    val priorPerByte = factor * scanned
+    val (incMs, incBasis) = if (incs.isEmpty) {
+      (math.min(fullMs, PriorFixedMs) + x * priorPerByte,
+        f"no incremental refresh of this view measured yet: prior of $factor%.0fx a base-table byte's " +
+          "cost in a recomputation per changed byte")
+    } else {
+      val points = incs.map(e => (e.changeBytes.toDouble, e.durationMs.toDouble))
+      val slopes = for {
+        (a, i) <- points.zipWithIndex; (b, j) <- points.zipWithIndex
+        if i < j && math.max(a._1, b._1) >= 2 * math.max(1.0, math.min(a._1, b._1))
+      } yield (b._2 - a._2) / (b._1 - a._1)
+      val slope = if (slopes.isEmpty) 0.0 else math.max(0.0, median(slopes))
+      val fixed = math.max(0.0, median(points.map { case (px, d) => d - slope * px }))
+      val largest = points.map(_._1).max
+      val beyond = if (slopes.isEmpty) math.max(0.0, x - largest) * priorPerByte else 0.0
+      (fixed + slope * x + beyond, s"fitted to ${incs.size} incremental refreshes of this view" +
+        (if (beyond > 0) s" (up to ${bytes(largest.toLong)} of changes; the prior per byte beyond)" else ""))
+    }
+    val inc = Estimate("incremental", math.round(incMs), s"${bytes(changeBytes)} of changes; $incBasis")
     val full = Estimate("full", math.round(fullMs), s"${bytes(tableBytes)} of base tables; " +
       (if (recomputations.nonEmpty) s"${recomputations.size} recomputations measured"
        else if (creates.nonEmpty) "as long as the view's CREATE took" else "no recomputation measured yet"))
+    val cheaper = full.ms * MinRelativeGain < inc.ms && full.ms + minGainMs <= inc.ms
+    // The prior alone does not send a small change to a recomputation: its incremental refresh is
+    // tried, and measured.
+    val untried = incs.isEmpty && changeBytes < math.max(1L, minChangeBytes) && changeBytes * 4 < tableBytes
+    // A recomputation is measured once, where the incremental refresh may be the dearer: a change
+    // large enough to weigh, estimated at least half as dear, or any change estimated at least 80%
+    // as dear (a CREATE, which the estimate of `full` rests on, takes longer than a recomputation).
     val sizable = changeBytes >= math.max(1L, minChangeBytes)
-    val explore = sizable && recomputations.isEmpty && inc.ms * 2 >= full.ms
-    val chosen = if (sizable && (full.ms + minGainMs < inc.ms || explore)) full else inc
+    val explore = !untried && recomputations.isEmpty &&
+      (sizable && inc.ms * 2 >= full.ms || inc.ms * 5 >= full.ms * 4)
+    val chosen = if (!untried && (cheaper || explore)) full else inc
     val other = if (chosen eq full) inc else full
-    val why = if (!sizable && full.ms + minGainMs < inc.ms) {
-      s"; the change is under ${bytes(minChangeBytes)}, where AUTO stays incremental"
-    } else if (explore && full.ms + minGainMs >= inc.ms) {
-      "; no recomputation measured since CREATE: this one measures it"
+    val why = if (untried && cheaper) {
+      s"; no incremental refresh of this view has been measured, and the change is under " +
+        s"${bytes(minChangeBytes)} and a quarter of the tables: AUTO tries one rather than trust the prior"
+    } else if (chosen eq full) {
+      if (cheaper) "" else "; no recomputation measured since CREATE: this one measures it"
+    } else if (full.ms < inc.ms) {
+      s"; within 10% or ${minGainMs} ms of each other, AUTO stays incremental"
     } else ""
     PolicyDecision(chosen.mode, s"AUTO chose ${chosen.mode}: estimated ${seconds(chosen.ms)} " +
       s"against ${seconds(other.ms)} for ${other.mode} (${bytes(changeBytes)} of changes, " +

@@ -1,0 +1,161 @@
+package io.sparkivm.execution
+
+import scala.util.Random
+
+import io.sparkivm.changes.{DeltaSources, PinnedSource}
+import io.sparkivm.conf.IvmConf
+import io.sparkivm.planner.ViewMaintenance
+import org.apache.spark.sql.{Column, DataFrame, Row, SparkSession}
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
+import org.apache.spark.sql.functions.{col, format_string, lit}
+import org.apache.spark.sql.ivm.SparkInternals
+import org.apache.spark.sql.types.{DoubleType, FloatType}
+import org.json4s._
+
+/** What the check of one refresh found (`spark.ivm.verify`). */
+case class VerifyReport(level: String, keysChecked: Long, rowsChecked: Long, differences: Long,
+    sample: Seq[String], ms: Long, repairedBy: Option[Long] = None) {
+  def toJson: JValue = JObject(
+    "level" -> JString(level), "keys_checked" -> JLong(keysChecked), "rows_checked" -> JLong(rowsChecked),
+    "differences" -> JLong(differences), "sample" -> JArray(sample.map(JString(_)).toList),
+    "ms" -> JLong(ms), "repaired_by" -> repairedBy.map(JLong(_)).getOrElse(JNull))
+
+  def describe: String =
+    s"verified ($level): $rowsChecked rows of ${if (keysChecked < 0) "the whole view" else s"$keysChecked keys"} " +
+      (if (differences == 0) "equal to the query" else s"$differences differ from the query") + s" ($ms ms)"
+}
+
+/**
+ * Checks a committed refresh against its query: the view's rows recomputed from the base tables
+ * at the versions the refresh consumed (the recomputation of a full refresh, restricted to the
+ * checked keys, a filter Spark pushes through the aggregate into the scans, where data skipping
+ * reads only the files that can hold them) against the rows the refresh committed, read from
+ * the backing table at its commit's version. Levels of `spark.ivm.verify`:
+ *  - `changed`: the groups (or rows) the refresh changed;
+ *  - `sample`: at most `spark.ivm.verify.sampleKeys` of them, chosen at random;
+ *  - `all`: the whole view (a recomputation).
+ * A view without keys (a global aggregate) has one row: it is checked whole at every level.
+ * Rows are compared as multisets with their count; floating-point values within a relative
+ * 1e-9, since an incremental sum adds in another order than a recomputation.
+ */
+object RefreshVerification {
+  val Levels: Seq[String] = Seq("off", "sample", "changed", "all")
+  /** Rows of differences kept for the report. */
+  private val SampleRows = 3
+  /** Candidate differences collected to the driver, at most. */
+  private val MaxCandidates = 10000
+
+  /**
+   * The check of refresh `number` of a view, committed at `backingVersion` from `changed` (the
+   * new rows of its changed keys, as applied); None if `spark.ivm.verify` is off.
+   */
+  def run(spark: SparkSession, view: String, backing: org.apache.spark.sql.catalyst.TableIdentifier,
+      maintenance: ViewMaintenance, pinned: Map[String, PinnedSource], changed: Option[LogicalPlan],
+      backingVersion: Long): Option[VerifyReport] = {
+    val level = IvmConf.Verify.get(spark)
+    if (level == "off") return None
+    val startMs = System.currentTimeMillis()
+    def done(keys: Long, rows: Long, diffs: Long, sample: Seq[String]) =
+      Some(VerifyReport(level, keys, rows, diffs, sample, System.currentTimeMillis() - startMs))
+    val keyNames = maintenance.keyNames
+    val keyed = level != "all" && keyNames.nonEmpty
+    val keys: Option[Seq[Row]] = if (!keyed) None else changed match {
+      case None => return done(0, 0, 0, Nil)
+      case Some(plan) =>
+        val all = SparkInternals.dataFrame(spark, plan).select(keyNames.map(DeltaSources.quoted): _*)
+          .distinct().collect().toSeq
+        Some(if (level == "sample") Random.shuffle(all).take(IvmConf.VerifySampleKeys.get(spark)) else all)
+    }
+    if (keys.exists(_.isEmpty)) return done(0, 0, 0, Nil)
+    val compared = (keyNames ++ (if (maintenance.shape.kind == "rows") Nil else maintenance.outputStorage) ++
+      Seq(ViewMaintenance.CountColumn) ++ (if (maintenance.hasHaving) Seq(ViewMaintenance.HavingColumn) else Nil))
+      .distinct
+    def prepare(df: DataFrame): DataFrame = {
+      val live = if (maintenance.global) df else df.where(col(ViewMaintenance.CountColumn) > 0)
+      keys.map(restrict(spark, live, keyNames, _)).getOrElse(live).select(compared.map(DeltaSources.quoted): _*)
+    }
+    val expected = prepare(new PinnedReader(spark, Map.empty, pinned, view).fullRows(maintenance))
+    val actual = prepare(DeltaSources.snapshot(spark, backing, backingVersion))
+    val (missing, extra, rows) = if (keys.isDefined) {
+      val e = expected.collect().toSeq
+      val a = actual.collect().toSeq
+      (minus(e, a), minus(a, e), e.size.toLong)
+    } else {
+      // The whole view: Spark compares, with floating-point values to 12 digits; only if that
+      // finds candidates are the exact rows that differ collected, for the driver to pair those
+      // that differ only in the last digits.
+      val (en, an) = (normalized(expected), normalized(actual))
+      if (en.exceptAll(an).isEmpty && an.exceptAll(en).isEmpty) (Nil, Nil, -1L) else {
+        val e = expected.exceptAll(actual).limit(MaxCandidates).collect().toSeq
+        val a = actual.exceptAll(expected).limit(MaxCandidates).collect().toSeq
+        (minus(e, a), minus(a, e), -1L)
+      }
+    }
+    val diffs = missing.size + extra.size
+    val sample = missing.take(SampleRows).map(r => s"expected ${render(compared, r)}") ++
+      extra.take(SampleRows).map(r => s"committed ${render(compared, r)}")
+    done(keys.map(_.size.toLong).getOrElse(-1L), rows, diffs, sample.take(SampleRows))
+  }
+
+  /**
+   * `df`'s rows of the `keys`: each key column filtered to its values (an IN list, which Spark
+   * pushes into the scans for data skipping), then, for several key columns, joined to the key
+   * tuples null-safely.
+   */
+  private def restrict(spark: SparkSession, df: DataFrame, keyNames: Seq[String], keys: Seq[Row]): DataFrame = {
+    val filtered = keyNames.zipWithIndex.foldLeft(df) { case (d, (k, i)) =>
+      val values = keys.map(_.get(i)).distinct
+      val present = values.filter(_ != null)
+      val in: Column = if (present.isEmpty) lit(false) else DeltaSources.quoted(k).isin(present: _*)
+      d.where(if (values.contains(null)) in || DeltaSources.quoted(k).isNull else in)
+    }
+    if (keyNames.size == 1) filtered else {
+      val schema = df.select(keyNames.map(DeltaSources.quoted): _*).schema
+      val tuples = spark.createDataFrame(java.util.Arrays.asList(keys: _*), schema)
+        .toDF(keyNames.indices.map(i => s"__ivm_vk$i"): _*)
+      val on = keyNames.zipWithIndex.map { case (k, i) => DeltaSources.quoted(k) <=> col(s"__ivm_vk$i") }
+        .reduce(_ && _)
+      filtered.join(tuples, on, "left_semi")
+    }
+  }
+
+  private def normalized(df: DataFrame): DataFrame = df.select(df.schema.fields.toSeq.map { f =>
+    val c = DeltaSources.quoted(f.name)
+    (f.dataType match {
+      case DoubleType | FloatType => format_string("%.11e", c)
+      case _ => c
+    }).as(f.name)
+  }: _*)
+
+  /** `a` less `b` as multisets, rows equal when their values are ([[same]]). */
+  private def minus(a: Seq[Row], b: Seq[Row]): Seq[Row] = {
+    val left = scala.collection.mutable.ArrayBuffer(b: _*)
+    a.filter { r =>
+      val at = left.indexWhere(same(r, _))
+      if (at >= 0) { left.remove(at); false } else true
+    }
+  }
+
+  /** Equal values, floating-point ones within a relative 1e-9 (NaN equal to NaN). */
+  private def same(a: Any, b: Any): Boolean = (a, b) match {
+    case (x: Double, y: Double) => close(x, y)
+    case (x: Float, y: Float) => close(x.toDouble, y.toDouble)
+    case (x: java.math.BigDecimal, y: java.math.BigDecimal) => x.compareTo(y) == 0
+    case (x: Row, y: Row) => x.length == y.length && (0 until x.length).forall(i => same(x.get(i), y.get(i)))
+    case (x: scala.collection.Seq[_], y: scala.collection.Seq[_]) =>
+      x.length == y.length && x.zip(y).forall { case (p, q) => same(p, q) }
+    case (x: scala.collection.Map[_, _], y: scala.collection.Map[_, _]) =>
+      x.size == y.size && x.forall { case (k, v) => y.asInstanceOf[scala.collection.Map[Any, Any]].get(k).exists(same(v, _)) }
+    case (x: Array[Byte], y: Array[Byte]) => java.util.Arrays.equals(x, y)
+    case _ => a == b
+  }
+
+  private def close(x: Double, y: Double): Boolean =
+    x == y || (x.isNaN && y.isNaN) || math.abs(x - y) <= 1e-9 * math.max(math.abs(x), math.abs(y))
+
+  private def render(columns: Seq[String], r: Row): String =
+    columns.zipWithIndex.map { case (c, i) => s"$c=${r.get(i) match {
+      case b: Array[Byte] => b.map("%02x".format(_)).mkString("X'", "", "'")
+      case v => String.valueOf(v)
+    }}" }.mkString("(", ", ", ")")
+}
