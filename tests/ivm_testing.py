@@ -61,6 +61,9 @@ def make_session(master: str = "local[2]", warehouse: Optional[str] = None,
         # default, about 25 s on two cores for a table of a few files).
         .config("spark.sql.sources.parallelPartitionDiscovery.parallelism", "4")
         .config("spark.ivm.testing.enabled", "true")
+        # Views are maintained incrementally unless a test asks for AUTO, which on tables of a
+        # few rows may rightly choose to recompute (its own tests set it).
+        .config("spark.ivm.refreshPolicy.default", "incremental")
         # The tests' tables hold a few rows, where compiling each query's whole-stage code
         # costs more than running it; spark-ivm's refreshes run interpreted on such inputs
         # anyway (spark.ivm.refresh.interpretedMaxBytes). One test turns code generation on

@@ -8,7 +8,7 @@ from pyspark.sql import SparkSession
 
 from pyspark.errors import AnalysisException
 
-from ivm_testing import assert_matches_query, condition, refused
+from ivm_testing import assert_matches_query, condition, refused, session_confs
 from spark_ivm import MaterializedView, add_primary_key, errors
 
 
@@ -44,7 +44,8 @@ def test_unsupported_operator_is_named_and_nothing_is_created(spark: SparkSessio
     assert not spark.catalog.tableExists("bad")
     assert not spark.catalog.tableExists("__ivm_backing_bad")
     # Under the default policy (AUTO) the same view is created, refreshed by recomputation.
-    spark.sql(f"CREATE MATERIALIZED VIEW fallback AS {query}")
+    with session_confs(spark, {"spark.ivm.refreshPolicy.default": "auto"}):
+        spark.sql(f"CREATE MATERIALIZED VIEW fallback AS {query}")
     d = MaterializedView.for_name(spark, "fallback").describe()
     assert d["refresh_policy"] == "AUTO" and d["refresh_mode"] == "full"
     assert operator.lower() in d["full_because"].lower()

@@ -9,16 +9,24 @@ import threading
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 from pyspark.sql import SparkSession
 
-from ivm_testing import assert_matches_query, condition, refused, short_jvm_env
+from ivm_testing import assert_matches_query, condition, refused, session_confs, short_jvm_env
 from spark_ivm import MaterializedView, RefreshService, errors
 from spark_ivm.errors import InvalidScheduleError, NotIncrementalizableError, ScheduleConflictError
 
 AGG = "SELECT k % 5 AS g, count(*) AS n, sum(v) AS s FROM base GROUP BY k % 5"
 T0 = datetime(2026, 1, 5, 12, 0, tzinfo=timezone.utc)
+
+
+@pytest.fixture(autouse=True)
+def auto_by_default(spark: SparkSession) -> Iterator[None]:
+    """Views created without REFRESH POLICY get AUTO, as outside the tests."""
+    with session_confs(spark, {"spark.ivm.refreshPolicy.default": "auto"}):
+        yield
 
 
 @pytest.fixture()

@@ -250,7 +250,7 @@ object IvmConf {
   val AutoMinChangeBytes: IvmConfEntry[Long] = long("spark.ivm.refreshPolicy.autoMinChangeBytes", 1L << 20,
     "Until a view's incremental refreshes have been measured, the AUTO policy's prior alone does " +
       "not recompute it for a change under this many bytes (as the change data feed stores them) " +
-      "and under a quarter of its tables: that change is refreshed incrementally, and measured.", min = 0L)
+      "that is smaller than its tables: that change is refreshed incrementally, and measured.", min = 0L)
 
   val AutoMinGainMs: IvmConfEntry[Long] = long("spark.ivm.refreshPolicy.autoMinGainMs", 500L,
     "The AUTO policy recomputes a view only if that is estimated to save at least this many ms " +

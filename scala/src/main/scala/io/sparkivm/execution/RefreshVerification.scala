@@ -5,9 +5,13 @@ import scala.util.Random
 import io.sparkivm.changes.{DeltaSources, PinnedSource}
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.planner.ViewMaintenance
-import org.apache.spark.sql.{Column, DataFrame, Row, SparkSession}
-import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
-import org.apache.spark.sql.functions.{col, format_string, lit}
+import org.apache.spark.sql.{DataFrame, Row, SparkSession}
+import org.apache.spark.sql.catalyst.InternalRow
+import org.apache.spark.sql.catalyst.expressions.{And, AttributeReference, EqualNullSafe, Expression, In, IsNull,
+  Literal, Or}
+import org.apache.spark.sql.catalyst.plans.LeftSemi
+import org.apache.spark.sql.catalyst.plans.logical.{Filter, Join, JoinHint, LogicalPlan}
+import org.apache.spark.sql.functions.{col, format_string}
 import org.apache.spark.sql.ivm.SparkInternals
 import org.apache.spark.sql.types.{DoubleType, FloatType}
 import org.json4s._
@@ -36,7 +40,8 @@ case class VerifyReport(level: String, keysChecked: Long, rowsChecked: Long, dif
  *  - `all`: the whole view (a recomputation).
  * A view without keys (a global aggregate) has one row: it is checked whole at every level.
  * Rows are compared as multisets with their count; floating-point values within a relative
- * 1e-9, since an incremental sum adds in another order than a recomputation.
+ * 1e-9, since an incremental sum adds in another order than a recomputation, and arrays as
+ * multisets (collect_list gathers in the order rows arrive).
  */
 object RefreshVerification {
   val Levels: Seq[String] = Seq("off", "sample", "changed", "all")
@@ -59,11 +64,16 @@ object RefreshVerification {
       Some(VerifyReport(level, keys, rows, diffs, sample, System.currentTimeMillis() - startMs))
     val keyNames = maintenance.keyNames
     val keyed = level != "all" && keyNames.nonEmpty
-    val keys: Option[Seq[Row]] = if (!keyed) None else changed match {
+    // The changed keys, as Catalyst values (of any type a key may have: structs, arrays, binary).
+    val keys: Option[Seq[InternalRow]] = if (!keyed) None else changed match {
       case None => return done(0, 0, 0, Nil)
       case Some(plan) =>
-        val all = SparkInternals.dataFrame(spark, plan).select(keyNames.map(DeltaSources.quoted): _*)
-          .distinct().collect().toSeq
+        val at = keyNames.map(k => plan.output.indexWhere(_.name == k))
+        val types = at.map(plan.output(_).dataType)
+        val rows = RefreshSteps.localRows(plan).getOrElse(
+          SparkInternals.dataFrame(spark, plan).queryExecution.toRdd.map(_.copy()).collect().toSeq)
+        val all = rows.map(r => InternalRow.fromSeq(at.zip(types).map { case (i, t) => r.get(i, t) }))
+          .map(_.copy()).distinct
         Some(if (level == "sample") Random.shuffle(all).take(IvmConf.VerifySampleKeys.get(spark)) else all)
     }
     if (keys.exists(_.isEmpty)) return done(0, 0, 0, Nil)
@@ -72,7 +82,7 @@ object RefreshVerification {
       .distinct
     def prepare(df: DataFrame): DataFrame = {
       val live = if (maintenance.global) df else df.where(col(ViewMaintenance.CountColumn) > 0)
-      keys.map(restrict(spark, live, keyNames, _)).getOrElse(live).select(compared.map(DeltaSources.quoted): _*)
+      keys.map(k => restrict(spark, live, keyNames, k)).getOrElse(live).select(compared.map(DeltaSources.quoted): _*)
     }
     val expected = prepare(new PinnedReader(spark, Map.empty, pinned, view).fullRows(maintenance))
     val actual = prepare(DeltaSources.snapshot(spark, backing, backingVersion))
@@ -99,24 +109,24 @@ object RefreshVerification {
 
   /**
    * `df`'s rows of the `keys`: each key column filtered to its values (an IN list, which Spark
-   * pushes into the scans for data skipping), then, for several key columns, joined to the key
-   * tuples null-safely.
+   * pushes through the aggregate into the scans, for data skipping), then, for several key
+   * columns, joined to the key tuples null-safely.
    */
-  private def restrict(spark: SparkSession, df: DataFrame, keyNames: Seq[String], keys: Seq[Row]): DataFrame = {
-    val filtered = keyNames.zipWithIndex.foldLeft(df) { case (d, (k, i)) =>
-      val values = keys.map(_.get(i)).distinct
-      val present = values.filter(_ != null)
-      val in: Column = if (present.isEmpty) lit(false) else DeltaSources.quoted(k).isin(present: _*)
-      d.where(if (values.contains(null)) in || DeltaSources.quoted(k).isNull else in)
+  private def restrict(spark: SparkSession, df: DataFrame, keyNames: Seq[String], keys: Seq[InternalRow]): DataFrame = {
+    val plan = SparkInternals.analyzed(df)
+    val attrs = keyNames.map(k => plan.output.find(_.name == k).get)
+    val filters = attrs.zipWithIndex.map { case (a, i) =>
+      val values = keys.map(_.get(i, a.dataType)).distinct
+      val present = values.filter(_ != null).map(v => Literal(v, a.dataType))
+      val in: Expression = if (present.isEmpty) Literal(false) else In(a, present)
+      if (values.contains(null)) Or(in, IsNull(a)) else in
     }
-    if (keyNames.size == 1) filtered else {
-      val schema = df.select(keyNames.map(DeltaSources.quoted): _*).schema
-      val tuples = spark.createDataFrame(java.util.Arrays.asList(keys: _*), schema)
-        .toDF(keyNames.indices.map(i => s"__ivm_vk$i"): _*)
-      val on = keyNames.zipWithIndex.map { case (k, i) => DeltaSources.quoted(k) <=> col(s"__ivm_vk$i") }
-        .reduce(_ && _)
-      filtered.join(tuples, on, "left_semi")
-    }
+    val filtered: LogicalPlan = Filter(filters.reduce(And), plan)
+    SparkInternals.dataFrame(spark, if (attrs.size == 1) filtered else {
+      val tuples = RefreshSteps.local(attrs.map(a => AttributeReference(a.name, a.dataType)()), keys)
+      Join(filtered, tuples, LeftSemi,
+        Some(attrs.zip(tuples.output).map { case (a, t) => EqualNullSafe(a, t): Expression }.reduce(And)), JoinHint.NONE)
+    })
   }
 
   private def normalized(df: DataFrame): DataFrame = df.select(df.schema.fields.toSeq.map { f =>
@@ -142,8 +152,10 @@ object RefreshVerification {
     case (x: Float, y: Float) => close(x.toDouble, y.toDouble)
     case (x: java.math.BigDecimal, y: java.math.BigDecimal) => x.compareTo(y) == 0
     case (x: Row, y: Row) => x.length == y.length && (0 until x.length).forall(i => same(x.get(i), y.get(i)))
+    // Arrays as multisets: collect_list's order is the order rows reached it, which differs
+    // between a refresh and a recomputation of the same group.
     case (x: scala.collection.Seq[_], y: scala.collection.Seq[_]) =>
-      x.length == y.length && x.zip(y).forall { case (p, q) => same(p, q) }
+      x.length == y.length && minus(x.toSeq.map(Row(_)), y.toSeq.map(Row(_))).isEmpty
     case (x: scala.collection.Map[_, _], y: scala.collection.Map[_, _]) =>
       x.size == y.size && x.forall { case (k, v) => y.asInstanceOf[scala.collection.Map[Any, Any]].get(k).exists(same(v, _)) }
     case (x: Array[Byte], y: Array[Byte]) => java.util.Arrays.equals(x, y)

@@ -28,9 +28,9 @@ case class PolicyDecision(mode: String, reason: String, candidates: Seq[Estimate
  *    its fixed part (a changed byte goes through the view's joins, the apply and the commit).
  *
  * Measured estimates decide: a recomputation runs when it is estimated at least 10% and
- * `minGainMs` cheaper. The prior alone does not overrule a small change (under `minChangeBytes`
- * and under a quarter of the tables), whose first incremental refresh is tried and measured;
- * the reason says so. Where no recomputation has been measured since CREATE and the incremental
+ * `minGainMs` cheaper. The prior alone does not overrule a small change (under `minChangeBytes`),
+ * whose first incremental refresh is tried and measured, and the reason says so; but a change
+ * as large as the tables (every row updated) is recomputed from the first. Where no recomputation has been measured since CREATE and the incremental
  * refresh is estimated at least half as dear (for a change of `minChangeBytes`; 80% for any),
  * AUTO runs one, to measure it (Snowflake's and
  * Databricks' AUTO modes learn from their refreshes likewise). Estimates are in ms.
@@ -42,6 +42,8 @@ object CostModel {
   val PriorFullBytesPerMs = 100000.0
   /** Entries of each kind the fits look at. */
   private val Recent = 20
+  /** The smallest change that counts as one of the whole tables. */
+  private val WholeMinBytes = 64L << 10
   /** How much cheaper a recomputation must be estimated, relatively, to be chosen. */
   private val MinRelativeGain = 1.1
 
@@ -85,20 +87,25 @@ object CostModel {
     val cheaper = full.ms * MinRelativeGain < inc.ms && full.ms + minGainMs <= inc.ms
     // The prior alone does not send a small change to a recomputation: its incremental refresh is
     // tried, and measured.
-    val untried = incs.isEmpty && changeBytes < math.max(1L, minChangeBytes) && changeBytes * 4 < tableBytes
+    val untried = incs.isEmpty && changeBytes < math.max(1L, minChangeBytes)
     // A recomputation is measured once, where the incremental refresh may be the dearer: a change
     // large enough to weigh, estimated at least half as dear, or any change estimated at least 80%
     // as dear (a CREATE, which the estimate of `full` rests on, takes longer than a recomputation).
     val sizable = changeBytes >= math.max(1L, minChangeBytes)
     val explore = !untried && recomputations.isEmpty &&
       (sizable && inc.ms * 2 >= full.ms || inc.ms * 5 >= full.ms * 4)
-    val chosen = if (!untried && (cheaper || explore)) full else inc
+    // Before any incremental refresh is measured, a change as large as the tables is recomputed:
+    // applying it reads at least as much as a recomputation, and more besides.
+    // (Below WholeMinBytes both modes cost their fixed part, and file overheads blur the ratio.)
+    val whole = incs.isEmpty && changeBytes >= math.max(tableBytes, WholeMinBytes)
+    val chosen = if (whole || !untried && (cheaper || explore)) full else inc
     val other = if (chosen eq full) inc else full
-    val why = if (untried && cheaper) {
+    val why = if (untried && !whole && cheaper) {
       s"; no incremental refresh of this view has been measured, and the change is under " +
-        s"${bytes(minChangeBytes)} and a quarter of the tables: AUTO tries one rather than trust the prior"
+        s"${bytes(minChangeBytes)}: AUTO tries one rather than trust the prior"
     } else if (chosen eq full) {
-      if (cheaper) "" else "; no recomputation measured since CREATE: this one measures it"
+      if (cheaper) "" else if (whole) "; the change is as large as the base tables, which a recomputation reads"
+      else "; no recomputation measured since CREATE: this one measures it"
     } else if (full.ms < inc.ms) {
       s"; within 10% or ${minGainMs} ms of each other, AUTO stays incremental"
     } else ""

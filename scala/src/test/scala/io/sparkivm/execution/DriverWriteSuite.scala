@@ -85,4 +85,27 @@ class DriverWriteSuite extends AnyFunSuite {
     assert(DriverWrite.write(spark, other, new org.apache.spark.sql.types.StructType().add("k", "int"),
       rowsOf("SELECT 1")).isEmpty)
   }
+
+  test("a NULL in a column its plan calls non-null is written readable, and files are checked before commit") {
+    spark.sql("DROP TABLE IF EXISTS dw3")
+    spark.sql("CREATE TABLE dw3 (c BIGINT, d DECIMAL(20, 2), s STRING) USING delta")
+    val log = DeltaLog.forTable(spark, TableIdentifier("dw3"))
+    val txn = log.startTransaction()
+    // An emptied group's state: the plan says the column is never NULL, the row holds NULL.
+    val strict = org.apache.spark.sql.types.StructType(txn.metadata.schema.fields.map(_.copy(nullable = false)))
+    val rows = Seq(InternalRow(null, null, null), InternalRow(3L, null, org.apache.spark.unsafe.types.UTF8String
+      .fromString("x")))
+    val adds = DriverWrite.write(spark, txn, strict, rows).get
+    txn.commit(adds, DeltaOperations.Write(SaveMode.Append))
+    for (vectorized <- Seq("true", "false")) {
+      spark.conf.set("spark.sql.parquet.enableVectorizedReader", vectorized)
+      try assert(spark.table("dw3").collect().map(_.toSeq).toSet == Set(Seq(null, null, null), Seq(3L, null, "x")))
+      finally spark.conf.unset("spark.sql.parquet.enableVectorizedReader")
+    }
+    // The footer check refuses a file that does not hold the rows it was given.
+    val file = new org.apache.hadoop.fs.Path(log.dataPath, adds.head.path)
+    val e = intercept[org.apache.spark.SparkException](
+      DriverWrite.verify(spark.sessionState.newHadoopConf(), file, rows.size + 1L))
+    assert(e.getCondition == "INTERNAL_ERROR" && e.getMessage.contains("would not read back"))
+  }
 }

@@ -36,7 +36,9 @@ class CostModelSuite extends AnyFunSuite {
     val d = decide(measured, 1000, 10000)
     assert(d.mode == "full" && !d.reason.contains("tries"), d)
     // A change as large as the tables (every row updated) is not small, whatever its bytes.
-    assert(decide(created, 20000, 10000).mode == "full")
+    val table = Seq(entry("create", 1500, table = 200000))
+    val whole = decide(table, 400000, 200000)
+    assert(whole.mode == "full" && whole.reason.contains("as large as the base tables"), whole)
     // 24 MiB of tables (TPC-H SF 0.1) and a change of 5% of them: recomputing is cheaper.
     val mid = Seq(entry("create", 1700, table = 24 * MB), entry("full", 1700, table = 24 * MB),
       entry("incremental", 300, change = 50000), entry("incremental", 1500, change = 2 * MB))
