@@ -355,7 +355,7 @@ def test_auto_recomputes_a_change_as_large_as_the_table(spark: SparkSession, db:
     spark.sql("CREATE TABLE t (k BIGINT, v BIGINT) USING delta")
     spark.sql("INSERT INTO t SELECT id, id % 100 FROM range(20000)")
     query = "SELECT v, count(*) AS n, sum(k) AS s FROM t GROUP BY v"
-    mv = MaterializedView.create(spark, "v", query)
+    mv = MaterializedView.create(spark, "v", query, refresh_policy="AUTO")
     spark.sql("UPDATE t SET v = v + 1")
     report = mv.refresh()
     assert report.mode == "full", report.reason

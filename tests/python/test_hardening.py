@@ -83,7 +83,7 @@ def test_metadata_columns_are_refused_before_any_side_effect(spark: SparkSession
     before = spark.sql("DESCRIBE HISTORY base").count()
     e = refused(lambda: spark.sql(
         f"CREATE MATERIALIZED VIEW bad REFRESH POLICY INCREMENTAL STRICT AS {query}"))
-    assert condition(e) == "IVM_NOT_INCREMENTALIZABLE" and "_metadata" in str(e)
+    assert condition(e) == "IVM_ROW_LOCATION_IN_QUERY" and "_metadata" in str(e)
     assert spark.sql("DESCRIBE HISTORY base").count() == before
     assert not spark.catalog.tableExists("bad") and not spark.catalog.tableExists("__ivm_backing_bad")
 

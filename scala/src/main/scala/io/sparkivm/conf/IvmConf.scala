@@ -284,6 +284,10 @@ object IvmConf {
   val VerifySampleKeys: IvmConfEntry[Int] = int("spark.ivm.verify.sampleKeys", 64,
     "How many of a refresh's changed keys spark.ivm.verify = sample checks.", min = 1)
 
+  val VerifyWholeMaxBytes: IvmConfEntry[Long] = long("spark.ivm.verify.wholeMaxBytes", 64L << 20,
+    "A view without keys (a global aggregate) can be checked only by recomputing it: under " +
+      "spark.ivm.verify = changed or sample, only where its base tables total at most this many bytes.")
+
   val Testing: IvmConfEntry[Boolean] = bool("spark.ivm.testing.enabled", default = false,
     "Static: allow the spark.ivm.testing.* fault-injection hooks. Without it they do nothing, " +
       "whatever a session sets.", static = true)

@@ -300,8 +300,14 @@ object RefreshPipeline extends Logging {
       val done = report(spark, meta, number, attemptId, "incremental", last, pinned, counts, branches, notes.toSeq,
         metrics, timer, decision)
       if (done.mode != "incremental") done else {
-        val verified = RefreshVerification.run(spark, meta.viewName, meta.backing, analyzed.maintenance, pinned,
-          rows, done.backingVersion)
+        // The committed rows, held on the driver where the table is small (no job reads them).
+        def committed() = {
+          val latest = BackingTable.latest(spark, meta)
+          BackingTable.at(spark, meta, if (latest.version == done.backingVersion) latest
+            else latest.deltaLog.getSnapshotAt(done.backingVersion), positions = false)
+        }
+        val verified = RefreshVerification.run(spark, meta.viewName, () => committed(), analyzed.maintenance,
+          pinned, rows)
         if (verified.isDefined) timer.mark("verify")
         done.copy(verify = verified, planNotes = done.planNotes ++ verified.map(_.describe),
           phasesMs = timer.result)

@@ -11,7 +11,7 @@ import org.apache.spark.sql.catalyst.expressions.{And, AttributeReference, Equal
   Literal, Or}
 import org.apache.spark.sql.catalyst.plans.LeftSemi
 import org.apache.spark.sql.catalyst.plans.logical.{Filter, Join, JoinHint, LogicalPlan}
-import org.apache.spark.sql.functions.{col, format_string}
+import org.apache.spark.sql.functions.{col, format_string, lit}
 import org.apache.spark.sql.ivm.SparkInternals
 import org.apache.spark.sql.types.{DoubleType, FloatType}
 import org.json4s._
@@ -38,7 +38,8 @@ case class VerifyReport(level: String, keysChecked: Long, rowsChecked: Long, dif
  *  - `changed`: the groups (or rows) the refresh changed;
  *  - `sample`: at most `spark.ivm.verify.sampleKeys` of them, chosen at random;
  *  - `all`: the whole view (a recomputation).
- * A view without keys (a global aggregate) has one row: it is checked whole at every level.
+ * A view without keys (a global aggregate) has one row, checked by a recomputation: at every
+ * level where its tables are at most `spark.ivm.verify.wholeMaxBytes`, else only under `all`.
  * Rows are compared as multisets with their count; floating-point values within a relative
  * 1e-9, since an incremental sum adds in another order than a recomputation, and arrays as
  * multisets (collect_list gathers in the order rows arrive).
@@ -51,12 +52,12 @@ object RefreshVerification {
   private val MaxCandidates = 10000
 
   /**
-   * The check of refresh `number` of a view, committed at `backingVersion` from `changed` (the
-   * new rows of its changed keys, as applied); None if `spark.ivm.verify` is off.
+   * The check of a refresh of a view whose rows, as committed, `committed` reads, from `changed`
+   * (the new rows of its changed keys, as applied); None if `spark.ivm.verify` is off.
    */
-  def run(spark: SparkSession, view: String, backing: org.apache.spark.sql.catalyst.TableIdentifier,
-      maintenance: ViewMaintenance, pinned: Map[String, PinnedSource], changed: Option[LogicalPlan],
-      backingVersion: Long): Option[VerifyReport] = {
+  def run(spark: SparkSession, view: String, committed: () => LogicalPlan,
+      maintenance: ViewMaintenance, pinned: Map[String, PinnedSource], changed: Option[LogicalPlan])
+      : Option[VerifyReport] = {
     val level = IvmConf.Verify.get(spark)
     if (level == "off") return None
     val startMs = System.currentTimeMillis()
@@ -64,6 +65,13 @@ object RefreshVerification {
       Some(VerifyReport(level, keys, rows, diffs, sample, System.currentTimeMillis() - startMs))
     val keyNames = maintenance.keyNames
     val keyed = level != "all" && keyNames.nonEmpty
+    // A view without keys has one row, which only a recomputation checks: at `changed` and
+    // `sample`, only where its tables are small enough for that to cost little.
+    if (level != "all" && keyNames.isEmpty &&
+        pinned.values.map(_.sizeInBytes).foldLeft(0L)(safeAdd) > IvmConf.VerifyWholeMaxBytes.get(spark)) {
+      return Some(VerifyReport(level, 0, 0, 0, Seq(s"not checked: the view has no keys to read by, and its " +
+        s"tables are over ${IvmConf.VerifyWholeMaxBytes.key}; spark.ivm.verify = all checks it whole"), 0))
+    }
     // The changed keys, as Catalyst values (of any type a key may have: structs, arrays, binary).
     val keys: Option[Seq[InternalRow]] = if (!keyed) None else changed match {
       case None => return done(0, 0, 0, Nil)
@@ -85,11 +93,16 @@ object RefreshVerification {
       keys.map(k => restrict(spark, live, keyNames, k)).getOrElse(live).select(compared.map(DeltaSources.quoted): _*)
     }
     val expected = prepare(new PinnedReader(spark, Map.empty, pinned, view).fullRows(maintenance))
-    val actual = prepare(DeltaSources.snapshot(spark, backing, backingVersion))
+    val actual = prepare(SparkInternals.dataFrame(spark, committed()))
     val (missing, extra, rows) = if (keys.isDefined) {
-      val e = expected.collect().toSeq
-      val a = actual.collect().toSeq
-      (minus(e, a), minus(a, e), e.size.toLong)
+      // Both sides in one collect (none where both are held on the driver).
+      val side = "__ivm_side"
+      val both = fewPartitions(spark, pinned) {
+        expected.withColumn(side, lit(0)).unionByName(actual.withColumn(side, lit(1))).collect().toSeq
+      }
+      val (e, a) = both.partition(_.getInt(compared.size) == 0)
+      def strip(rs: Seq[Row]) = rs.map(r => Row.fromSeq(r.toSeq.dropRight(1)))
+      (minus(strip(e), strip(a)), minus(strip(a), strip(e)), e.size.toLong)
     } else {
       // The whole view: Spark compares, with floating-point values to 12 digits; only if that
       // finds candidates are the exact rows that differ collected, for the driver to pair those
@@ -161,6 +174,25 @@ object RefreshVerification {
     case (x: Array[Byte], y: Array[Byte]) => java.util.Arrays.equals(x, y)
     case _ => a == b
   }
+
+  /**
+   * Small inputs (at most `spark.ivm.refresh.interpretedMaxBytes`, as the refresh judges them):
+   * the recomputation's shuffles in one partition, whose one task costs less than the rows.
+   */
+  private def fewPartitions[T](spark: SparkSession, pinned: Map[String, PinnedSource])(body: => T): T = {
+    val key = "spark.sql.shuffle.partitions"
+    val small = pinned.values.map(_.sizeInBytes).foldLeft(0L)(safeAdd) <= IvmConf.InterpretedMaxBytes.get(spark)
+    if (!small) body else {
+      val before = spark.conf.getOption(key)
+      spark.conf.set(key, "1")
+      try body finally before match {
+        case Some(v) => spark.conf.set(key, v)
+        case None => spark.conf.unset(key)
+      }
+    }
+  }
+
+  private def safeAdd(a: Long, b: Long): Long = if (a > Long.MaxValue - b) Long.MaxValue else a + b
 
   private def close(x: Double, y: Double): Boolean =
     x == y || (x.isNaN && y.isNaN) || math.abs(x - y) <= 1e-9 * math.max(math.abs(x), math.abs(y))
