@@ -65,7 +65,10 @@ object CatalogGuard {
 
   /** IVM_MATERIALIZED_VIEW_OBJECT if `plan` (as parsed) would change a materialized view's objects. */
   def check(spark: SparkSession, plan: LogicalPlan): Unit = if (inside.get == 0) {
-    targetOf(plan).foreach { t =>
+    // Writes matter only to backing tables (Spark refuses writes to any view itself): other
+    // INSERTs and DML cost no catalog lookup.
+    targetOf(plan).filter(t => t.ofView.nonEmpty ||
+      t.parts.lastOption.exists(_.toLowerCase(java.util.Locale.ROOT).startsWith(ViewCatalog.BackingPrefix))).foreach { t =>
       val catalog = SessionInternals.catalog(spark)
       val id = try Some(ViewCatalog.qualify(spark, t.parts)) catch { case NonFatal(_) => None }
       // A temporary view of the name is what the statement acts on.

@@ -300,12 +300,9 @@ object RefreshPipeline extends Logging {
       val done = report(spark, meta, number, attemptId, "incremental", last, pinned, counts, branches, notes.toSeq,
         metrics, timer, decision)
       if (done.mode != "incremental") done else {
-        // The committed rows, held on the driver where the table is small (no job reads them).
-        def committed() = {
-          val latest = BackingTable.latest(spark, meta)
-          BackingTable.at(spark, meta, if (latest.version == done.backingVersion) latest
-            else latest.deltaLog.getSnapshotAt(done.backingVersion), positions = false)
-        }
+        // The committed rows as any reader reads them, from the files (not rows held in memory,
+        // which are what the check is to check).
+        def committed() = SparkInternals.analyzed(DeltaSources.snapshot(spark, meta.backing, done.backingVersion))
         val verified = RefreshVerification.run(spark, meta.viewName, () => committed(), analyzed.maintenance,
           pinned, rows)
         if (verified.isDefined) timer.mark("verify")

@@ -1,10 +1,12 @@
 package io.sparkivm.execution
 
 import scala.util.Random
+import scala.util.control.NonFatal
 
 import io.sparkivm.changes.{DeltaSources, PinnedSource}
 import io.sparkivm.conf.IvmConf
-import io.sparkivm.planner.ViewMaintenance
+import io.sparkivm.planner.{RowsShape, ViewMaintenance}
+import org.apache.spark.internal.Logging
 import org.apache.spark.sql.{DataFrame, Row, SparkSession}
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.{And, AttributeReference, EqualNullSafe, Expression, In, IsNull,
@@ -24,7 +26,7 @@ case class VerifyReport(level: String, keysChecked: Long, rowsChecked: Long, dif
     "differences" -> JLong(differences), "sample" -> JArray(sample.map(JString(_)).toList),
     "ms" -> JLong(ms), "repaired_by" -> repairedBy.map(JLong(_)).getOrElse(JNull))
 
-  def describe: String =
+  def describe: String = if (sample.exists(_.startsWith("not checked"))) s"verify ($level): ${sample.head}" else
     s"verified ($level): $rowsChecked rows of ${if (keysChecked < 0) "the whole view" else s"$keysChecked keys"} " +
       (if (differences == 0) "equal to the query" else s"$differences differ from the query") + s" ($ms ms)"
 }
@@ -44,8 +46,7 @@ case class VerifyReport(level: String, keysChecked: Long, rowsChecked: Long, dif
  * 1e-9, since an incremental sum adds in another order than a recomputation, and arrays as
  * multisets (collect_list gathers in the order rows arrive).
  */
-object RefreshVerification {
-  val Levels: Seq[String] = Seq("off", "sample", "changed", "all")
+object RefreshVerification extends Logging {
   /** Rows of differences kept for the report. */
   private val SampleRows = 3
   /** Candidate differences collected to the driver, at most. */
@@ -61,6 +62,18 @@ object RefreshVerification {
     val level = IvmConf.Verify.get(spark)
     if (level == "off") return None
     val startMs = System.currentTimeMillis()
+    // The refresh is committed: a check that cannot run says so, and fails nothing.
+    try check(spark, view, committed, maintenance, pinned, changed, level, startMs) catch {
+      case NonFatal(e) =>
+        logWarning(s"spark-ivm: the check of a refresh of $view could not run", e)
+        val why = Option(e.getMessage).flatMap(_.linesIterator.toSeq.headOption).getOrElse(e.toString)
+        Some(VerifyReport(level, 0, 0, 0, Seq(s"not checked: $why"), System.currentTimeMillis() - startMs))
+    }
+  }
+
+  private def check(spark: SparkSession, view: String, committed: () => LogicalPlan,
+      maintenance: ViewMaintenance, pinned: Map[String, PinnedSource], changed: Option[LogicalPlan],
+      level: String, startMs: Long): Option[VerifyReport] = {
     def done(keys: Long, rows: Long, diffs: Long, sample: Seq[String]) =
       Some(VerifyReport(level, keys, rows, diffs, sample, System.currentTimeMillis() - startMs))
     val keyNames = maintenance.keyNames
@@ -85,21 +98,40 @@ object RefreshVerification {
         Some(if (level == "sample") Random.shuffle(all).take(IvmConf.VerifySampleKeys.get(spark)) else all)
     }
     if (keys.exists(_.isEmpty)) return done(0, 0, 0, Nil)
-    val compared = (keyNames ++ (if (maintenance.shape.kind == "rows") Nil else maintenance.outputStorage) ++
+    val compared = (keyNames ++ (maintenance.shape match {
+        case _: RowsShape => Nil // its keys are its columns
+        case _ => maintenance.outputStorage
+      }) ++
       Seq(ViewMaintenance.CountColumn) ++ (if (maintenance.hasHaving) Seq(ViewMaintenance.HavingColumn) else Nil))
       .distinct
+    // Both sides read from storage: base-table rows held in memory between refreshes are part of
+    // what is checked, so the recomputation does not use them.
+    val small = pinned.values.map(_.sizeInBytes).foldLeft(0L)(safeAdd) <= IvmConf.InterpretedMaxBytes.get(spark)
+    withConf(spark, Seq(IvmConf.HeldTableMaxRows.key -> Some("0"),
+        "spark.sql.shuffle.partitions" -> (if (small) Some("1") else None))) {
+      compare(spark, view, committed, maintenance, pinned, keys, keyNames, compared)
+    } match { case (missing, extra, rows) =>
+      val diffs = missing.size + extra.size
+      val sample = missing.take(SampleRows).map(r => s"expected ${render(compared, r)}") ++
+        extra.take(SampleRows).map(r => s"committed ${render(compared, r)}")
+      done(keys.map(_.size.toLong).getOrElse(-1L), rows, diffs, sample.take(SampleRows))
+    }
+  }
+
+  /** (rows the query gives that were not committed, rows committed it does not give, rows checked). */
+  private def compare(spark: SparkSession, view: String, committed: () => LogicalPlan, maintenance: ViewMaintenance,
+      pinned: Map[String, PinnedSource], keys: Option[Seq[InternalRow]], keyNames: Seq[String],
+      compared: Seq[String]): (Seq[Row], Seq[Row], Long) = {
     def prepare(df: DataFrame): DataFrame = {
       val live = if (maintenance.global) df else df.where(col(ViewMaintenance.CountColumn) > 0)
       keys.map(k => restrict(spark, live, keyNames, k)).getOrElse(live).select(compared.map(DeltaSources.quoted): _*)
     }
     val expected = prepare(new PinnedReader(spark, Map.empty, pinned, view).fullRows(maintenance))
     val actual = prepare(SparkInternals.dataFrame(spark, committed()))
-    val (missing, extra, rows) = if (keys.isDefined) {
-      // Both sides in one collect (none where both are held on the driver).
+    if (keys.isDefined) {
+      // Both sides in one collect.
       val side = "__ivm_side"
-      val both = fewPartitions(spark, pinned) {
-        expected.withColumn(side, lit(0)).unionByName(actual.withColumn(side, lit(1))).collect().toSeq
-      }
+      val both = expected.withColumn(side, lit(0)).unionByName(actual.withColumn(side, lit(1))).collect().toSeq
       val (e, a) = both.partition(_.getInt(compared.size) == 0)
       def strip(rs: Seq[Row]) = rs.map(r => Row.fromSeq(r.toSeq.dropRight(1)))
       (minus(strip(e), strip(a)), minus(strip(a), strip(e)), e.size.toLong)
@@ -114,10 +146,6 @@ object RefreshVerification {
         (minus(e, a), minus(a, e), -1L)
       }
     }
-    val diffs = missing.size + extra.size
-    val sample = missing.take(SampleRows).map(r => s"expected ${render(compared, r)}") ++
-      extra.take(SampleRows).map(r => s"committed ${render(compared, r)}")
-    done(keys.map(_.size.toLong).getOrElse(-1L), rows, diffs, sample.take(SampleRows))
   }
 
   /**
@@ -175,20 +203,16 @@ object RefreshVerification {
     case _ => a == b
   }
 
-  /**
-   * Small inputs (at most `spark.ivm.refresh.interpretedMaxBytes`, as the refresh judges them):
-   * the recomputation's shuffles in one partition, whose one task costs less than the rows.
-   */
-  private def fewPartitions[T](spark: SparkSession, pinned: Map[String, PinnedSource])(body: => T): T = {
-    val key = "spark.sql.shuffle.partitions"
-    val small = pinned.values.map(_.sizeInBytes).foldLeft(0L)(safeAdd) <= IvmConf.InterpretedMaxBytes.get(spark)
-    if (!small) body else {
-      val before = spark.conf.getOption(key)
-      spark.conf.set(key, "1")
-      try body finally before match {
-        case Some(v) => spark.conf.set(key, v)
-        case None => spark.conf.unset(key)
-      }
+  /** `body` with the session's settings `values` (None: unset), as they were after. */
+  private def withConf[T](spark: SparkSession, values: Seq[(String, Option[String])])(body: => T): T = {
+    val before = values.map { case (k, _) => k -> spark.conf.getOption(k) }
+    values.foreach {
+      case (k, Some(v)) => spark.conf.set(k, v)
+      case _ =>
+    }
+    try body finally before.foreach {
+      case (k, Some(v)) => spark.conf.set(k, v)
+      case (k, None) => spark.conf.unset(k)
     }
   }
 
