@@ -116,7 +116,8 @@ def test_non_deterministic_and_context_functions(spark: SparkSession, db: str) -
     for n, fn in enumerate(["uuid()", "rand()", "monotonically_increasing_id()", "spark_partition_id()",
                             "current_user()"]):
         query = f"SELECT i, {fn} AS f FROM t"
-        e = refused(lambda: spark.sql(f"CREATE MATERIALIZED VIEW strict REFRESH POLICY INCREMENTAL STRICT AS {query}"))
+        e = refused(lambda: spark.sql(
+            f"CREATE MATERIALIZED VIEW strict REFRESH POLICY INCREMENTAL STRICT AS {query}"))
         assert condition(e) == "IVM_NOT_INCREMENTALIZABLE", fn
         views[fn] = MaterializedView.create(spark, f"auto{n}", query, refresh_policy="AUTO")
         assert views[fn].describe()["info"]["Refresh mode"] == "full", fn
