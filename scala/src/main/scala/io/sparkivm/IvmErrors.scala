@@ -63,7 +63,7 @@ object IvmErrors {
   def alreadyExists(name: String): IvmException = of("IVM_VIEW_ALREADY_EXISTS", "name" -> name)
 
   def sourceMissing(view: String, table: String, cause: Throwable): IvmException =
-    withCause("IVM_SOURCE_MISSING", Some(cause), "view" -> view, "table" -> table, "reason" -> firstLine(cause))
+    withCause("IVM_SOURCE_MISSING", Some(cause), "view" -> view, "table" -> table, "reason" -> oneLine(cause))
 
   def sourceChanged(view: String, table: String, what: String): IvmException =
     of("IVM_SOURCE_CHANGED", "view" -> view, "table" -> table, "what" -> what)
@@ -73,7 +73,7 @@ object IvmErrors {
 
   def changeFeedUnavailable(view: String, table: String, cause: Throwable): IvmException =
     withCause("IVM_CHANGES_UNAVAILABLE", Some(cause), "view" -> view, "table" -> table,
-      "reason" -> firstLine(cause))
+      "reason" -> oneLine(cause))
 
   def notDelta(table: String, provider: String): IvmException =
     of("IVM_SOURCE_NOT_DELTA", "table" -> table, "provider" -> provider)
@@ -130,7 +130,7 @@ object IvmErrors {
    * The cause's message on one line, up to the plan Spark appends to analysis errors: a
    * message wrapped over lines (Delta's change-feed errors are) is kept whole.
    */
-  private def firstLine(t: Throwable): String = {
+  private def oneLine(t: Throwable): String = {
     val message = Option(t.getMessage).getOrElse(t.toString)
     val lines = message.linesIterator.takeWhile(l => !l.startsWith("'") && !l.startsWith("+-") &&
       !l.startsWith("== ")).map(_.trim).filter(_.nonEmpty).toSeq

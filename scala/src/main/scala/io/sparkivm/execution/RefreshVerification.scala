@@ -80,8 +80,8 @@ object RefreshVerification extends Logging {
     val keyed = level != "all" && keyNames.nonEmpty
     // A view without keys has one row, which only a recomputation checks: at `changed` and
     // `sample`, only where its tables are small enough for that to cost little.
-    if (level != "all" && keyNames.isEmpty &&
-        pinned.values.map(_.sizeInBytes).foldLeft(0L)(safeAdd) > IvmConf.VerifyWholeMaxBytes.get(spark)) {
+    lazy val inputBytes = pinned.values.map(_.sizeInBytes).foldLeft(0L)(safeAdd)
+    if (level != "all" && keyNames.isEmpty && inputBytes > IvmConf.VerifyWholeMaxBytes.get(spark)) {
       return Some(VerifyReport(level, 0, 0, 0, Seq(s"not checked: the view has no keys to read by, and its " +
         s"tables are over ${IvmConf.VerifyWholeMaxBytes.key}; spark.ivm.verify = all checks it whole"), 0))
     }
@@ -106,7 +106,7 @@ object RefreshVerification extends Logging {
       .distinct
     // Both sides read from storage: base-table rows held in memory between refreshes are part of
     // what is checked, so the recomputation does not use them.
-    val small = pinned.values.map(_.sizeInBytes).foldLeft(0L)(safeAdd) <= IvmConf.InterpretedMaxBytes.get(spark)
+    val small = inputBytes <= IvmConf.InterpretedMaxBytes.get(spark)
     withConf(spark, Seq(IvmConf.HeldTableMaxRows.key -> Some("0"),
         "spark.sql.shuffle.partitions" -> (if (small) Some("1") else None))) {
       compare(spark, view, committed, maintenance, pinned, keys, keyNames, compared)
