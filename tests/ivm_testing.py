@@ -138,6 +138,13 @@ def diff(expected: Counter, actual: Counter) -> Tuple[List[Any], List[Any]]:
 _checks = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ivm-check")
 
 
+def await_state_builds(spark: SparkSession, timeout_s: float = 120.0) -> bool:
+    """Waits until spark-ivm has made the state refreshes asked for (it makes it between
+    refreshes, on a thread of its own); true if nothing is left to make."""
+    builds = spark._jvm.io.sparkivm.state.StateBuilds  # type: ignore[union-attr]
+    return bool(builds.awaitIdle(int(timeout_s * 1000)))
+
+
 def assert_matches_query(spark: SparkSession, view: str, query: str) -> int:
     """The view holds exactly what its query gives now, counts included; returns the row count."""
     # The two reads are small queries whose time is mostly planning on the driver: run side by

@@ -10,6 +10,7 @@ from spark_ivm.errors import IvmError
 from spark_ivm.history import Lag, RefreshEntry, SourceLag
 from spark_ivm.report import Candidate, RefreshReport, SourceChange, Verification
 from spark_ivm.service import RefreshService, ServiceRun
+from spark_ivm.state import HeldState, held_state
 from spark_ivm.session import (
     IVM_EXTENSION,
     configure_spark_with_ivm,
@@ -23,6 +24,7 @@ from spark_ivm.view import MaterializedView, is_materialized_view, list_material
 __all__ = [
     "IVM_EXTENSION",
     "Candidate",
+    "HeldState",
     "IvmError",
     "Lag",
     "MaterializedView",
@@ -39,6 +41,7 @@ __all__ = [
     "configure_spark_with_ivm",
     "delta_package",
     "drop_constraint",
+    "held_state",
     "is_materialized_view",
     "ivm_jar_path",
     "list_materialized_views",

@@ -15,6 +15,7 @@ from pyspark.sql import functions as F
 from spark_ivm.errors import IvmError, raises_typed
 from spark_ivm.history import Lag, RefreshEntry
 from spark_ivm.report import RefreshReport
+from spark_ivm.state import HeldState, held_state
 
 POLICIES = ("AUTO", "INCREMENTAL", "INCREMENTAL STRICT", "FULL")
 
@@ -173,6 +174,11 @@ class MaterializedView:
         suffix = f" LIMIT {int(limit)}" if limit is not None else ""
         rows = self.spark.sql(f"SHOW REFRESHES FOR {self._sql_name}{suffix}").collect()
         return [RefreshEntry.from_row(r) for r in rows]
+
+    @raises_typed
+    def state(self) -> List[HeldState]:
+        """The state held for this view between refreshes (``SHOW MATERIALIZED VIEW STATE FOR``)."""
+        return held_state(self.spark, self._sql_name)
 
     @raises_typed
     def lag(self) -> Lag:

@@ -172,6 +172,8 @@ SELF_OUTER = """SELECT n, count(*) AS keys FROM (SELECT l1.ok, count(l2.sk) AS n
     LEFT JOIN li l2 ON l1.ok = l2.ok AND l2.sk > l1.sk AND l2.note <> 'x' GROUP BY l1.ok) GROUP BY n"""
 SHARED_MIN_BYTES = "spark.ivm.sharedReads.minTableBytes"
 HELD_MAX_ROWS = "spark.ivm.heldTables.maxRows"
+# Off, state is made by the refresh that asks for it (the second), where tests of the state expect it.
+INLINE_STATE = "spark.ivm.state.buildInBackground"
 
 
 def test_restricted_reads_of_a_large_table_are_shared(spark: SparkSession, db: str) -> None:
@@ -225,7 +227,7 @@ def test_rows_read_by_key_are_kept_in_memory_between_refreshes(spark: SparkSessi
     the average moves, the rows for which the old and the new average decide differently (found
     among the kept rows). They equal the query after every refresh, through inserts, deletes,
     duplicates, NULL keys and updates of keys and values. With
-    spark.ivm.residentRows.maxTableBytes at 0 the table is scanned again."""
+    spark.ivm.state.executorMaxBytes at 0 the table is scanned again."""
     table_rows = 3000
     spark.sql("CREATE TABLE big (k INT, w DECIMAL(10, 2), note STRING) USING delta")
     spark.sql(f"INSERT INTO big SELECT id, id % 13, repeat('n', id % 3) FROM range({table_rows})")
@@ -240,7 +242,9 @@ def test_rows_read_by_key_are_kept_in_memory_between_refreshes(spark: SparkSessi
         ["DELETE FROM few WHERE k = 12", "UPDATE big SET w = 0 WHERE k = 12"],
     ]
     # `big` stands for a table too large to hold on the driver (spark.ivm.heldTables.maxRows).
-    settings = {SHARED_MIN_BYTES: "0", "spark.ivm.keyCounts.minTableBytes": "0", HELD_MAX_ROWS: "0"}
+    # Made in the refresh that asks, as a test of the state itself (test_state: made between refreshes).
+    settings = {SHARED_MIN_BYTES: "0", "spark.ivm.keyCounts.minTableBytes": "0", HELD_MAX_ROWS: "0",
+                INLINE_STATE: "false"}
     with confs(spark, settings):
         mv = MaterializedView.create(spark, "kept_rows", KEPT_ROWS_QUERY)
         reads = []
@@ -254,7 +258,7 @@ def test_rows_read_by_key_are_kept_in_memory_between_refreshes(spark: SparkSessi
         # The first refresh scans `big` for its keys, the second keeps it; then only changes are read.
         assert reads[0] >= table_rows and max(reads[2:]) < table_rows / 10, reads
         spark.sql("INSERT INTO few VALUES (20)")
-        with confs(spark, {"spark.ivm.residentRows.maxTableBytes": "0"}):
+        with confs(spark, {"spark.ivm.state.executorMaxBytes": "0"}):
             off = mv.refresh()
         assert_matches_query(spark, "kept_rows", KEPT_ROWS_QUERY)
         assert off.rows_read >= table_rows, off.rows_read
@@ -343,7 +347,7 @@ def test_applies_mark_the_old_rows_where_the_delta_read_found_them(spark: SparkS
         assert deletion_vectors(spark, "__ivm_backing_wide") > 0
 
 
-RESIDENT_VIEW_BYTES = "spark.ivm.residentViews.maxTableBytes"
+RESIDENT_VIEW_BYTES = "spark.ivm.state.executorMaxBytes"
 
 
 def test_large_views_are_kept_in_memory_by_key_and_moved_by_each_apply(spark: SparkSession, db: str) -> None:
@@ -358,7 +362,8 @@ def test_large_views_are_kept_in_memory_by_key_and_moved_by_each_apply(spark: Sp
     q = "SELECT a, b, count(*) AS n, sum(v) AS s FROM wide_src GROUP BY a, b"
     # A MAX recomputes the groups that lost their maximum from the source (a job of its own).
     q_max = "SELECT a, b, max(v) AS hi, count(v) AS n FROM wide_src GROUP BY a, b"
-    with confs(spark, {HELD_MAX_ROWS: "0", "spark.ivm.apply.rewriteWithoutSearchBytes": "0"}):
+    settings = {HELD_MAX_ROWS: "0", "spark.ivm.apply.rewriteWithoutSearchBytes": "0", INLINE_STATE: "false"}
+    with confs(spark, settings):
         mv = MaterializedView.create(spark, "arranged", q)
         mv_max = MaterializedView.create(spark, "arranged_max", q_max)
         for round_ in range(1, 9):

@@ -8,6 +8,7 @@ import io.sparkivm.changes.{ChangeFeed, ChangeRequest, PinnedSource}
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.execution.{PinnedReader, ViewAnalysis}
 import io.sparkivm.planner.SourceLeaf
+import io.sparkivm.state.{Arrangement, StateId, StateKind, StatePlace, StateRegistry}
 import net.razorvine.pickle.Pickler
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.SparkSession
@@ -59,7 +60,30 @@ object ResidentTrees extends Logging {
     var moved = 0L
     /** The work of that move: view entries written and tuples joined ([[AccessTrees.updateWork]]). */
     var movedWork = 0L
+    /** The entry as the driver's state holds it ([[StateRegistry]]), which may evict it. */
+    val held: Trees = new Trees(backing, this)
   }
+
+  /** A view's trees in the driver's state: evicted, they are dropped here and built again on a lookup. */
+  private final class Trees(backing: TableIdentifier, entry: Entry) extends Arrangement {
+    override def place: StatePlace = StatePlace.Driver
+    override def bytes: Long = entry.tree.size * TupleBytes
+    override def release(): Unit = entries.synchronized {
+      entries.filterInPlace { case (_, e) => !e.contains(entry) }
+    }
+  }
+
+  /** A tuple's bytes in the trees, with its place in each view that holds it. */
+  private val TupleBytes = 100L
+
+  private def stateId(view: TableIdentifier) = StateId(StateKind.LookupTrees, view.unquotedString)
+
+  /** Holds (or measures again) `e`, the trees of `view`; false if they do not fit the driver's budget. */
+  private def hold(view: TableIdentifier, e: Entry): Boolean =
+    StateRegistry.put(stateId(view), "", e.held, view = Some(view.unquotedString))
+
+  private val TooLargeForBudget = "they would take more than half the driver's state budget " +
+    "(spark.ivm.state.driverMaxBytes)"
 
   /**
    * How a view's atoms are read (each atom's plan: its unit under its selections, projected to
@@ -154,7 +178,10 @@ object ResidentTrees extends Logging {
     types.indices.map(j => InternalRow.copyValue(row.get(j, types(j))))
 
   /** Drops the trees of `view` (DROP MATERIALIZED VIEW). */
-  def forget(view: TableIdentifier): Unit = withView(view)(entries.synchronized(entries.remove(view)))
+  def forget(view: TableIdentifier): Unit = withView(view) {
+    entries.synchronized(entries.remove(view))
+    StateRegistry.remove(stateId(view))
+  }
 
   private def current(spark: SparkSession, id: TableIdentifier): Option[Entry] = {
     // The common case, one look at the backing table's log: the same table, no refresh since.
@@ -162,6 +189,7 @@ object ResidentTrees extends Logging {
       case Some(Right(e)) =>
         val snapshot = e.logFor(spark).update()
         if (snapshot.version == e.backingVersion && e.definition.startsWith(snapshot.metadata.id + "|")) {
+          StateRegistry.get[Trees](stateId(id), "")
           return Some(e)
         }
       case _ =>
@@ -178,7 +206,10 @@ object ResidentTrees extends Logging {
         if (e.backingVersion == backingVersion) Some(e)
         else try {
           e.synchronized(moveForward(spark, meta, e, backingVersion))
-          Some(e)
+          if (hold(id, e)) Some(e) else {
+            entries.synchronized(entries(id) = Left((definition, TooLargeForBudget)))
+            None
+          }
         } catch {
           // A change feed no longer there, a table replaced: the trees are built again.
           case NonFatal(_) =>
@@ -199,8 +230,9 @@ object ResidentTrees extends Logging {
               "read its rows", e)
             Left(s"building them failed (${e.getMessage})")
         }
-        entries.synchronized(entries(id) = built.left.map(why => (definition, why)))
-        built.toOption
+        val held = built.flatMap(e => if (hold(id, e)) Right(e) else Left(TooLargeForBudget))
+        entries.synchronized(entries(id) = held.left.map(why => (definition, why)))
+        held.toOption
     }
   }
 

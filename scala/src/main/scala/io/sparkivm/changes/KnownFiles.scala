@@ -1,8 +1,8 @@
 package io.sparkivm.changes
 
-import scala.collection.mutable
 import scala.util.control.NonFatal
 
+import io.sparkivm.state.{Arrangement, StateId, StateKind, StatePlace, StateRegistry}
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.catalyst.TableIdentifier
@@ -23,26 +23,40 @@ import org.apache.spark.sql.ivm.SparkInternals
  * milliseconds each, several per refresh. Here a version's list is computed once per session:
  * from a list already known for an earlier version of the same table plus the commits in between
  * (read from the log on the driver: no Spark job), or by one job when none is known. A version's
- * files never change, so an entry is never stale; entries are kept for the few latest versions of
- * each table read (a refresh's Pre is the last refresh's Post). A scan built by [[read]] skips
+ * files never change, so an entry is never stale; entries are held in the driver's state
+ * ([[StateRegistry]]) for the few latest versions of each table read (a refresh's Pre is the
+ * last refresh's Post). A scan built by [[read]] skips
  * files on the driver by the statistics in the log ([[FileSkipping]]), and is otherwise Delta's own
  * scan of those files (deletion vectors and column mapping included).
  */
 object KnownFiles extends Logging {
   /** The files of one table version, by Delta's identity of a file (path and deletion vector). */
-  final class Version(val tableId: String, val version: Long, val files: Map[(String, String), KnownFile]) {
+  final class Version(val tableId: String, val version: Long, val files: Map[(String, String), KnownFile])
+    extends Arrangement {
     /** The bytes of the version's files (summed once: every query planned over it asks). */
     lazy val sizeInBytes: Long = files.valuesIterator.map(_.add.size).sum
+    override def place: StatePlace = StatePlace.Driver
+    /** A file's action, its path twice and its statistics (as a string and parsed). */
+    override lazy val bytes: Long = files.valuesIterator.map { f =>
+      FileBytes + 4L * (f.add.path.length + Option(f.add.stats).map(_.length).getOrElse(0))
+    }.sum
   }
+
+  /** A held file's objects, less its strings. */
+  private val FileBytes = 600L
 
   /** A table's identity here: its log's location and Delta's table id (a copied directory keeps the id). */
   private def idOf(log: DeltaLog, tableId: String): String = s"${log.logPath}#$tableId"
   private def idOf(snapshot: Snapshot): String = idOf(snapshot.deltaLog, snapshot.metadata.id)
 
   private val VersionsPerTable = 3
-  private val MaxVersions = 64
-  /** Versions kept, least recently used first (guarded by `this`). */
-  private val versions = mutable.LinkedHashMap[(String, Long), Version]()
+
+  private def stateId(tableId: String, version: Long) = StateId(StateKind.FileLists, s"$tableId@$version")
+  private def get(tableId: String, version: Long): Option[Version] =
+    StateRegistry.get[Version](stateId(tableId, version), "")
+  private def ofTable(tableId: String): Seq[Version] =
+    StateRegistry.find[Version](StateKind.FileLists)(_.name.startsWith(s"$tableId@")).map(_._3)
+      .filter(_.tableId == tableId)
 
   private def key(f: FileAction): (String, String) =
     (f.pathAsUri.toString, Option(f.deletionVector).map(_.uniqueId).orNull)
@@ -72,11 +86,10 @@ object KnownFiles extends Logging {
   }
 
   /** The held version of `snapshot` (now the most recently used), and the latest held before it. */
-  private def lookup(snapshot: Snapshot): (Option[Version], Option[Version]) = synchronized {
+  private def lookup(snapshot: Snapshot): (Option[Version], Option[Version]) = {
     val id = idOf(snapshot)
-    val hit = versions.remove((id, snapshot.version))
-    hit.foreach(v => versions((id, v.version)) = v)
-    (hit, versions.values.filter(v => v.tableId == id && v.version < snapshot.version).maxByOption(_.version))
+    val hit = get(id, snapshot.version)
+    (hit, if (hit.isDefined) None else ofTable(id).filter(_.version < snapshot.version).maxByOption(_.version))
   }
 
   /** Commits replayed on the driver, at most, to list a version no earlier version is known for. */
@@ -94,8 +107,7 @@ object KnownFiles extends Logging {
   }
 
   /** The files of `snapshot`'s version if held now (no work is done to get them). */
-  def held(snapshot: Snapshot): Option[Version] =
-    synchronized(versions.get((idOf(snapshot), snapshot.version)))
+  def held(snapshot: Snapshot): Option[Version] = get(idOf(snapshot), snapshot.version)
 
   /** The files at `to`, from those at `from.version` and the commits in between, if all are in the log. */
   private def advance(log: DeltaLog, from: Version, to: Long): Option[Map[(String, String), KnownFile]] =
@@ -137,20 +149,19 @@ object KnownFiles extends Logging {
     if (version == readVersion + 1) {
       val tableId = idOf(log, deltaTableId)
       val from = if (replacesAll) Some(new Version(tableId, readVersion, Map.empty))
-        else synchronized(versions.get((tableId, readVersion)))
+        else get(tableId, readVersion)
       from.flatMap(advance(log, _, version)).foreach(files => remember(new Version(tableId, version, files)))
     }
 
-  private def remember(v: Version): Version = synchronized {
-    versions((v.tableId, v.version)) = v
-    val ofTable = versions.values.filter(_.tableId == v.tableId).toSeq.sortBy(-_.version)
-    ofTable.drop(VersionsPerTable).foreach(o => versions.remove((o.tableId, o.version)))
-    while (versions.size > MaxVersions) versions.remove(versions.head._1)
+  private def remember(v: Version): Version = {
+    StateRegistry.put(stateId(v.tableId, v.version), "", v)
+    ofTable(v.tableId).sortBy(-_.version).drop(VersionsPerTable)
+      .foreach(o => StateRegistry.remove(stateId(o.tableId, o.version), o))
     v
   }
 
   /** Forgets every version (tests). */
-  def clear(): Unit = synchronized(versions.clear())
+  def clear(): Unit = StateRegistry.removeWhere(_.id.kind == StateKind.FileLists)
 
   /** The snapshot of a table at a version: Delta's current one when it is that version. */
   def snapshot(log: DeltaLog, version: Long): Snapshot = {

@@ -1,6 +1,7 @@
 package io.sparkivm.commands
 
-import io.sparkivm.execution.{RefreshLog, RefreshPipeline, ViewExplainer, ViewLifecycle}
+import io.sparkivm.catalog.ViewCatalog
+import io.sparkivm.execution.{HeldState, RefreshLog, RefreshPipeline, ViewExplainer, ViewLifecycle}
 import io.sparkivm.parser._
 import org.apache.spark.sql.{Row, SparkSession}
 import org.apache.spark.sql.catalyst.expressions.{Attribute, AttributeReference}
@@ -20,6 +21,7 @@ object MaterializedViewCommands {
     case s: AlterRefreshPolicy => AlterRefreshPolicyCommand(s)
     case s: AlterSchedule => AlterScheduleCommand(s)
     case s: ShowRefreshes => ShowRefreshesCommand(s)
+    case s: ShowState => ShowStateCommand(s)
   }
 
   private[commands] def string(name: String): AttributeReference =
@@ -103,4 +105,17 @@ case class ShowRefreshesCommand(statement: ShowRefreshes) extends LeafRunnableCo
         e.sourceRowsChanged, e.sourceVersions.toSeq.sorted.map { case (t, v) => s"$t@$v" }.mkString(", "),
         e.error.orNull)
     }
+}
+
+/**
+ * SHOW MATERIALIZED VIEW STATE [FOR v]: the state spark-ivm holds between refreshes (of one
+ * view: its own, its backing table's and its source tables'), least recently used first.
+ */
+case class ShowStateCommand(statement: ShowState) extends LeafRunnableCommand {
+  override val output: Seq[Attribute] = Seq(string("kind"), string("of"), string("place"), long("bytes"),
+    string("view"), string("stamp"))
+  override def run(spark: SparkSession): Seq[Row] = {
+    val lines = statement.name.map(n => HeldState.of(spark, ViewCatalog.lookup(spark, n))).getOrElse(HeldState.all)
+    lines.map(l => Row(l.kind, l.of, l.place, l.bytes, l.view.orNull, l.stamp))
+  }
 }

@@ -149,14 +149,28 @@ object IvmConf {
   val KeyCountsMinBytes: IvmConfEntry[Long] = long("spark.ivm.keyCounts.minTableBytes", 1L << 20,
     "Tables smaller than this are read for their changed keys instead of being counted.")
 
-  val ResidentRowsMaxBytes: IvmConfEntry[Long] = long("spark.ivm.residentRows.maxTableBytes", 128L << 20,
-    "A table that an operator recomputed by key reads for its changed keys (see " +
-      "sharedReads.minTableBytes), and that is at most this large, has the columns the view reads " +
-      "kept in the executors' memory between refreshes, indexed by that key: a refresh then looks " +
-      "up its changed keys' rows instead of scanning the table. They are made (one read of the " +
-      "table) the second time a refresh in the application reads the table by that key, moved " +
-      "forward by each refresh's change, and take executor memory in proportion to the table's " +
-      "rows and those columns. 0 turns this off.")
+  // ---- state kept between refreshes ----
+
+  val StateDriverMaxBytes: IvmConfEntry[Long] = long("spark.ivm.state.driverMaxBytes", -1L,
+    "The most bytes of state spark-ivm keeps in the driver's memory between refreshes: small " +
+      "tables' rows, small results, file lists, lookup trees. Past it the least recently used state " +
+      "is dropped (and made again when a refresh needs it); one table's state is never made if it " +
+      "would take more than half. -1 (the default) is a fifth of the driver's heap; 0 keeps none.",
+    min = -1L)
+
+  val StateExecutorMaxBytes: IvmConfEntry[Long] = long("spark.ivm.state.executorMaxBytes", -1L,
+    "The most bytes of state spark-ivm keeps in the executors' memory between refreshes: tables' " +
+      "rows a view reads by key, a view's keys and aggregate states, counts per key, IVM^eps " +
+      "state, each partitioned and indexed by the key a refresh looks it up with, made the second " +
+      "time a refresh of the application asks for it. Past it the least recently used state is " +
+      "dropped; one table's state is never made if it would take more than half. -1 (the " +
+      "default) is half of the executors' storage memory; 0 keeps none.",
+    min = -1L)
+
+  val StateBuildInBackground: IvmConfEntry[Boolean] = bool("spark.ivm.state.buildInBackground", default = true,
+    "Make executor state between refreshes, on a background thread once no refresh runs (a " +
+      "refresh that starts cancels it), instead of in the refresh that asks for it: the refresh " +
+      "that asks then costs what a refresh without the state costs, and the next one finds it.")
 
   val HeldTableMaxRows: IvmConfEntry[Long] = long("spark.ivm.heldTables.maxRows", 20000L,
     "A Delta table of at most this many rows (and at most 2 MiB, in at most two files per core) " +
@@ -164,17 +178,6 @@ object IvmConf {
       "in the driver's memory by table version: read once (one job), or derived from the version " +
       "before and the change a refresh applied, and then joined on the driver with no Spark job. " +
       "0 turns this off.")
-
-  val ResidentViewMaxBytes: IvmConfEntry[Long] = long("spark.ivm.residentViews.maxTableBytes", 128L << 20,
-    "A view's backing table of at most this many bytes, too large to be held on the driver (see " +
-      "heldTables.maxRows), has the columns a refresh folds its delta into (keys, count, aggregate " +
-      "states) kept in the executors' memory between refreshes, indexed by the view's first key, " +
-      "with each row's place in the table's files: a refresh then looks up its changed groups' old " +
-      "rows instead of reading the table, and marks them deleted without searching for them. They " +
-      "are made (one read of the table) the second time a refresh in the application reads the " +
-      "view, moved forward by each refresh's apply, and take executor memory in proportion to the " +
-      "view's rows (on a local master, only if about four times the table's bytes fit in half the " +
-      "block manager's memory). 0 turns this off.")
 
   val LookupResidentMaxRows: IvmConfEntry[Long] = long("spark.ivm.lookup.residentMaxRows", 20000000L,
     "A view with ACCESS BY over a hierarchical join keeps its view trees (Zhang 2022: chapter 4 " +

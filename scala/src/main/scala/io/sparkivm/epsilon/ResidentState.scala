@@ -1,8 +1,7 @@
 package io.sparkivm.epsilon
 
-import scala.collection.mutable
-
 import io.sparkivm.planner.KeyProbe
+import io.sparkivm.state.{Arrangement, StateId, StateKind, StatePlace, StateRegistry}
 
 import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.catalyst.{InternalRow, TableIdentifier}
@@ -20,8 +19,10 @@ import org.apache.spark.sql.ivm.{LocalRows, PartitionedRows}
  * are, and a version's rows never change, so an entry is right for as long as it is kept,
  * whether or not the refresh that advanced it commits. A refresh that finds no entry for the
  * versions it reads (a new session, a killed refresh whose writes were restored away, a
- * compaction) reads the tables and keeps that. One entry per name: the rows as first read,
- * plus the changes refreshes added since, held on the driver (the small per-refresh changes).
+ * compaction) reads the tables and keeps that. One entry per name, held in the executors' state
+ * ([[StateRegistry]]): the rows as first read, plus the changes refreshes added since, held on
+ * the driver (the small per-refresh changes). The same entries keep the rows and counts by key
+ * of [[io.sparkivm.execution]]'s resident tables, named under their own prefixes.
  */
 object ResidentState {
   /** Appended rows held on the driver past this many: the entry is dropped and rebuilt. */
@@ -42,7 +43,20 @@ object ResidentState {
   def rows(df: DataFrame, keyColumn: String, partitions: Int): PartitionedRows =
     PartitionedRows(df, keyColumn, partitions, KeyProbe.equalsAsJvm(df.schema(keyColumn).dataType))
 
-  final case class Entry(version: String, base: PartitionedRows, appended: Vector[InternalRow]) {
+  /** The driver's bytes per appended row (a row of a few columns and its array slot). */
+  private val AppendedRowBytes = 128L
+
+  final case class Entry(version: String, base: PartitionedRows, appended: Vector[InternalRow]) extends Arrangement {
+    override def place: StatePlace = StatePlace.Executors
+    /** Measured when held, and again while it measures 0 (rows first read by a later lookup). */
+    override def bytes: Long = base.storedBytes + appended.size * AppendedRowBytes
+    override def alive: Boolean = base.alive
+    override def release(): Unit = base.release()
+    override def shares(other: Arrangement): Boolean = other match {
+      case e: Entry => e.base eq base
+      case _ => false
+    }
+
     /**
      * The rows whose probe key is one of `keys`, and whose columns at the indexes in `where`
      * hold one of the values given (or more rows: the caller filters). Read in place
@@ -87,34 +101,42 @@ object ResidentState {
       if (appended.size + rows.size > MaxAppendedRows) None else Some(Entry(next, base, appended ++ rows))
   }
 
-  private val entries = mutable.Map[String, Entry]()
+  /** The kind of state an entry's name holds (see [[io.sparkivm.execution]]'s resident tables). */
+  private def kindOf(name: String): StateKind =
+    if (name.startsWith("keycounts/")) StateKind.KeyCounts
+    else if (name.startsWith("rows/")) StateKind.KeyedRows
+    else StateKind.EpsilonState
+
+  def idOf(name: String): StateId = StateId(kindOf(name), name)
+
+  private val Kinds = Set[StateKind](StateKind.KeyCounts, StateKind.KeyedRows, StateKind.EpsilonState)
 
   /** The entry of a name for exactly this version, if one is kept and its context runs. */
-  def get(spark: SparkSession, name: String, version: String): Option[Entry] = synchronized {
-    entries.get(name) match {
-      case Some(e) if !e.base.alive(spark.sparkContext) =>
-        remove(name)
-        None
-      case found => found.filter(_.version == version)
+  def get(spark: SparkSession, name: String, version: String): Option[Entry] =
+    StateRegistry.get[Entry](idOf(name), version).filter { e =>
+      val current = e.base.alive(spark.sparkContext)
+      if (!current) StateRegistry.remove(idOf(name), e)
+      current
     }
-  }
 
   /**
    * An entry whose name passes `named`, with its name, for exactly this version, if one is kept
    * and its context runs.
    */
   def find(spark: SparkSession, version: String)(named: String => Boolean): Option[(String, Entry)] =
-    synchronized {
-      entries.keys.filter(named).toSeq.flatMap(n => get(spark, n, version).map(n -> _)).headOption
-    }
+    Kinds.iterator.flatMap(k => StateRegistry.find[Entry](k)(id => named(id.name)))
+      .collectFirst { case (id, stamp, e) if stamp == version && e.base.alive(spark.sparkContext) => id.name -> e }
 
-  def put(name: String, entry: Entry): Unit = synchronized {
-    entries.put(name, entry).foreach(old => if (old.base ne entry.base) old.base.release())
-  }
+  /** Holds `entry` under `name` (if it fits the executors' budget); false if it is not held. */
+  def put(name: String, entry: Entry): Boolean = StateRegistry.put(idOf(name), entry.version, entry)
 
-  def remove(name: String): Unit = synchronized {
-    entries.remove(name).foreach(_.base.release())
-  }
+  def remove(name: String): Unit = StateRegistry.remove(idOf(name))
+
+  /**
+   * Marks the entry `name` as asked for by `refresh`; true if an earlier refresh asked for it
+   * too ([[StateRegistry.ask]]: an entry is made the second time).
+   */
+  def ask(name: String, refresh: String): Boolean = StateRegistry.ask(idOf(name), refresh)
 
   /**
    * Whose occurrences an entry holds: a view's backing table, and an id of this instance of the
@@ -127,9 +149,9 @@ object ResidentState {
   }
 
   /** Drops the entries of a view's occurrences: the view was dropped. */
-  def removeView(backing: TableIdentifier): Unit = synchronized {
+  def removeView(backing: TableIdentifier): Unit = {
     val prefix = s"${backing.unquotedString}/"
-    entries.keys.filter(_.startsWith(prefix)).toSeq.foreach(remove)
+    StateRegistry.removeWhere(h => Kinds(h.id.kind) && h.id.name.startsWith(prefix))
   }
 
   /** The name of a state table's entry. */

@@ -8,6 +8,7 @@ import io.sparkivm.catalog.{EpsilonState, ViewCatalog, ViewMetadata}
 import io.sparkivm.changes.DeltaSources
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.execution.DriverWrite
+import io.sparkivm.state.{Arrangement, StateId, StateKind, StatePlace, StateRegistry, StateSize}
 import org.apache.spark.sql.{DataFrame, Row, SaveMode, SparkSession}
 import org.apache.spark.sql.catalyst.{CatalystTypeConverters, InternalRow, TableIdentifier}
 import org.apache.spark.sql.delta.{DeltaHistoryManager, DeltaLog, DeltaOperations}
@@ -53,10 +54,11 @@ class TriangleStateTables(spark: SparkSession, meta: ViewMetadata, attempt: Stri
    * in memory, as the paper's hash maps are; the Delta table is their checkpoint).
    */
   def heavyKeys(i: Int, version: Long, read: => Set[Any]): Set[Any] = {
-    val key = (id(i), version)
-    Option(TriangleStateTables.heavyCache.get(key)).getOrElse {
+    // By version: a refresh reads a table at its Pre and its Post.
+    val state = StateId(StateKind.HeavyKeys, s"${id(i)}@$version")
+    StateRegistry.get[TriangleStateTables.HeavyKeys](state, "").map(_.keys).getOrElse {
       val keys = read
-      TriangleStateTables.heavyCache.put(key, keys)
+      StateRegistry.put(state, "", TriangleStateTables.HeavyKeys(keys))
       keys
     }
   }
@@ -181,11 +183,11 @@ class TriangleStateTables(spark: SparkSession, meta: ViewMetadata, attempt: Stri
 class StateConflictException(message: String) extends RuntimeException(message)
 
 object TriangleStateTables {
-  /** Heavy-key sets by (Delta table id, version); the newest 64 are kept. */
-  private val heavyCache = java.util.Collections.synchronizedMap(
-    new java.util.LinkedHashMap[(String, Long), Set[Any]](16, 0.75f, true) {
-      override def removeEldestEntry(e: java.util.Map.Entry[(String, Long), Set[Any]]): Boolean = size() > 64
-    })
+  /** The heavy keys of a state table at one version (held by its Delta id, stamped by the version). */
+  private final case class HeavyKeys(keys: Set[Any]) extends Arrangement {
+    override def place: StatePlace = StatePlace.Driver
+    override lazy val bytes: Long = StateSize.of(keys)
+  }
 
   /** Drops the state tables of a view's backing table, if there are any. */
   def dropFor(spark: SparkSession, backing: TableIdentifier): Unit = {

@@ -3,6 +3,8 @@ package io.sparkivm.execution
 import io.sparkivm.changes.{DeltaSources, KnownFiles}
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.planner.{RowCounts, SharedScans}
+import io.sparkivm.state.{Arrangement, StateId, StateKind, StatePlace, StateRegistry, StateSize, TableCommit,
+  TableStamp}
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.{InternalRow, TableIdentifier}
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow
@@ -19,31 +21,44 @@ import org.apache.spark.sql.types.StructType
  * `nation`) read as a scan likewise made a Spark job of every query that joined it
  * ([[PinnedReader]]).
  *
- * A version's rows never change, so they are held by the table's Delta id and version and need
- * no invalidation. They are known without reading the table after spark-ivm's own apply: the
- * rows held at the version it read, less the rows of the changed keys, plus the new rows it
- * wrote (which is what [[RewriteCommit]] commits); or, for a view without keys, just the new
- * rows. Otherwise a small table in a few files is read once, by one job, when a refresh asks
- * for it.
+ * A version's rows never change, so they are held in the driver's state ([[StateRegistry]]) by
+ * the table's path, stamped with its Delta id and version, and need no invalidation. They are
+ * known without reading the table after spark-ivm's own apply: the rows held at the version it
+ * read, less the rows of the changed keys, plus the new rows it wrote (which is what
+ * [[RewriteCommit]] commits); or, for a view without keys, just the new rows. Otherwise a small
+ * table in a few files is read once, by one job, when a refresh asks for it.
  */
 object HeldTableRows {
   /** Tables with more rows (`spark.ivm.heldTables.maxRows`), or more bytes, are not held. */
   val MaxBytes: Long = 2L << 20
   /** Nor are tables in more files than this per core, unless an apply's rows make them held. */
   val MaxFilesPerCore = 2
-  /** Tables held at once (the most recently used). */
-  private val MaxTables = 32
+  private case class Held(id: String, version: Long, schema: StructType, rows: IndexedSeq[InternalRow],
+      maxRows: Long) extends Arrangement {
+    override def place: StatePlace = StatePlace.Driver
+    override lazy val bytes: Long = StateSize.of(rows)
 
-  private case class Held(id: String, version: Long, schema: StructType, rows: IndexedSeq[InternalRow])
-
-  private val held = new java.util.LinkedHashMap[String, Held](16, 0.75f, true) {
-    override def removeEldestEntry(e: java.util.Map.Entry[String, Held]): Boolean = size() > MaxTables
+    /**
+     * The rows of the commit's version: those held less the rows of the changed keys, plus the
+     * new rows; None where they are not all known here or are too many.
+     */
+    override def committed(c: TableCommit): Option[Arrangement] = {
+      def kept = if (c.replacesAll) Some(IndexedSeq.empty)
+        else c.removedKeys.map(keys => without(schema, rows, c.keyColumns.map(c.schema.fieldIndex), keys))
+      for {
+        added <- c.added if c.follows(version) && DriverWrite.sameColumns(schema, c.schema)
+        k <- kept
+        next = k ++ added.map(_._1) if next.size <= maxRows
+      } yield copy(version = c.to, rows = next)
+    }
   }
+
+  private def stateId(path: String) = StateId(StateKind.TableRows, path)
 
   /** The rows held for the table at `path` if they are of table `id` at `version`, with `schema`. */
   private def lookup(path: String, id: String, version: Long, schema: StructType): Option[Held] =
-    held.synchronized(Option(held.get(path)))
-      .filter(h => h.id == id && h.version == version && DriverWrite.sameColumns(h.schema, schema))
+    StateRegistry.get[Held](stateId(path), TableStamp(id, version).toString)
+      .filter(h => DriverWrite.sameColumns(h.schema, schema))
 
   private def lookup(path: String, snapshot: Snapshot): Option[Held] =
     lookup(path, snapshot.metadata.id, snapshot.version, snapshot.metadata.schema)
@@ -66,7 +81,7 @@ object HeldTableRows {
       else {
         val df = DeltaSources.snapshot(spark, table, snapshot.version)
         LocalRows.collect(spark, Seq(df), maxRows.toInt).flatMap(_.headOption).filter(_.size <= maxRows).map { rows =>
-          put(path, Held(snapshot.metadata.id, snapshot.version, snapshot.metadata.schema, rows))
+          put(path, Held(snapshot.metadata.id, snapshot.version, snapshot.metadata.schema, rows, maxRows))
           rows
         }
       }
@@ -101,7 +116,7 @@ object HeldTableRows {
       h <- lookup(path, snapshot.metadata.id, from, snapshot.metadata.schema)
       rows <- plus(h.schema, h.rows, changeSchema, change, 1) if rows.size <= IvmConf.HeldTableMaxRows.get(spark)
     } yield {
-      put(path, Held(h.id, snapshot.version, h.schema, rows))
+      put(path, h.copy(version = snapshot.version, rows = rows))
       rows
     }
   }
@@ -127,19 +142,14 @@ object HeldTableRows {
   }
 
   /**
-   * Records the rows of version `to`, which an apply committed on top of `from` by removing the
-   * rows whose columns at `keyAt` hold one of `keys` and adding `fresh` (rows of `schema`, the
-   * table's columns); `replacesAll` if it removed every row. Nothing is held unless the rows at
-   * `from` were (or every row was replaced) and the result is small.
+   * Records the rows of version `to` of the table at `path` when an apply replaced all of them by
+   * `rows` (of `schema`, the table's columns), where no rows were held before.
    */
-  def committed(spark: SparkSession, path: String, id: String, from: Long, to: Long, schema: StructType,
-      keyAt: Seq[Int], keys: Set[InternalRow], fresh: Seq[InternalRow], replacesAll: Boolean): Unit = held.synchronized {
-    val before = lookup(path, id, from, schema)
-    val kept: Option[IndexedSeq[InternalRow]] =
-      if (replacesAll) Some(IndexedSeq.empty) else before.map(h => without(schema, h.rows, keyAt, keys))
-    kept.map(_ ++ fresh).filter(_.size <= IvmConf.HeldTableMaxRows.get(spark)) match {
-      case Some(rows) if to == from + 1 => put(path, Held(id, to, schema, rows))
-      case _ => held.remove(path)
+  def replaced(spark: SparkSession, path: String, id: String, to: Long, schema: StructType,
+      rows: Seq[InternalRow]): Unit = {
+    val maxRows = IvmConf.HeldTableMaxRows.get(spark)
+    if (maxRows > 0 && rows.size <= maxRows && lookup(path, id, to, schema).isEmpty) {
+      put(path, Held(id, to, schema, rows.toIndexedSeq, maxRows))
     }
   }
 
@@ -149,7 +159,6 @@ object HeldTableRows {
       keys(new GenericInternalRow(keyAt.map(i => r.get(i, schema(i).dataType)).toArray))
     }.toIndexedSeq
 
-  private def put(path: String, h: Held): Unit = held.synchronized(held.put(path, h))
-
-  def clear(): Unit = held.synchronized(held.clear())
+  private def put(path: String, h: Held): Unit =
+    StateRegistry.put(stateId(path), TableStamp(h.id, h.version).toString, h, table = Some(path))
 }

@@ -12,6 +12,7 @@ import io.sparkivm.changes.{ChangeFeed, ChangeRequest, DeltaSources, LocalChange
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.epsilon.StateConflictException
 import io.sparkivm.policy.{CostModel, PolicyDecision, RefreshPolicies, ViewGraph}
+import io.sparkivm.state.StateBuilds
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.expressions.Literal
@@ -105,6 +106,12 @@ object RefreshPipeline extends Logging {
   }
 
   def refresh(user: SparkSession, name: Seq[String], full: Boolean, trigger: String = "sql"): RefreshReport = {
+    // State is made between refreshes, never during one (StateBuilds).
+    StateBuilds.refreshStarted(user)
+    try refreshVerified(user, name, full, trigger) finally StateBuilds.refreshEnded()
+  }
+
+  private def refreshVerified(user: SparkSession, name: Seq[String], full: Boolean, trigger: String): RefreshReport = {
     val rebuilt = full && ViewLifecycle.rebuildIfBackingMissing(user, name)
     val report = refreshChecked(user, name, full, trigger,
       if (rebuilt) Some("the view's backing table was gone: rebuilt from its definition, and recomputed") else None)
@@ -276,7 +283,7 @@ object RefreshPipeline extends Logging {
           () => made = true)
         kept.map { plan =>
           lookedUp = Some(s"old rows of the ${keys.size} changed groups looked up in the view's rows kept in " +
-            "memory by key (spark.ivm.residentViews.maxTableBytes)" +
+            "memory by key (spark.ivm.state.executorMaxBytes)" +
             (if (made) ", read from the table now to be kept" else ", not read from the table"))
           plan
         }

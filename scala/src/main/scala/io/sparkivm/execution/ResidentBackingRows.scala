@@ -7,6 +7,8 @@ import io.sparkivm.changes.DeltaSources
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.epsilon.ResidentState
 import io.sparkivm.planner.{KeyProbe, SharedScans, ViewMaintenance}
+import io.sparkivm.state.{Arrangement, StateBuilds, StateId, StateKind, StatePlace, StateRegistry, TableCommit,
+  TableStamp}
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.{Attribute, GenericInternalRow}
@@ -28,29 +30,58 @@ import org.apache.spark.unsafe.types.UTF8String
  * Only the columns the fold reads are kept (keys, count and aggregate states, see
  * [[ViewMaintenance.foldColumns]]), with each row's place in the table's files (its file and row
  * index), so that the apply marks the old rows deleted without searching for them
- * ([[RewriteCommit]]). An entry is named by the table's path and stamped with its Delta id and
- * version. The rows as first read stay as they are ([[PartitionedRows]]); each apply of
- * spark-ivm's own records its changed keys' new rows (or their absence) on top, on the driver,
- * with the places [[DriverWrite]] wrote them at, and moves the stamp to the version it
- * committed. Any other commit to the table (a full refresh, a user's OPTIMIZE) leaves the entry
+ * ([[RewriteCommit]]). An entry is held in the executors' state ([[StateRegistry]]) by the
+ * table's path and stamped with its Delta id and version. The rows as first read stay as they
+ * are ([[PartitionedRows]]); each apply of spark-ivm's own records its changed keys' new rows
+ * (or their absence) on top, on the driver, with the places [[DriverWrite]] wrote them at, and
+ * moves the stamp to the version it committed ([[TableCommit]]). Any other commit to the table (a full refresh, a user's OPTIMIZE) leaves the entry
  * at an older version: it is dropped, and made again by a read of the table. A place the apply
  * finds no longer in the table (its file was compacted or rewritten) sends it back to its
  * search, so a place never needs to be corrected here.
  *
  * The rows are made (one read of the table, laid out by key) the second time a refresh of the
  * application reads the view's old rows by key, so an application that refreshes once never
- * pays for them; only for tables larger than [[HeldTableRows]] holds on the driver, and at most
- * `spark.ivm.residentViews.maxTableBytes`.
+ * pays for them; only for tables larger than [[HeldTableRows]] holds on the driver, and only
+ * where they fit the executors' state budget (`spark.ivm.state.executorMaxBytes`).
  */
 object ResidentBackingRows {
   /** Rows recorded on top of the rows first read, past which the entry is made again. */
   private val MaxOverlayRows = 200000
-  /** Tables arranged at once (the most recently used). */
-  private val MaxTables = 8
-  private val asks = new ResidentAsks(16)
 
   private final case class Arranged(id: String, version: Long, schema: StructType, keyCount: Int,
-      base: PartitionedRows, overlay: Map[InternalRow, Option[InternalRow]]) {
+      base: PartitionedRows, baseBytes: Long, overlay: Map[InternalRow, Option[InternalRow]]) extends Arrangement {
+    override def place: StatePlace = StatePlace.Executors
+    /** The kept rows as their block managers report them, and the overlay on the driver. */
+    override def bytes: Long = baseBytes + overlay.size * OverlayRowBytes
+    override def alive: Boolean = base.alive
+    override def release(): Unit = base.release()
+    override def shares(other: Arrangement): Boolean = other match {
+      case a: Arranged => a.base eq base
+      case _ => false
+    }
+
+    /**
+     * Moved by an apply of spark-ivm's own: the rows of the removed keys recorded as gone, and
+     * the new rows with the places they were written at (a place not known leaves the apply to
+     * search for the row); None where the commit replaced every row or its rows are not known.
+     */
+    override def committed(c: TableCommit): Option[Arrangement] = {
+      val at = columns.map(n => c.schema.fieldNames.indexOf(n))
+      for {
+        keys <- c.removedKeys
+        fresh <- c.added
+        if c.follows(version) && !c.replacesAll && !at.contains(-1) && overlay.size + keys.size <= MaxOverlayRows
+      } yield {
+        val added = fresh.map { case (r, place) =>
+          val values = at.indices.map(i => r.get(at(i), types(i))) ++
+            place.map { case (f, i) => Seq(UTF8String.fromString(f), i) }.getOrElse(Seq(null, null))
+          val row = new GenericInternalRow(values.toArray)
+          keyOf(row) -> Some(row)
+        }
+        copy(version = c.to, overlay = overlay ++ keys.iterator.map(_ -> None) ++ added)
+      }
+    }
+
     val types: Array[DataType] = schema.fields.map(_.dataType)
     /** The kept columns of the table (the schema ends with the places). */
     def columns: Seq[String] = schema.fieldNames.toSeq.dropRight(2)
@@ -61,13 +92,10 @@ object ResidentBackingRows {
       new GenericInternalRow((0 until keyCount).map(i => r.get(i, types(i))).toArray)
   }
 
-  private val arranged = new java.util.LinkedHashMap[String, Arranged](16, 0.75f, true) {
-    override def removeEldestEntry(e: java.util.Map.Entry[String, Arranged]): Boolean = {
-      val drop = size() > MaxTables
-      if (drop) e.getValue.base.release()
-      drop
-    }
-  }
+  /** The driver's bytes per row recorded on top of the kept rows (a row and its key). */
+  private val OverlayRowBytes = 256L
+
+  private def stateId(path: String) = StateId(StateKind.ViewRows, path)
 
   /**
    * The old rows of `keys` (rows of the view's key columns, in order, Catalyst values) in the
@@ -78,20 +106,27 @@ object ResidentBackingRows {
    */
   def rows(spark: SparkSession, meta: ViewMetadata, snapshot: Snapshot, columns: Seq[String], keyCount: Int,
       keys: Seq[InternalRow], refresh: String, made: () => Unit): Option[(Seq[Attribute], Seq[InternalRow])] = {
-    val max = IvmConf.ResidentViewMaxBytes.get(spark)
     val path = snapshot.deltaLog.dataPath.toString
-    if (max <= 0) forget(path)
+    val id = stateId(path)
     // A table held on the driver whole (HeldTableRows) is read from there.
-    if (max <= 0 || keyCount == 0 || keys.isEmpty || HeldTableRows.at(spark, snapshot).isDefined) return None
-    val found = arranged.synchronized(Option(arranged.get(path))).filter { a =>
-      val current = a.isAt(snapshot, columns) && a.base.alive(spark.sparkContext)
-      if (!current) remove(path, a)
-      current
-    }
+    if (keyCount == 0 || keys.isEmpty || HeldTableRows.at(spark, snapshot).isDefined) return None
+    val found = StateRegistry.get[Arranged](id, TableStamp(snapshot.metadata.id, snapshot.version).toString)
+      .filter { a =>
+        val current = a.isAt(snapshot, columns) && a.base.alive(spark.sparkContext)
+        if (!current) StateRegistry.remove(id, a)
+        current
+      }
+    def hold(a: Arranged): Boolean = StateRegistry.put(id, TableStamp(a.id, a.version).toString, a,
+      table = Some(path), view = Some(meta.view.unquotedString))
     found.orElse {
-      if (!asks.touch(path, refresh)) None
-      else arrange(spark, meta, snapshot, columns, keyCount, max).map { a =>
-        arranged.synchronized(Option(arranged.put(path, a))).filter(_.base ne a.base).foreach(_.base.release())
+      if (!StateRegistry.ask(id, refresh)) None
+      else if (IvmConf.StateBuildInBackground.get(spark)) {
+        // Made after this refresh, at the version it commits (StateBuilds); read from the table now.
+        StateBuilds.submit(spark, id) {
+          arrange(spark, meta, snapshot.deltaLog.update(), columns, keyCount).foreach(hold)
+        }
+        None
+      } else arrange(spark, meta, snapshot, columns, keyCount).filter(hold).map { a =>
         made()
         a
       }
@@ -100,23 +135,23 @@ object ResidentBackingRows {
 
   /** True if the table's `columns` at the snapshot are kept here (for EXPLAIN: asks nothing, makes nothing). */
   def keptAt(snapshot: Snapshot, columns: Seq[String]): Boolean =
-    arranged.synchronized(Option(arranged.get(snapshot.deltaLog.dataPath.toString))).exists(_.isAt(snapshot, columns))
+    StateRegistry.latest[Arranged](stateId(snapshot.deltaLog.dataPath.toString)).exists(_._2.isAt(snapshot, columns))
 
   /**
    * Kept rows take about this many times their bytes in the table's files (decompressed and
-   * decoded, as rows and hash maps); on a local master they must fit in half the block
-   * manager's memory, else they would spill to disk and each lookup would read them back.
+   * decoded, as rows and hash maps): what is admitted to the executors' budget before they are
+   * read, and measured once they are.
    */
   private val MemoryPerFileByte = 4
 
   /** The table's rows at the snapshot, arranged; None if it is too small, too large or not indexable. */
   private def arrange(spark: SparkSession, meta: ViewMetadata, snapshot: Snapshot, columns: Seq[String],
-      keyCount: Int, max: Long): Option[Arranged] = {
+      keyCount: Int): Option[Arranged] = {
     val bytes = DeltaSources.sizeInBytes(snapshot)
     val table = snapshot.metadata.schema
     val fields = columns.flatMap(c => table.find(_.name == c))
-    val fits = PartitionedRows.localStorageBytes(spark.sparkContext).forall(bytes * MemoryPerFileByte <= _ / 2)
-    if (bytes > max || !fits || HeldTableRows.holdable(spark, snapshot) || fields.size != columns.size ||
+    val fits = StateRegistry.admits(spark, StatePlace.Executors, bytes * MemoryPerFileByte)
+    if (!fits || HeldTableRows.holdable(spark, snapshot) || fields.size != columns.size ||
       !fields.take(keyCount).forall(f => KeyProbe.equalsAsJvm(f.dataType)) ||
       !fields.forall(f => SharedScans.comparable(f.dataType))) {
       None
@@ -129,7 +164,8 @@ object ResidentBackingRows {
       // Every partition now, so that lookups read in place from the first.
       base.load()
       Some(Arranged(snapshot.metadata.id, snapshot.version, StructType(fields.map(_.copy(nullable = true)) ++
-        Seq(StructField(file, StringType), StructField(row, LongType))), keyCount, base, Map.empty))
+        Seq(StructField(file, StringType), StructField(row, LongType))), keyCount, base,
+        Some(base.storedBytes).filter(_ > 0).getOrElse(bytes * MemoryPerFileByte), Map.empty))
     }
   }
 
@@ -147,14 +183,14 @@ object ResidentBackingRows {
       a.base.rowsOfKeysInPlace(firsts).orElse(
         LocalRows.collect(spark, Seq(a.base.frameOfKeysByJob(spark, Some(firsts))), Int.MaxValue).map(_.head))
     } catch { case NonFatal(_) => None }
-    if (kept.isEmpty) remove(path, a)
+    if (kept.isEmpty) StateRegistry.remove(stateId(path), a)
     kept.flatMap { rows =>
       val fromBase = rows.filter { r => val k = a.keyOf(r); wanted(k) && !a.overlay.contains(k) }
       val fromOverlay = keys.distinct.flatMap(k => a.overlay.get(k).flatten)
       val all = fromBase ++ fromOverlay
       if (all.map(a.keyOf).distinct.size != all.size) {
         // Two rows of one key: the entry is not the table it is stamped with.
-        remove(path, a)
+        StateRegistry.remove(stateId(path), a)
         None
       } else {
         val out = all.map { r =>
@@ -165,39 +201,6 @@ object ResidentBackingRows {
     }
   }
 
-  /**
-   * Records an apply of spark-ivm's own that committed version `to` of the table at `path` (Delta
-   * id `id`) on top of `from`: the rows of `keys` (rows of the key columns) were removed and
-   * `fresh` (rows of `schema`, the table's columns, each with the file and row index it was
-   * written at, if known) added. Drops the entry where it was not at `from` or the rows are not
-   * known here (`keys` None).
-   */
-  def committed(path: String, id: String, from: Long, to: Long, keys: Option[Set[InternalRow]],
-      schema: StructType, fresh: Seq[(InternalRow, Option[(String, Long)])]): Unit = arranged.synchronized {
-    Option(arranged.get(path)).foreach { a =>
-      val at = a.columns.map(n => schema.fieldNames.indexOf(n))
-      if (a.id != id || a.version != from || to != from + 1 || keys.isEmpty || at.contains(-1) ||
-        a.overlay.size + keys.get.size > MaxOverlayRows) forget(path)
-      else {
-        val added = fresh.map { case (r, place) =>
-          val values = at.indices.map(i => r.get(at(i), a.types(i))) ++
-            place.map { case (f, i) => Seq(UTF8String.fromString(f), i) }.getOrElse(Seq(null, null))
-          val row = new GenericInternalRow(values.toArray)
-          a.keyOf(row) -> Some(row)
-        }
-        arranged.put(path, a.copy(version = to,
-          overlay = a.overlay ++ keys.get.iterator.map(_ -> None) ++ added))
-      }
-    }
-  }
-
   /** Drops the rows kept for the table at `path` (its view is dropped, or its rows replaced). */
-  def forget(path: String): Unit = arranged.synchronized {
-    Option(arranged.remove(path)).foreach(_.base.release())
-  }
-
-  /** Drops `a`, if it is still the entry kept for `path` (a concurrent apply may have moved it on). */
-  private def remove(path: String, a: Arranged): Unit = arranged.synchronized {
-    if (arranged.get(path) eq a) forget(path)
-  }
+  def forget(path: String): Unit = StateRegistry.remove(stateId(path))
 }

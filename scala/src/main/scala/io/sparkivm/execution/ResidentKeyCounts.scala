@@ -5,6 +5,7 @@ import scala.util.control.NonFatal
 import io.sparkivm.changes.{LocalChange, PinnedSource, TableChange}
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.epsilon.ResidentState
+import io.sparkivm.state.{StateBuilds, StatePlace, StateRegistry}
 import io.sparkivm.planner.{CountedTable, KeyCounts, KeyProbe}
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.{CatalystTypeConverters, InternalRow}
@@ -30,8 +31,6 @@ import org.apache.spark.sql.types.StructType
  */
 object ResidentKeyCounts {
   private val CountColumn = "__ivm_cnt"
-  /** The entries asked for: at most 16 kept at once. */
-  private val asks = new ResidentAsks(16)
 
   /**
    * The counts of `keys` at `from` (Pre) and at `source.version` (Post), or None where they
@@ -61,7 +60,7 @@ object ResidentKeyCounts {
       // The log's path with the id: a copied table keeps its id.
       val name = s"keycounts/${DeltaLog.forTable(spark, t.leaf.table).logPath}#${source.tableId}/${t.definition}"
       val (preStamp, postStamp) = (from.toString, source.version.toString)
-      val askedBefore = asks.touch(name, refresh)
+      val askedBefore = ResidentState.ask(name, refresh)
       ResidentState.get(spark, name, postStamp) match {
         case Some(e) => e.sums(spark, wanted, CountColumn).map(p => KeyCounts(plus(p, -1), p))
         case None => ResidentState.get(spark, name, preStamp) match {
@@ -77,15 +76,31 @@ object ResidentKeyCounts {
           // Counted the second time a refresh in this application asks: an application that
           // refreshes once (a scheduled job) reads the rows of its keys and never pays for counting.
           case None if !askedBefore => None
+          // Counts take at most the table's rows (one per key), about their bytes in its files.
+          case None if !StateRegistry.admits(spark, StatePlace.Executors, source.sizeInBytes) => None
           case None =>
-            val filtered = t.filters.reduceOption(And).map(Filter(_, post)).getOrElse(post)
-            val counts = Aggregate(Seq(t.key),
-              Seq(t.key, Alias(Count(Literal(1)).toAggregateExpression(), CountColumn)()), filtered)
-            val parts = ResidentState.partitions(spark, source.sizeInBytes / (16L << 20) + 1)
-            val entry = ResidentState.Entry(postStamp,
-              ResidentState.rows(SparkInternals.dataFrame(spark, counts), t.key.name, parts), Vector.empty)
-            ResidentState.put(name, entry)
-            entry.sums(spark, wanted, CountColumn).map(p => KeyCounts(plus(p, -1), p))
+            val plan = post
+            def make(): ResidentState.Entry = {
+              val filtered = t.filters.reduceOption(And).map(Filter(_, plan)).getOrElse(plan)
+              val counts = Aggregate(Seq(t.key),
+                Seq(t.key, Alias(Count(Literal(1)).toAggregateExpression(), CountColumn)()), filtered)
+              val parts = ResidentState.partitions(spark, source.sizeInBytes / (16L << 20) + 1)
+              ResidentState.Entry(postStamp,
+                ResidentState.rows(SparkInternals.dataFrame(spark, counts), t.key.name, parts), Vector.empty)
+            }
+            if (IvmConf.StateBuildInBackground.get(spark)) {
+              // Counted after this refresh, at its Post: the next refresh's Pre (StateBuilds).
+              StateBuilds.submit(spark, ResidentState.idOf(name)) {
+                val entry = make()
+                entry.base.load()
+                ResidentState.put(name, entry)
+              }
+              None
+            } else {
+              val entry = make()
+              ResidentState.put(name, entry)
+              entry.sums(spark, wanted, CountColumn).map(p => KeyCounts(plus(p, -1), p))
+            }
         }
       }
     }

@@ -3,6 +3,7 @@ package io.sparkivm.execution
 import io.sparkivm.changes.{LocalChange, PinnedSource, TableChange}
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.epsilon.ResidentState
+import io.sparkivm.state.{StateBuilds, StatePlace, StateRegistry}
 import io.sparkivm.planner.{KeyProbe, RowCounts, SharedScans}
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.{CatalystTypeConverters, InternalRow, TableIdentifier}
@@ -33,8 +34,8 @@ import org.apache.spark.sql.types.StructField
  */
 object ResidentTableRows {
   private val WeightColumn = "__ivm_w"
-  /** The entries asked for: at most 16 kept at once. */
-  private val asks = new ResidentAsks(16)
+  /** Kept rows take about this many times their bytes in the table's files (as rows and hash maps). */
+  private val MemoryPerFileByte = 4L
 
   /**
    * The rows of the table whose column `key` holds one of `keys` (Catalyst values; a null reads
@@ -48,9 +49,9 @@ object ResidentTableRows {
   def read(spark: SparkSession, table: TableIdentifier, key: String, columns: Seq[StructField],
       keys: Iterable[Any], source: PinnedSource, from: Long, atPost: Boolean, change: Option[TableChange],
       all: => LogicalPlan, refresh: String): Option[Seq[InternalRow]] = {
-    val max = IvmConf.ResidentRowsMaxBytes.get(spark)
     val keyAt = columns.indexWhere(_.name == key)
-    if (max <= 0 || source.sizeInBytes > max || keyAt < 0 || !KeyProbe.equalsAsJvm(columns(keyAt).dataType) ||
+    val fits = StateRegistry.admits(spark, StatePlace.Executors, source.sizeInBytes * MemoryPerFileByte)
+    if (!fits || keyAt < 0 || !KeyProbe.equalsAsJvm(columns(keyAt).dataType) ||
       !columns.forall(c => SharedScans.comparable(c.dataType))) return None
     val keyType = columns(keyAt).dataType
     val name = s"${prefix(spark, table, source)}$key/${signature(columns)}"
@@ -58,7 +59,7 @@ object ResidentTableRows {
     // The keys are Catalyst values of the key's type: looked up in place as they are; a job's
     // filter takes external values.
     lazy val external = keys.map(k => if (k == null) null else CatalystTypeConverters.convertToScala(k, keyType))
-    val askedBefore = asks.touch(name, refresh)
+    val askedBefore = ResidentState.ask(name, refresh)
 
     def rowsOf(e: ResidentState.Entry): Option[Seq[InternalRow]] = {
       val found = e.base.rowsOfKeysInPlace(keys.toArray.distinct, e.appended).orElse(
@@ -81,15 +82,24 @@ object ResidentTableRows {
         case None if !askedBefore => None
         case None =>
           val plan = all
-          val named = Project(plan.output.zip(columns).map { case (a, c) => Alias(a, c.name)() } :+
-            Alias(Literal(1L), WeightColumn)(), plan)
-          val parts = ResidentState.partitions(spark, source.sizeInBytes / (16L << 20) + 1)
-          val base = ResidentState.rows(SparkInternals.dataFrame(spark, named), key, parts)
-          // Every partition now, so that lookups read in place from the first.
-          base.load()
-          val entry = ResidentState.Entry(postStamp, base, Vector.empty)
-          ResidentState.put(name, entry)
-          rowsOf(entry)
+          def make(): ResidentState.Entry = {
+            val named = Project(plan.output.zip(columns).map { case (a, c) => Alias(a, c.name)() } :+
+              Alias(Literal(1L), WeightColumn)(), plan)
+            val parts = ResidentState.partitions(spark, source.sizeInBytes / (16L << 20) + 1)
+            val base = ResidentState.rows(SparkInternals.dataFrame(spark, named), key, parts)
+            // Every partition now, so that lookups read in place from the first.
+            base.load()
+            ResidentState.Entry(postStamp, base, Vector.empty)
+          }
+          if (IvmConf.StateBuildInBackground.get(spark)) {
+            // Made after this refresh, at its Post: the next refresh's Pre (StateBuilds).
+            StateBuilds.submit(spark, ResidentState.idOf(name))(ResidentState.put(name, make()))
+            None
+          } else {
+            val entry = make()
+            ResidentState.put(name, entry)
+            rowsOf(entry)
+          }
       }
     }
   }

@@ -4,6 +4,7 @@ import io.sparkivm.catalog.{RefreshHistory, RefreshRecord, ViewCatalog, ViewMeta
 import io.sparkivm.changes.{DeltaSources, KnownFiles}
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.planner.{KeyProbe, ViewMaintenance}
+import io.sparkivm.state.{StateRegistry, TableCommit}
 import org.apache.spark.sql.{Column, DataFrame, SaveMode, SparkSession}
 import org.apache.spark.sql.catalyst.{CatalystTypeConverters, InternalRow}
 import org.apache.spark.sql.catalyst.expressions.{AttributeReference, CreateStruct, Expression,
@@ -136,22 +137,22 @@ object RewriteCommit extends DeltaCommand {
       touched.map(_.removeWithTimestamp(now, dataChange = true)) ++ marked ++ adds,
       DeltaOperations.Write(SaveMode.Append, predicate = Some(s"spark-ivm refresh ${record.number} of ${meta.viewName}")),
       replacesAll = false)
-    // The new version's rows, from the held rows of the version read and the rows written.
-    for (keys <- changed.keysHere; (schema, fresh) <- whole.orElse(freshHere)) {
-      HeldTableRows.committed(spark, log.dataPath.toString, txn.metadata.id, txn.readVersion, version, schema,
-        maintenance.keyNames.map(schema.fieldIndex), keys, fresh,
-        replacesAll = maintenance.keyNames.isEmpty || whole.isDefined)
-    }
-    if (whole.isDefined) ResidentBackingRows.forget(log.dataPath.toString)
-    // And the arranged rows: the new rows at the places the driver wrote them, if it did.
+    // The state of the table moves to the new version: the rows of the changed keys removed,
+    // the new rows added at the places the driver wrote them, if it did.
     val placed = here.map(_.flatMap { case (add, rows) =>
       // Escaped, as Spark's `_metadata.file_path` gives a place, and as `getTouchedFile` takes it.
       val path = DeltaFileOperations.absolutePath(log.dataPath.toString, add.path).toUri.toString
       rows.zipWithIndex.map { case (r, i) => r -> Option(path -> i.toLong) }
     }).orElse(freshHere.map(_._2.map(_ -> None)))
-    ResidentBackingRows.committed(log.dataPath.toString, txn.metadata.id, txn.readVersion, version,
-      changed.keysHere.filter(_ => placed.isDefined), freshHere.map(_._1).getOrElse(new StructType()),
-      placed.getOrElse(Nil))
+    val path = log.dataPath.toString
+    val replacesAll = maintenance.keyNames.isEmpty || whole.isDefined
+    val added = whole.map(_._2.map(_ -> Option.empty[(String, Long)])).orElse(placed)
+    StateRegistry.committed(TableCommit(path, txn.metadata.id, txn.readVersion, version, replacesAll,
+      maintenance.keyNames, changed.keysHere, whole.orElse(freshHere).map(_._1).getOrElse(new StructType()), added))
+    // Rows that replaced all others are known whether or not the old ones were held.
+    for ((schema, rows) <- whole.orElse(freshHere.filter(_ => replacesAll))) {
+      HeldTableRows.replaced(spark, path, txn.metadata.id, version, schema, rows)
+    }
     Some(changed.metrics)
   }
 
@@ -185,7 +186,7 @@ object RewriteCommit extends DeltaCommand {
       record: RefreshRecord): Boolean = {
     val (log, txn) = start(spark, meta)
     if (txn.txnVersion(meta.id) >= record.number) return false
-    ResidentBackingRows.forget(log.dataPath.toString)
+    StateRegistry.removeWhere(_.table.contains(log.dataPath.toString))
     val old = candidateFiles(spark, log, txn, Nil)
     recordIn(txn, record, properties, Some(SparkInternals.nullable(rows.schema)))
     val adds = txn.writeFiles(rows, BackingLayout.deltaOptions(spark))

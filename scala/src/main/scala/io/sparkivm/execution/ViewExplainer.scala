@@ -69,6 +69,7 @@ object ViewExplainer {
     val refreshedAt = new Timestamp(last.timestampMs)
     val fresh = Freshness.of(spark, meta, last)
     val lastReason = meta.history.lastOption.map(_.reason)
+    val state = HeldState.of(spark, meta)
     val info = Seq(
       ("View", meta.viewName, ""),
       ("Backing table", meta.backing.quotedString, ""),
@@ -88,6 +89,9 @@ object ViewExplainer {
       } ++
       Seq(("Last refresh", s"#${last.number} (${last.mode}) at $refreshedAt, " +
         s"backing table version ${last.backingVersion}" + lastReason.map(r => s": $r").getOrElse(""), "")) ++
+      Seq(("State held", if (state.isEmpty) s"none (${HeldState.summary(spark)})" else
+        s"${HeldState.bytes(state.map(_.bytes).sum)} in ${state.size} arrangements (${HeldState.summary(spark)})", "")) ++
+      state.map(l => ("State", s"${l.kind} of ${l.of} at ${l.stamp}: ${HeldState.bytes(l.bytes)} in the ${l.place}", "")) ++
       meta.comment.map(c => ("Comment", c, "")) ++
       (if (meta.sqlConf.isEmpty) Nil else Seq(("SQL configurations",
         meta.sqlConf.toSeq.sorted.map { case (k, v) => s"$k=$v" }.mkString("[", ", ", "]"), ""))) ++
@@ -133,6 +137,8 @@ object ViewExplainer {
         "reason" -> opt(lastReason)(JString(_)),
         "timestamp" -> JString(refreshedAt.toInstant.toString), "backing_version" -> JLong(last.backingVersion)),
       "properties" -> JObject(meta.userProperties.toSeq.sorted.map { case (k, v) => k -> JString(v) }.toList),
+      "state" -> JArray(state.map(l => JObject("kind" -> JString(l.kind), "of" -> JString(l.of),
+        "place" -> JString(l.place), "bytes" -> JLong(l.bytes), "stamp" -> JString(l.stamp))).toList),
       "sql_configs" -> JObject(meta.sqlConf.toSeq.sorted.map { case (k, v) => k -> JString(v) }.toList),
       "warnings" -> JArray(warnings.map(JString(_)).toList),
       // The same as the rows' "# Materialized View Information" part: key -> value, or values.
@@ -249,7 +255,7 @@ object ViewExplainer {
         val kept = maintenance.keyNames.nonEmpty &&
           ResidentBackingRows.keptAt(DeltaLog.forTable(spark, meta.backing).update(), maintenance.foldColumns)
         line("Old rows of the changed groups: " + (if (kept) "looked up in the view's rows kept in memory by key " +
-          s"(${IvmConf.ResidentViewMaxBytes.key}), no job" else s"read from ${meta.backing.quotedString}"))
+          s"(${IvmConf.StateExecutorMaxBytes.key}), no job" else s"read from ${meta.backing.quotedString}"))
         line(s"Estimated Spark jobs: ${1 + checks + (if (kept) 0 else 1) + recompute + 2} (changes 1, integrity " +
           s"checks $checks, changed rows ${(if (kept) 0 else 1) + recompute}, apply and commit about 2)")
         maintenance.mergeSource(rules,

@@ -11,6 +11,7 @@ import io.sparkivm.epsilon.{EpsilonStrategy, TriangleStateTables, TriangleViews}
 import io.sparkivm.parser.{AlterMaterializedViewProperties, AlterSchedule, CreateMaterializedView}
 import io.sparkivm.policy.RefreshPolicies
 import io.sparkivm.planner.ViewMaintenance
+import io.sparkivm.state.StateRegistry
 import org.apache.hadoop.fs.Path
 import org.apache.spark.sql.{AnalysisException, SparkSession}
 import org.apache.spark.sql.catalyst.analysis.NoSuchTableException
@@ -278,9 +279,11 @@ object ViewLifecycle extends Logging {
     } else false
   }
 
-  /** Drops a backing table's rows kept in memory ([[ResidentBackingRows]]): the table is dropped. */
+  /** Drops the state kept of a backing table ([[StateRegistry]]): the table is dropped. */
   private def forgetKept(spark: SparkSession, backing: TableIdentifier): Unit =
-    scala.util.Try(ViewCatalog.deltaLog(spark, backing).dataPath.toString).foreach(ResidentBackingRows.forget)
+    scala.util.Try(ViewCatalog.deltaLog(spark, backing).dataPath.toString).foreach { path =>
+      StateRegistry.removeWhere(_.table.contains(path))
+    }
 
   /** True if something lies at the location a managed table of this name would have. */
   private def locationTaken(spark: SparkSession, table: TableIdentifier): Boolean = {
@@ -298,6 +301,7 @@ object ViewLifecycle extends Logging {
   def drop(spark: SparkSession, name: Seq[String], ifExists: Boolean): Unit = {
     val id = ViewCatalog.qualify(spark, name)
     io.sparkivm.access.ResidentTrees.forget(id)
+    StateRegistry.removeWhere(_.view.contains(id.unquotedString))
     // The view may vanish under a concurrent DROP at any step: then this DROP found none.
     val table = try Some(SessionInternals.catalog(spark).getTableMetadata(id)) catch {
       case _: NoSuchTableException => None

@@ -18,6 +18,7 @@ import org.apache.spark.sql.catalyst.trees.Origin
  *   DROP MATERIALIZED VIEW [IF EXISTS] name
  *   SHOW MATERIALIZED VIEWS [(IN | FROM) namespace]
  *   SHOW REFRESHES [FOR name] [LIMIT n]
+ *   SHOW MATERIALIZED VIEW STATE [FOR name]
  *   (DESCRIBE | DESC) MATERIALIZED VIEW name [AS JSON]
  *   EXPLAIN REFRESH MATERIALIZED VIEW name
  *   ALTER MATERIALIZED VIEW name (SET TBLPROPERTIES (k = v, ...) | UNSET TBLPROPERTIES (k, ...)
@@ -41,6 +42,7 @@ object IvmStatementParser {
       case ("REFRESH" | "DROP" | "ALTER" | "DESCRIBE" | "DESC") :: "MATERIALIZED" :: "VIEW" :: _ =>
         true
       case "SHOW" :: "MATERIALIZED" :: "VIEWS" :: _ => true
+      case "SHOW" :: "MATERIALIZED" :: "VIEW" :: "STATE" :: _ => true
       case "SHOW" :: "REFRESHES" :: _ => true
       case "EXPLAIN" :: "REFRESH" :: "MATERIALIZED" :: "VIEW" :: Nil => true
       case _ => false
@@ -265,10 +267,18 @@ object IvmStatementParser {
           expectEnd()
           ShowRefreshes(name, limit)
         case "SHOW" =>
-          expectKeyword("MATERIALIZED"); expectKeyword("VIEWS")
-          val ns = if (acceptKeyword("IN") || acceptKeyword("FROM")) Some(multipartName()) else None
-          expectEnd()
-          ShowMaterializedViews(ns)
+          expectKeyword("MATERIALIZED")
+          if (acceptKeyword("VIEW")) {
+            expectKeyword("STATE")
+            val name = if (acceptKeyword("FOR")) Some(multipartName()) else None
+            expectEnd()
+            ShowState(name)
+          } else {
+            expectKeyword("VIEWS")
+            val ns = if (acceptKeyword("IN") || acceptKeyword("FROM")) Some(multipartName()) else None
+            expectEnd()
+            ShowMaterializedViews(ns)
+          }
         case "DESCRIBE" | "DESC" =>
           expectKeyword("MATERIALIZED"); expectKeyword("VIEW")
           val name = multipartName()

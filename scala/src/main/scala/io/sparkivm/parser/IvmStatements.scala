@@ -36,4 +36,5 @@ case class AlterRefreshPolicy(name: Seq[String], policy: RefreshPolicy) extends 
 /** ALTER MATERIALIZED VIEW name {ADD | ALTER} schedule, or DROP {SCHEDULE | TRIGGER} (no schedule). */
 case class AlterSchedule(name: Seq[String], action: String, schedule: Option[Schedule]) extends IvmStatement
 /** SHOW REFRESHES [FOR name] [LIMIT n]. */
+case class ShowState(name: Option[Seq[String]]) extends IvmStatement
 case class ShowRefreshes(name: Option[Seq[String]], limit: Option[Int]) extends IvmStatement

@@ -185,6 +185,17 @@ final class PartitionedRows private (val schema: StructType, keyIndex: Int, part
   /** True while the rows' SparkContext runs (a stopped context has lost them). */
   def alive(sc: SparkContext): Boolean = (rdd.context eq sc) && !sc.isStopped
 
+  /** True while the rows' SparkContext runs. */
+  def alive: Boolean = !rdd.context.isStopped
+
+  /**
+   * The bytes the kept partitions take in the executors' block managers (memory and disk), as
+   * they report them; 0 before any partition is computed.
+   */
+  def storedBytes: Long =
+    if (rdd.context.isStopped) 0L
+    else rdd.context.getRDDStorageInfo(_.id == rdd.id).iterator.map(i => i.memSize + i.diskSize).sum
+
   /**
    * The rows whose key column holds one of `keys` (all rows when None) as a DataFrame of
    * `spark`. Indexed rows are exactly those; otherwise the read partitions' rows with other
@@ -292,6 +303,19 @@ object PartitionedRows {
    * The memory this JVM's block manager may keep blocks in, on a local master (whose one
    * executor is this JVM); None on other masters.
    */
+  /**
+   * The storage memory of the executors' block managers, summed (on a cluster, not the driver's,
+   * which holds no executor's partitions).
+   */
+  def executorStorageBytes(sc: SparkContext): Long = {
+    val status = sc.getExecutorMemoryStatus
+    if (sc.isLocal || status.size <= 1) status.values.map(_._1).sum
+    else {
+      val driver = sc.env.blockManager.blockManagerId
+      status.collect { case (at, (max, _)) if at != s"${driver.host}:${driver.port}" => max }.sum
+    }
+  }
+
   def localStorageBytes(sc: SparkContext): Option[Long] =
     if (!sc.isLocal) None else Option(SparkEnv.get).map(_.memoryManager.maxOnHeapStorageMemory)
 

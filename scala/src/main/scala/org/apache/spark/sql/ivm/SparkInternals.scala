@@ -9,6 +9,14 @@ import org.apache.spark.sql.classic
  * Spark upgrade has one file to look at.
  */
 object SparkInternals {
+  /**
+   * Clears the Spark local properties this thread inherited from the thread that started it (a
+   * pool's thread inherits its first caller's: job group, SQL execution id, metrics tags), so
+   * that the jobs it submits are its own.
+   */
+  def clearLocalProperties(sc: org.apache.spark.SparkContext): Unit =
+    sc.localProperties.set(new java.util.Properties())
+
   /** A DataFrame over a (resolved or unresolved) logical plan, as Spark's own commands build. */
   def dataFrame(spark: SparkSession, plan: LogicalPlan): DataFrame =
     classic.Dataset.ofRows(spark.asInstanceOf[classic.SparkSession], plan)

@@ -1,0 +1,237 @@
+"""Refreshes as scheduled jobs see them: each round's refresh the first of a new application.
+
+    python benchmarks/cold.py --sf 1 --rounds 4 [--rely] [--master local[2]] [--view q10]
+
+TPC-H tables as tpchgen-cli writes them, loaded into Delta with their primary and foreign keys
+declared (RELY with --rely; by default not, as keys are declared by most users), and one
+materialized view (REFRESH POLICY INCREMENTAL) beside a Delta table holding its recomputation.
+Each round applies the refresh functions (--orders orders in and out with their lineitems, new
+customers placing some of them, customers without orders removed) in an application of its
+own, then refreshes the view in a new application and recomputes the query (INSERT OVERWRITE)
+in another, which goes first alternating by round, each with spark-ivm's default settings; then
+checks the view against the recomputation. A worker times only its statement (its session's
+start is reported beside it). With --same-app the refreshes and recomputations of every round
+run in one application instead, alternating which goes first: the second and later refreshes
+then find the state earlier ones asked for (made between refreshes).
+
+Results: benchmarks/results/<out>.json; plot: docs/img/<out>_rounds.png (--out, default cold).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from collections import Counter
+from typing import Any, Dict, List
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+sys.path.insert(0, HERE)
+
+from pyspark.sql import SparkSession  # noqa: E402
+
+from fk import FKS, TABLES, VIEWS, refresh_functions  # noqa: E402
+from spark_ivm import MaterializedView, configure_spark_with_ivm  # noqa: E402
+from tpch_data import generate  # noqa: E402
+
+
+def session(warehouse: str, master: str, memory: str, app: str) -> SparkSession:
+    """A session over the benchmark's warehouse, its catalog kept in a Derby metastore there so
+    that every application sees the same tables; spark-ivm's defaults otherwise."""
+    builder = (SparkSession.builder.master(master).appName(app)
+               .config("spark.driver.memory", memory)
+               .config("spark.sql.warehouse.dir", warehouse)
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={warehouse}")
+               .config("javax.jdo.option.ConnectionURL",
+                       f"jdbc:derby:;databaseName={os.path.join(warehouse, 'metastore_db')};create=true")
+               .enableHiveSupport())
+    if master.startswith("local-cluster"):
+        builder = builder.config("spark.executor.memory", "3g")
+    log_dir = os.environ.get("SPARK_IVM_BENCH_EVENT_LOG")
+    if log_dir:
+        os.makedirs(log_dir, exist_ok=True)
+        builder = (builder.config("spark.eventLog.enabled", "true").config("spark.eventLog.dir", log_dir)
+                   .config("spark.eventLog.compress", "false"))
+    spark = configure_spark_with_ivm(builder).getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def load(spark: SparkSession, parquet_dir: str, rely: bool) -> Dict[str, int]:
+    """Delta tables as tpchgen-cli wrote the files, keys declared."""
+    counts = {}
+    for t, (pk, _) in TABLES.items():
+        spark.read.parquet(os.path.join(parquet_dir, f"{t}.parquet")).write.format("delta").saveAsTable(t)
+        counts[t] = spark.table(t).count()
+        if t != "lineitem":
+            spark.sql(f"ALTER TABLE {t} ADD CONSTRAINT {t}_pk PRIMARY KEY ({pk})")
+    for child, col, parent, pcol in FKS:
+        spark.sql(f"ALTER TABLE {child} ADD CONSTRAINT {child}_{col}_fk FOREIGN KEY ({col}) "
+                  f"REFERENCES {parent} ({pcol}){' RELY' if rely else ''}")
+    return counts
+
+
+def bag(spark: SparkSession, t: str) -> Counter:
+    return Counter(tuple(round(float(v), 2) if hasattr(v, "as_tuple") or isinstance(v, float) else v
+                         for v in r) for r in spark.table(t).collect())
+
+
+def timed_refresh(spark: SparkSession, view: str) -> Dict[str, Any]:
+    t0 = time.perf_counter()
+    report = MaterializedView.for_name(spark, view).refresh()
+    return {"refresh_s": time.perf_counter() - t0, "mode": report.mode, "spark_jobs": report.spark_jobs,
+            "rows_read": report.rows_read, "phases_ms": report.phases_ms, "phases_jobs": report.phases_jobs}
+
+
+def timed_recompute(spark: SparkSession, view: str) -> Dict[str, Any]:
+    metrics = spark.sparkContext._jvm.org.apache.spark.sql.ivm.ReadMetrics  # type: ignore[union-attr]
+    t0 = time.perf_counter()
+    jobs, _tasks, read = metrics.workOf(spark._jsparkSession, f"INSERT OVERWRITE {view}_full {VIEWS[view]}")
+    return {"recompute_s": time.perf_counter() - t0, "spark_jobs": int(jobs), "rows_read": int(read)}
+
+
+def worker(args: argparse.Namespace) -> None:
+    """One application: set up, change the tables, refresh, recompute or check; prints its JSON."""
+    t0 = time.perf_counter()
+    spark = session(args.warehouse, args.master, args.memory, f"spark-ivm cold {args.worker}")
+    out: Dict[str, Any] = {"session_s": time.perf_counter() - t0}
+    if args.worker == "setup":
+        out["rows"] = load(spark, generate(args.sf, os.path.join(args.work, "tpch"), list(TABLES)), args.rely)
+        spark.sql(f"CREATE TABLE {args.view}_full USING delta AS {VIEWS[args.view]}")
+        spark.sql(f"CREATE MATERIALIZED VIEW {args.view}_mv REFRESH POLICY INCREMENTAL AS {VIEWS[args.view]}")
+    elif args.worker == "change":
+        out.update(refresh_functions(spark, 0.0, seed=args.round, orders=args.orders))
+    elif args.worker == "refresh":
+        out.update(timed_refresh(spark, f"{args.view}_mv"))
+    elif args.worker == "recompute":
+        out.update(timed_recompute(spark, args.view))
+    elif args.worker == "check":
+        out["same"] = bag(spark, f"{args.view}_mv") == bag(spark, f"{args.view}_full")
+    spark.stop()
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+def run_worker(args: argparse.Namespace, kind: str, round_: int = 0) -> Dict[str, Any]:
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", kind, "--warehouse", args.warehouse,
+           "--work", args.work, "--sf", f"{args.sf:g}", "--view", args.view, "--master", args.master,
+           "--memory", args.memory, "--round", str(round_), "--orders", str(args.orders)] + (
+        ["--rely"] if args.rely else [])
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    if proc.returncode != 0 or not lines:
+        raise SystemExit(f"{kind} failed:\n{proc.stderr[-4000:]}")
+    return dict(json.loads(lines[-1][len("RESULT "):]), application_s=time.perf_counter() - t0)
+
+
+def cold_rounds(args: argparse.Namespace) -> List[Dict[str, Any]]:
+    rounds = []
+    for r in range(1, args.rounds + 1):
+        run_worker(args, "change", r)
+        sides = ["refresh", "recompute"] if r % 2 else ["recompute", "refresh"]
+        got = {side: run_worker(args, side, r) for side in sides}
+        if not run_worker(args, "check", r)["same"]:
+            raise SystemExit(f"round {r}: the view differs from its recomputation")
+        row = {"round": r, "first": sides[0], "refresh": got["refresh"], "recompute": got["recompute"],
+               "speedup": got["recompute"]["recompute_s"] / got["refresh"]["refresh_s"]}
+        print(f"  cold round {r}: refresh {row['refresh']['refresh_s']:.2f} s "
+              f"({row['refresh']['spark_jobs']} jobs, {row['refresh']['phases_ms']}), recompute "
+              f"{row['recompute']['recompute_s']:.2f} s: {row['speedup']:.1f}x", flush=True)
+        rounds.append(row)
+    return rounds
+
+
+def same_app_rounds(args: argparse.Namespace) -> List[Dict[str, Any]]:
+    spark = session(args.warehouse, args.master, args.memory, "spark-ivm same-app rounds")
+    rounds = []
+    for r in range(1, args.rounds + 1):
+        refresh_functions(spark, 0.0, seed=100 + r, orders=args.orders)
+        # What the last refresh asked for is made between refreshes: a scheduled job's idle time.
+        spark._jvm.io.sparkivm.state.StateBuilds.awaitIdle(600000)  # type: ignore[union-attr]
+        got: Dict[str, Any] = {}
+        for side in (["refresh", "recompute"] if r % 2 else ["recompute", "refresh"]):
+            got[side] = (timed_refresh(spark, f"{args.view}_mv") if side == "refresh"
+                         else timed_recompute(spark, args.view))
+        if bag(spark, f"{args.view}_mv") != bag(spark, f"{args.view}_full"):
+            raise SystemExit(f"same-app round {r}: the view differs from its recomputation")
+        row = {"round": r, **got, "speedup": got["recompute"]["recompute_s"] / got["refresh"]["refresh_s"]}
+        print(f"  same-app round {r}: refresh {row['refresh']['refresh_s']:.2f} s "
+              f"({row['refresh']['spark_jobs']} jobs, {row['refresh']['phases_ms']}), recompute "
+              f"{row['recompute']['recompute_s']:.2f} s: {row['speedup']:.1f}x", flush=True)
+        rounds.append(row)
+    spark.stop()
+    return rounds
+
+
+def plot(result: Dict[str, Any], path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for key, label, marker in (("cold", "each refresh a new application", "o"),
+                               ("same_app", "one application", "s")):
+        rows = result.get(key) or []
+        if rows:
+            xs = [r["round"] for r in rows]
+            line = ax.plot(xs, [r["refresh"]["refresh_s"] for r in rows], marker=marker,
+                           label=f"refresh, {label}")
+            ax.plot(xs, [r["recompute"]["recompute_s"] for r in rows], marker=marker, linestyle="--",
+                    color=line[0].get_color(), label=f"recompute, {label}")
+    ax.set_xlabel("round")
+    ax.set_ylabel("seconds")
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"{result['view']} at SF {result['sf']:g}, {result['orders']} orders in and out, "
+                 f"{'RELY' if result['rely'] else 'not RELY'}, {result['master']}", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sf", type=float, default=1.0)
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--orders", type=int, default=1500)
+    parser.add_argument("--view", default="q10", choices=sorted(VIEWS))
+    parser.add_argument("--rely", action="store_true")
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--memory", default="8g")
+    parser.add_argument("--same-app", action="store_true", help="also run the rounds in one application")
+    parser.add_argument("--work", default=os.path.join(ROOT, "work"))
+    parser.add_argument("--out", default="cold")
+    parser.add_argument("--worker", choices=["setup", "change", "refresh", "recompute", "check"])
+    parser.add_argument("--warehouse")
+    parser.add_argument("--round", type=int, default=0)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args)
+        return
+    args.warehouse = os.path.join(args.work, f"warehouse-cold-sf{args.sf:g}")
+    shutil.rmtree(args.warehouse, ignore_errors=True)
+    os.makedirs(args.warehouse)
+    setup = run_worker(args, "setup")
+    print(f"set up in {setup['application_s']:.0f} s: {setup['rows']}", flush=True)
+    result: Dict[str, Any] = {"sf": args.sf, "view": args.view, "orders": args.orders, "rely": args.rely,
+                              "master": args.master, "machine": platform.platform(), "rows": setup["rows"],
+                              "cold": cold_rounds(args)}
+    if args.same_app:
+        result["same_app"] = same_app_rounds(args)
+    os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
+    with open(os.path.join(HERE, "results", f"{args.out}.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    plot(result, os.path.join(ROOT, "docs", "img", f"{args.out}_rounds.png"))
+
+
+if __name__ == "__main__":
+    main()
