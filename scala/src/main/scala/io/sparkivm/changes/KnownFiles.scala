@@ -73,6 +73,24 @@ object KnownFiles extends Logging {
   }
 
   /**
+   * Lists the files of version `from` of `table` (a refresh's Pre), when neither it nor any
+   * version up to `to` (its Post) is held, so that the refresh lists each table once: Post's
+   * files are then Pre's advanced by the commits in between, on the driver, where reading Post
+   * first would leave Pre to a second listing (Delta's state reconstruction: a Spark job, the
+   * largest part of a refresh in a new application). Only when at most [[ReplayMaxCommits]]
+   * commits lie in between: replaying more on the driver may cost more than a second listing.
+   */
+  def listFirst(spark: SparkSession, table: TableIdentifier, from: Long, to: Long): Unit =
+    if (from < to && to - from <= ReplayMaxCommits) try {
+      val log = DeltaLog.forTable(spark, table)
+      val pre = snapshot(log, from)
+      val id = idOf(pre)
+      if (!ofTable(id).exists(v => v.version <= to)) of(log, pre)
+    } catch {
+      case NonFatal(e) => logInfo(s"spark-ivm: listing version $from of $table first: ${e.getMessage}")
+    }
+
+  /**
    * The files of `snapshot`'s version if they cost no Spark job: held, or advanced on the driver
    * from a held earlier version at most [[ReplayMaxCommits]] commits before it, or replayed from
    * a young table's first commit (a view just created, a table just written).

@@ -8,7 +8,7 @@ import scala.collection.mutable
 import io.sparkivm.IvmErrors
 import io.sparkivm.catalog.{HistoryEntry, RefreshHistory, RefreshMode, RefreshPolicy, RefreshRecord, ViewCatalog,
   ViewMetadata}
-import io.sparkivm.changes.{ChangeFeed, ChangeRequest, DeltaSources, LocalChange, PinnedSource}
+import io.sparkivm.changes.{ChangeFeed, ChangeRequest, DeltaSources, KnownFiles, LocalChange, PinnedSource}
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.epsilon.StateConflictException
 import io.sparkivm.policy.{CostModel, PolicyDecision, RefreshPolicies, ViewGraph}
@@ -254,6 +254,9 @@ object RefreshPipeline extends Logging {
         MergeMetrics(-1, -1, -1), timer, decision)
     }
 
+    if (IvmConf.KnownFiles.get(spark)) {
+      changed.foreach(p => KnownFiles.listFirst(spark, p.table, last.sourceVersions(p.name), p.version))
+    }
     timer.mark("pin")
     val changes = ChangeFeed.read(spark, meta.viewName, changed.map(request(_, last)),
       IvmConf.ChangesLocalMaxBytes.get(spark), sizes)

@@ -78,6 +78,8 @@ object StateBuilds extends Logging {
     try {
       if (!sc.isStopped && synchronized(generation == started)) {
         SparkInternals.clearLocalProperties(sc)
+        // The session that asked: its settings (the budget among them) are the build's.
+        SparkSession.setActiveSession(b.spark)
         sc.setJobGroup(JobGroup, s"spark-ivm: making ${b.id.kind} of ${b.id.name}", interruptOnCancel = false)
         b.work()
       }

@@ -131,11 +131,15 @@ class StateRegistrySuite extends AnyFunSuite with BeforeAndAfterEach {
       spark.sparkContext.parallelize(Seq(1), 1).map { i => Thread.sleep(5000); i }.collect()
       ran += 10
     }
-    assert(started.await(10, java.util.concurrent.TimeUnit.SECONDS))
-    Thread.sleep(500)
+    assert(started.await(60, java.util.concurrent.TimeUnit.SECONDS))
+    // Cancelled once its job runs (a cancel finds only the jobs running then).
+    val deadline = System.currentTimeMillis() + 60000
+    while (spark.sparkContext.statusTracker.getActiveJobIds().isEmpty && System.currentTimeMillis() < deadline) {
+      Thread.sleep(20)
+    }
     StateBuilds.refreshStarted(spark)
     StateBuilds.refreshEnded()
-    assert(StateBuilds.awaitIdle(15000))
+    assert(StateBuilds.awaitIdle(60000))
     assert(ran == 1)
   }
 }
