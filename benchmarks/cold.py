@@ -37,7 +37,7 @@ sys.path.insert(0, HERE)
 
 from pyspark.sql import SparkSession  # noqa: E402
 
-from fk import FKS, TABLES, VIEWS, refresh_functions  # noqa: E402
+from fk import TABLES, VIEWS, declare_keys, refresh_functions  # noqa: E402
 from spark_ivm import MaterializedView, configure_spark_with_ivm  # noqa: E402
 from tpch_data import generate  # noqa: E402
 
@@ -69,14 +69,10 @@ def session(warehouse: str, master: str, memory: str, app: str) -> SparkSession:
 def load(spark: SparkSession, parquet_dir: str, rely: bool) -> Dict[str, int]:
     """Delta tables as tpchgen-cli wrote the files, keys declared."""
     counts = {}
-    for t, (pk, _) in TABLES.items():
+    for t in TABLES:
         spark.read.parquet(os.path.join(parquet_dir, f"{t}.parquet")).write.format("delta").saveAsTable(t)
         counts[t] = spark.table(t).count()
-        if t != "lineitem":
-            spark.sql(f"ALTER TABLE {t} ADD CONSTRAINT {t}_pk PRIMARY KEY ({pk})")
-    for child, col, parent, pcol in FKS:
-        spark.sql(f"ALTER TABLE {child} ADD CONSTRAINT {child}_{col}_fk FOREIGN KEY ({col}) "
-                  f"REFERENCES {parent} ({pcol}){' RELY' if rely else ''}")
+    declare_keys(spark, rely)
     return counts
 
 

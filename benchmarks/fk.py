@@ -120,12 +120,18 @@ def load(spark: SparkSession, parquet_dir: str, rely: bool = False) -> Dict[str,
         (df.repartitionByRange(max(1, n // per_file), pk).sortWithinPartitions(pk)
          .write.format("delta").option("delta.enableChangeDataFeed", "true").saveAsTable(t))
         counts[t] = n
+    declare_keys(spark, rely)
+    return counts
+
+
+def declare_keys(spark: SparkSession, rely: bool) -> None:
+    """The TPC-H tables' primary keys and foreign keys (RELY when ``rely``)."""
+    for t, (pk, _) in TABLES.items():
         if t != "lineitem":
             spark.sql(f"ALTER TABLE {t} ADD CONSTRAINT {t}_pk PRIMARY KEY ({pk})")
     for child, col, parent, pcol in FKS:
         spark.sql(f"ALTER TABLE {child} ADD CONSTRAINT {child}_{col}_fk FOREIGN KEY ({col}) "
                   f"REFERENCES {parent} ({pcol}){' RELY' if rely else ''}")
-    return counts
 
 
 def refresh_functions(spark: SparkSession, fraction: float, seed: int,

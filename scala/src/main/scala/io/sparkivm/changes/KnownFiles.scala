@@ -78,11 +78,17 @@ object KnownFiles extends Logging {
    * files are then Pre's advanced by the commits in between, on the driver, where reading Post
    * first would leave Pre to a second listing (Delta's state reconstruction: a Spark job, the
    * largest part of a refresh in a new application). Only when at most [[ReplayMaxCommits]]
-   * commits lie in between: replaying more on the driver may cost more than a second listing.
+   * commits lie in between (replaying more on the driver may cost more than a second listing),
+   * and once the table has a checkpoint (before it, any version is replayed from the first
+   * commit on the driver).
    */
   def listFirst(spark: SparkSession, table: TableIdentifier, from: Long, to: Long): Unit =
     if (from < to && to - from <= ReplayMaxCommits) try {
       val log = DeltaLog.forTable(spark, table)
+      // A young table's Post is replayed from its first commit with no job anyway.
+      val post = log.unsafeVolatileSnapshot
+      val young = post.version == to && post.logSegment.checkpointProvider.version < 0 && to < ReplayMaxCommits
+      if (young) return
       val pre = snapshot(log, from)
       val id = idOf(pre)
       if (!ofTable(id).exists(v => v.version <= to)) of(log, pre)
