@@ -7,8 +7,8 @@ import io.sparkivm.changes.DeltaSources
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.epsilon.ResidentState
 import io.sparkivm.planner.{KeyProbe, SharedScans, ViewMaintenance}
-import io.sparkivm.state.{Arrangement, StateBuilds, StateId, StateKind, StatePlace, StateRegistry, TableCommit,
-  TableStamp}
+import io.sparkivm.state.{Arrangement, StateBuilds, StateId, StateKind, StatePlace, StateRegistry, StateSize,
+  TableCommit, TableStamp}
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.{Attribute, GenericInternalRow}
@@ -137,20 +137,13 @@ object ResidentBackingRows {
   def keptAt(snapshot: Snapshot, columns: Seq[String]): Boolean =
     StateRegistry.latest[Arranged](stateId(snapshot.deltaLog.dataPath.toString)).exists(_._2.isAt(snapshot, columns))
 
-  /**
-   * Kept rows take about this many times their bytes in the table's files (decompressed and
-   * decoded, as rows and hash maps): what is admitted to the executors' budget before they are
-   * read, and measured once they are.
-   */
-  private val MemoryPerFileByte = 4
-
   /** The table's rows at the snapshot, arranged; None if it is too small, too large or not indexable. */
   private def arrange(spark: SparkSession, meta: ViewMetadata, snapshot: Snapshot, columns: Seq[String],
       keyCount: Int): Option[Arranged] = {
     val bytes = DeltaSources.sizeInBytes(snapshot)
     val table = snapshot.metadata.schema
     val fields = columns.flatMap(c => table.find(_.name == c))
-    val fits = StateRegistry.admits(spark, StatePlace.Executors, bytes * MemoryPerFileByte)
+    val fits = StateRegistry.admits(spark, StatePlace.Executors, bytes * StateSize.ExecutorBytesPerFileByte)
     if (!fits || HeldTableRows.holdable(spark, snapshot) || fields.size != columns.size ||
       !fields.take(keyCount).forall(f => KeyProbe.equalsAsJvm(f.dataType)) ||
       !fields.forall(f => SharedScans.comparable(f.dataType))) {
@@ -165,7 +158,7 @@ object ResidentBackingRows {
       base.load()
       Some(Arranged(snapshot.metadata.id, snapshot.version, StructType(fields.map(_.copy(nullable = true)) ++
         Seq(StructField(file, StringType), StructField(row, LongType))), keyCount, base,
-        Some(base.storedBytes).filter(_ > 0).getOrElse(bytes * MemoryPerFileByte), Map.empty))
+        Some(base.storedBytes).filter(_ > 0).getOrElse(bytes * StateSize.ExecutorBytesPerFileByte), Map.empty))
     }
   }
 
@@ -201,6 +194,4 @@ object ResidentBackingRows {
     }
   }
 
-  /** Drops the rows kept for the table at `path` (its view is dropped, or its rows replaced). */
-  def forget(path: String): Unit = StateRegistry.remove(stateId(path))
 }

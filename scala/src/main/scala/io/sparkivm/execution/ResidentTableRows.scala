@@ -3,7 +3,7 @@ package io.sparkivm.execution
 import io.sparkivm.changes.{LocalChange, PinnedSource, TableChange}
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.epsilon.ResidentState
-import io.sparkivm.state.{StateBuilds, StatePlace, StateRegistry}
+import io.sparkivm.state.{StateBuilds, StatePlace, StateRegistry, StateSize}
 import io.sparkivm.planner.{KeyProbe, RowCounts, SharedScans}
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.{CatalystTypeConverters, InternalRow, TableIdentifier}
@@ -34,8 +34,6 @@ import org.apache.spark.sql.types.StructField
  */
 object ResidentTableRows {
   private val WeightColumn = "__ivm_w"
-  /** Kept rows take about this many times their bytes in the table's files (as rows and hash maps). */
-  private val MemoryPerFileByte = 4L
 
   /**
    * The rows of the table whose column `key` holds one of `keys` (Catalyst values; a null reads
@@ -50,7 +48,7 @@ object ResidentTableRows {
       keys: Iterable[Any], source: PinnedSource, from: Long, atPost: Boolean, change: Option[TableChange],
       all: => LogicalPlan, refresh: String): Option[Seq[InternalRow]] = {
     val keyAt = columns.indexWhere(_.name == key)
-    val fits = StateRegistry.admits(spark, StatePlace.Executors, source.sizeInBytes * MemoryPerFileByte)
+    val fits = StateRegistry.admits(spark, StatePlace.Executors, source.sizeInBytes * StateSize.ExecutorBytesPerFileByte)
     if (!fits || keyAt < 0 || !KeyProbe.equalsAsJvm(columns(keyAt).dataType) ||
       !columns.forall(c => SharedScans.comparable(c.dataType))) return None
     val keyType = columns(keyAt).dataType

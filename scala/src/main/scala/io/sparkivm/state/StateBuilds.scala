@@ -105,9 +105,4 @@ object StateBuilds extends Logging {
     }
     running.isEmpty && (queued.isEmpty || refreshes > 0)
   }
-
-  /** What is queued or being made, for SHOW MATERIALIZED VIEW STATE. */
-  def pending: Seq[(StateId, Boolean)] = synchronized {
-    running.map(b => b.id -> true).toSeq ++ queued.keys.map(_ -> false)
-  }
 }

@@ -2,7 +2,6 @@ package io.sparkivm.state
 
 import scala.jdk.CollectionConverters._
 
-import io.sparkivm.conf.IvmConf
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.SparkSession
 
@@ -65,7 +64,7 @@ object StateRegistry extends Logging {
    * of it, so that one table never flushes everything else).
    */
   def admits(spark: SparkSession, place: StatePlace, bytes: Long): Boolean =
-    bytes <= budget(spark, place) / 2
+    admits(place, bytes, budget(spark, place))
 
   private def admits(place: StatePlace, bytes: Long, limit: Long): Boolean = bytes <= limit / 2
 

@@ -11,6 +11,12 @@ object StateSize {
   /** A reference and its slot in the collection that holds it. */
   private val SlotBytes = 16L
 
+  /**
+   * Rows kept on executors take about this many times their bytes in a table's files
+   * (decompressed and decoded, as rows and hash maps): their size before they are read.
+   */
+  val ExecutorBytesPerFileByte = 4L
+
   /** The bytes of `items` and their collection: a sample's average size times their number. */
   def of(items: Iterable[_]): Long = {
     val n = items.size

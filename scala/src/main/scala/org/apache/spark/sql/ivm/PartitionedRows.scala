@@ -316,9 +316,6 @@ object PartitionedRows {
     }
   }
 
-  def localStorageBytes(sc: SparkContext): Option[Long] =
-    if (!sc.isLocal) None else Option(SparkEnv.get).map(_.memoryManager.maxOnHeapStorageMemory)
-
   /** External rows (as `collect` returns them) as Catalyst rows of `schema`. */
   def toInternal(schema: StructType, rows: Seq[org.apache.spark.sql.Row]): IndexedSeq[InternalRow] = {
     val convert = CatalystTypeConverters.createToCatalystConverter(schema)
