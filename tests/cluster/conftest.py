@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from ivm_testing import SESSION_JIT_OPTIONS, make_session  # noqa: E402
+from spark_ivm.session import _session_confs  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -21,15 +22,16 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     # local-cluster starts its workers from SPARK_HOME; pyspark's wheel is a Spark home.
     os.environ.setdefault("SPARK_HOME", os.path.dirname(os.path.abspath(pyspark.__file__)))
     # Executors must load Delta and spark-ivm from their launch classpath: jars added at run
-    # time live in a child classloader, where Scala collections fail to deserialize. A short
-    # local session resolves the jars first (from the local ivy cache after the first run).
-    probe = make_session(master="local[1]", warehouse=str(tmp_path_factory.mktemp("probe")))
-    jars = probe.sparkContext.getConf().get("spark.repl.local.jars") or ""
-    probe.stop()
+    # time live in a child classloader, where Scala collections fail to deserialize. The jars
+    # are those `make install` resolved (a short local session resolves them where it has not).
+    jars = _session_confs([])["spark.jars"].split(",")
+    if not any("/io.delta_" in j for j in jars):
+        probe = make_session(master="local[1]", warehouse=str(tmp_path_factory.mktemp("probe")))
+        jars = (probe.sparkContext.getConf().get("spark.repl.local.jars") or "").split(",")
+        probe.stop()
     # Only Delta's and ours: the Hadoop and Parquet jars Delta's kernel pulls in would shadow
     # Spark's own versions.
-    wanted = [j.replace("file://", "") for j in jars.split(",")
-              if "spark-ivm" in j or "/io.delta_" in j]
+    wanted = [j.replace("file://", "") for j in jars if "spark-ivm" in j or "/io.delta_" in j]
     classpath = os.pathsep.join(wanted)
     session = make_session(master="local-cluster[2,1,1024]",
                            warehouse=str(tmp_path_factory.mktemp("cluster-warehouse")),

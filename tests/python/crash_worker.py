@@ -41,13 +41,18 @@ def main() -> None:
         from delta import configure_spark_with_delta_pip
         from pyspark.sql import SparkSession
 
+        from spark_ivm.session import _session_confs
+
+        # Delta's jars as `make install` resolved them (no resolution at start), not spark-ivm's.
+        delta_jars = [j for j in _session_confs([])["spark.jars"].split(",") if "spark-ivm" not in j]
         builder = (SparkSession.builder.master("local[1]").enableHiveSupport()
                    .config("spark.sql.warehouse.dir", warehouse)
                    .config("spark.ui.enabled", "false")
                    .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
                    .config("spark.sql.catalog.spark_catalog",
                            "org.apache.spark.sql.delta.catalog.DeltaCatalog"))
-        spark = configure_spark_with_delta_pip(builder).getOrCreate()
+        spark = (builder.config("spark.jars", ",".join(delta_jars)) if len(delta_jars) > 1
+                 else configure_spark_with_delta_pip(builder)).getOrCreate()
         result = {}
         for name, query in VIEWS.items():
             missing, extra = diff(multiset(spark.sql(query).collect()), multiset(spark.table(name).collect()))

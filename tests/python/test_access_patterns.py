@@ -12,7 +12,7 @@ from typing import Optional
 import pytest
 from pyspark.sql import SparkSession
 
-from ivm_testing import condition, multiset, refused
+from ivm_testing import condition, multiset, refused, session_confs
 from spark_ivm import MaterializedView
 from spark_ivm.errors import InvalidAccessPatternError, IvmError
 
@@ -398,3 +398,26 @@ def test_a_lookup_reads_one_refresh_while_another_commits(spark: SparkSession, d
     assert multiset(first + list(reading)) == multiset(before.elements())
     after = _expected(spark, ORDERS_OF, {"cust": 1})
     assert after != before and multiset(mv.lookup(cust=1)) == multiset(after.elements())
+
+
+def test_trees_the_driver_budget_cannot_hold_are_not_built(spark: SparkSession, db: str) -> None:
+    """View trees are state on the driver: a view whose atoms hold more tuples than half the
+    driver's budget (spark.ivm.state.driverMaxBytes, about 100 bytes a tuple) has none, and its
+    lookups read its rows with the same answers; under the default budget it has trees."""
+    _tables(spark)
+    with session_confs(spark, {"spark.ivm.state.driverMaxBytes": "1000"}):
+        small = MaterializedView.create(spark, "orders_of_small", ORDERS_OF, access_by=["cust"])
+        structure = small.lookup_structure()
+        assert not structure.startswith("view trees held"), structure
+        assert "spark.ivm.state.driverMaxBytes" in structure, structure
+        rows = spark.sql(ORDERS_OF).collect()
+        for cust in (1, 2, 4, None):
+            want = _expected(spark, ORDERS_OF, {"cust": cust}, rows)
+            assert multiset(small.lookup(cust=cust)) == multiset(want.elements()), cust
+        spark.sql("INSERT INTO orders VALUES (15, 2)")
+        small.refresh()
+        assert multiset(small.lookup(cust=2)) == multiset([(12, "DE"), (15, "DE")])
+        assert not small.lookup_structure().startswith("view trees held")
+    # Refused under one budget, built once the budget changes.
+    assert small.lookup_structure().startswith("view trees held"), small.lookup_structure()
+    assert multiset(small.lookup(cust=2)) == multiset([(12, "DE"), (15, "DE")])

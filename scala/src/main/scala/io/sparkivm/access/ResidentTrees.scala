@@ -35,8 +35,8 @@ import org.apache.spark.sql.types.{StructField, StructType}
  * the refresh the trees hold; a cursor left unread for [[IdleMs]] is closed, and the next move
  * goes ahead. A view that is a COUNT(*) grouped by all its other columns is answered from the
  * same trees (a count is a tuple's multiplicity). Views that are not conjunctive queries, that
- * have other aggregates or DISTINCT, or whose atoms hold more tuples than
- * `spark.ivm.lookup.residentMaxRows` have no trees: their lookups read the view's rows.
+ * have other aggregates or DISTINCT, or whose trees the driver's state budget
+ * (`spark.ivm.state.driverMaxBytes`) cannot hold have no trees: their lookups read the view's rows.
  */
 object ResidentTrees extends Logging {
   val IdleMs: Long = 60000L
@@ -201,13 +201,15 @@ object ResidentTrees extends Logging {
     // A view dropped and created again has a new backing table: its trees are not these.
     val definition = Seq(backing.metadata.id, meta.queryText, meta.accessBy.mkString(","),
       meta.columns.mkString(","), meta.eps.toString).mkString("|")
+    // Trees refused are tried again once the budget that refused them changes.
+    val refused = s"$definition|${StateRegistry.largestAdmitted(spark, StatePlace.Driver)}"
     entries.synchronized(entries.get(id)) match {
       case Some(Right(e)) if e.definition == definition =>
         if (e.backingVersion == backingVersion) Some(e)
         else try {
           e.synchronized(moveForward(spark, meta, e, backingVersion))
           if (hold(id, e)) Some(e) else {
-            entries.synchronized(entries(id) = Left((definition, TooLargeForBudget)))
+            entries.synchronized(entries(id) = Left((refused, TooLargeForBudget)))
             None
           }
         } catch {
@@ -216,7 +218,7 @@ object ResidentTrees extends Logging {
             entries.synchronized(entries.remove(id))
             current(spark, id)
         }
-      case Some(Left((d, _))) if d == definition => None
+      case Some(Left((d, _))) if d == refused => None
       case _ =>
         // Lookups never fail for the trees' sake: without them they read the view's rows.
         val built = try plan(spark, meta).flatMap { p =>
@@ -231,15 +233,14 @@ object ResidentTrees extends Logging {
             Left(s"building them failed (${e.getMessage})")
         }
         val held = built.flatMap(e => if (hold(id, e)) Right(e) else Left(TooLargeForBudget))
-        entries.synchronized(entries(id) = held.left.map(why => (definition, why)))
+        entries.synchronized(entries(id) = held.left.map(why => (refused, why)))
         held.toOption
     }
   }
 
   /** The trees' plan, or why the view has none. */
   private def plan(spark: SparkSession, meta: ViewMetadata): Either[String, TreePlan] = {
-    val max = IvmConf.LookupResidentMaxRows.get(spark)
-    if (max == 0) return Left("spark.ivm.lookup.residentMaxRows is 0")
+    if (maxTuples(spark) == 0) return Left(s"${IvmConf.StateDriverMaxBytes.key} is 0")
     val analyzed = try ViewAnalysis.reanalyze(spark, meta, incremental = true).plan catch {
       case NonFatal(e) => return Left(s"the query is not maintained incrementally (${e.getMessage})")
     }
@@ -342,7 +343,7 @@ object ResidentTrees extends Logging {
   private def fill(spark: SparkSession, meta: ViewMetadata, p: TreePlan, tree: AccessTrees,
       versions: Map[String, Long]): Either[String, Unit] = {
     val reader = new PinnedReader(spark, versions, pinnedAt(p, versions), meta.viewName)
-    val max = IvmConf.LookupResidentMaxRows.get(spark)
+    val max = maxTuples(spark)
     var held = 0L
     val tuples = p.atoms.zipWithIndex.iterator.flatMap { case ((atom, cols), i) =>
       val read = Project(cols, reader.rules.post(atom))
@@ -359,12 +360,24 @@ object ResidentTrees extends Logging {
     // The views may hold more than the atoms (a light tree's joins): at most 4 entries per tuple bound.
     tree.entryLimit = 4 * max
     try tree.load(tuples) catch {
-      case e: TooManyTuples => return Left(s"its atoms hold more than ${e.max} tuples (spark.ivm.lookup.residentMaxRows)")
+      case e: TooManyTuples => return Left(s"its atoms hold more than ${e.max} tuples (half of " +
+        s"${IvmConf.StateDriverMaxBytes.key}, at about $BytesPerTuple bytes each)")
       case e: AccessTrees.TooLarge => return Left(s"its views would hold more than ${e.limit} entries (4 per tuple " +
-        "of spark.ivm.lookup.residentMaxRows; a lower ivm.epsilon keeps heavy/light trees smaller)")
+        s"of the atoms' bound; a lower ivm.epsilon keeps heavy/light trees smaller)")
     }
     Right(())
   }
+
+  /** About what one tuple of an atom costs in the trees (its values, count and map entry). */
+  private val BytesPerTuple = 100L
+
+  /**
+   * The most tuples a view's atoms may hold for its trees to be built: the largest arrangement
+   * the driver's state budget admits, at [[BytesPerTuple]] each. The trees are measured and
+   * admitted by the registry once built; this bound stops a build that could not be.
+   */
+  private def maxTuples(spark: SparkSession): Long =
+    StateRegistry.largestAdmitted(spark, StatePlace.Driver) / BytesPerTuple
 
   private final class TooManyTuples(val max: Long) extends RuntimeException(null, null, false, false)
 

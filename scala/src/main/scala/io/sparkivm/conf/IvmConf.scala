@@ -179,14 +179,6 @@ object IvmConf {
       "before and the change a refresh applied, and then joined on the driver with no Spark job. " +
       "0 turns this off.")
 
-  val LookupResidentMaxRows: IvmConfEntry[Long] = long("spark.ivm.lookup.residentMaxRows", 20000000L,
-    "A view with ACCESS BY over a hierarchical join keeps its view trees (Zhang 2022: chapter 4 " +
-      "for CQAP0, the heavy/light trees of chapter 5 otherwise) in the driver's memory for lookups, " +
-      "built on its first lookup and moved forward by the tables' changes on the first lookup after " +
-      "each refresh, if its atoms hold at most this many distinct tuples (about 100 bytes each, " +
-      "held once per tree that holds them, and light trees' views grow with eps); above it, or at " +
-      "0, lookups read the view's rows.")
-
   val EpsilonEnabled: IvmConfEntry[Boolean] = bool("spark.ivm.epsilon.enabled", default = true,
     "Maintain triangle views with IVM^eps; false gives them the generic (first-order) rules.")
 

@@ -64,7 +64,10 @@ object StateRegistry extends Logging {
    * of it, so that one table never flushes everything else).
    */
   def admits(spark: SparkSession, place: StatePlace, bytes: Long): Boolean =
-    admits(place, bytes, budget(spark, place))
+    bytes <= largestAdmitted(spark, place)
+
+  /** The bytes of the largest arrangement `place` admits: half its budget. */
+  def largestAdmitted(spark: SparkSession, place: StatePlace): Long = budget(spark, place) / 2
 
   private def admits(place: StatePlace, bytes: Long, limit: Long): Boolean = bytes <= limit / 2
 
