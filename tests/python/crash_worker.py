@@ -41,17 +41,17 @@ def main() -> None:
         from delta import configure_spark_with_delta_pip
         from pyspark.sql import SparkSession
 
-        from spark_ivm.session import _session_confs
+        from spark_ivm.session import _session_confs, ivm_jar_path
 
-        # Delta's jars as `make install` resolved them (no resolution at start), not spark-ivm's.
-        delta_jars = [j for j in _session_confs([])["spark.jars"].split(",") if "spark-ivm" not in j]
+        # The jars `make install` resolved (no Maven resolution at start), without spark-ivm's.
+        jars = [j for j in _session_confs([])["spark.jars"].split(",") if j != ivm_jar_path()]
         builder = (SparkSession.builder.master("local[1]").enableHiveSupport()
                    .config("spark.sql.warehouse.dir", warehouse)
                    .config("spark.ui.enabled", "false")
                    .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
                    .config("spark.sql.catalog.spark_catalog",
                            "org.apache.spark.sql.delta.catalog.DeltaCatalog"))
-        spark = (builder.config("spark.jars", ",".join(delta_jars)) if len(delta_jars) > 1
+        spark = (builder.config("spark.jars", ",".join(jars)) if any("/io.delta_" in j for j in jars)
                  else configure_spark_with_delta_pip(builder)).getOrCreate()
         result = {}
         for name, query in VIEWS.items():

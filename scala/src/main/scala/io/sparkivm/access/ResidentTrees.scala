@@ -189,8 +189,9 @@ object ResidentTrees extends Logging {
       case Some(Right(e)) =>
         val snapshot = e.logFor(spark).update()
         if (snapshot.version == e.backingVersion && e.definition.startsWith(snapshot.metadata.id + "|")) {
-          StateRegistry.get[Trees](stateId(id), "")
-          return Some(e)
+          if (StateRegistry.get[Trees](stateId(id), "").isDefined) return Some(e)
+          // Evicted while they were being recorded here: built again below.
+          entries.synchronized(entries.remove(id))
         }
       case _ =>
     }
@@ -240,7 +241,10 @@ object ResidentTrees extends Logging {
 
   /** The trees' plan, or why the view has none. */
   private def plan(spark: SparkSession, meta: ViewMetadata): Either[String, TreePlan] = {
-    if (maxTuples(spark) == 0) return Left(s"${IvmConf.StateDriverMaxBytes.key} is 0")
+    if (maxTuples(spark) == 0) {
+      return Left(s"${IvmConf.StateDriverMaxBytes.key} is ${StateRegistry.budget(spark, StatePlace.Driver)} " +
+        s"bytes: too little for one tuple ($TupleBytes bytes, in at most half the budget)")
+    }
     val analyzed = try ViewAnalysis.reanalyze(spark, meta, incremental = true).plan catch {
       case NonFatal(e) => return Left(s"the query is not maintained incrementally (${e.getMessage})")
     }
@@ -361,23 +365,20 @@ object ResidentTrees extends Logging {
     tree.entryLimit = 4 * max
     try tree.load(tuples) catch {
       case e: TooManyTuples => return Left(s"its atoms hold more than ${e.max} tuples (half of " +
-        s"${IvmConf.StateDriverMaxBytes.key}, at about $BytesPerTuple bytes each)")
+        s"${IvmConf.StateDriverMaxBytes.key}, at about $TupleBytes bytes each)")
       case e: AccessTrees.TooLarge => return Left(s"its views would hold more than ${e.limit} entries (4 per tuple " +
-        s"of the atoms' bound; a lower ivm.epsilon keeps heavy/light trees smaller)")
+        "of the atoms' bound; a lower ivm.epsilon keeps heavy/light trees smaller)")
     }
     Right(())
   }
 
-  /** About what one tuple of an atom costs in the trees (its values, count and map entry). */
-  private val BytesPerTuple = 100L
-
   /**
    * The most tuples a view's atoms may hold for its trees to be built: the largest arrangement
-   * the driver's state budget admits, at [[BytesPerTuple]] each. The trees are measured and
+   * the driver's state budget admits, at [[TupleBytes]] each. The trees are measured and
    * admitted by the registry once built; this bound stops a build that could not be.
    */
   private def maxTuples(spark: SparkSession): Long =
-    StateRegistry.largestAdmitted(spark, StatePlace.Driver) / BytesPerTuple
+    StateRegistry.largestAdmitted(spark, StatePlace.Driver) / TupleBytes
 
   private final class TooManyTuples(val max: Long) extends RuntimeException(null, null, false, false)
 
