@@ -23,6 +23,7 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 
 from spark_ivm import MaterializedView, configure_spark_with_ivm
+from spark_ivm.session import _session_confs
 
 
 # The tests' JVMs run a large code base briefly, where the JIT compiler's threads took a third of
@@ -33,6 +34,13 @@ from spark_ivm import MaterializedView, configure_spark_with_ivm
 SESSION_JIT_OPTIONS = ("-XX:Tier4InvocationThreshold=40000 -XX:Tier4MinInvocationThreshold=6000 "
                        "-XX:Tier4CompileThreshold=45000 -XX:Tier4BackEdgeThreshold=120000")
 SHORT_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
+
+
+def resolved_jars() -> List[str]:
+    """The jars of spark-ivm and of the packages it needs as `make install` resolved them, or []
+    where nothing was resolved (a session would resolve them at its start)."""
+    jars = _session_confs([])["spark.jars"].split(",")
+    return jars if any("/io.delta_" in j for j in jars) else []
 
 
 def short_jvm_env() -> Dict[str, str]:

@@ -13,8 +13,7 @@ from pyspark.sql import SparkSession
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from ivm_testing import SESSION_JIT_OPTIONS, make_session  # noqa: E402
-from spark_ivm.session import _session_confs  # noqa: E402
+from ivm_testing import SESSION_JIT_OPTIONS, make_session, resolved_jars  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -24,8 +23,8 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     # Executors must load Delta and spark-ivm from their launch classpath: jars added at run
     # time live in a child classloader, where Scala collections fail to deserialize. The jars
     # are those `make install` resolved (a short local session resolves them where it has not).
-    jars = _session_confs([])["spark.jars"].split(",")
-    if not any("/io.delta_" in j for j in jars):
+    jars = resolved_jars()
+    if not jars:
         probe = make_session(master="local[1]", warehouse=str(tmp_path_factory.mktemp("probe")))
         jars = (probe.sparkContext.getConf().get("spark.repl.local.jars") or "").split(",")
         probe.stop()

@@ -17,7 +17,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from ivm_testing import diff, multiset  # noqa: E402
+from ivm_testing import diff, multiset, resolved_jars  # noqa: E402
 
 VIEWS = {
     "agg": "SELECT t.c, count(*) AS n, sum(r.x) AS sx, min(r.a) AS mn "
@@ -41,17 +41,17 @@ def main() -> None:
         from delta import configure_spark_with_delta_pip
         from pyspark.sql import SparkSession
 
-        from spark_ivm.session import _session_confs, ivm_jar_path
+        from spark_ivm.session import ivm_jar_path
 
         # The jars `make install` resolved (no Maven resolution at start), without spark-ivm's.
-        jars = [j for j in _session_confs([])["spark.jars"].split(",") if j != ivm_jar_path()]
+        jars = [j for j in resolved_jars() if j != ivm_jar_path()]
         builder = (SparkSession.builder.master("local[1]").enableHiveSupport()
                    .config("spark.sql.warehouse.dir", warehouse)
                    .config("spark.ui.enabled", "false")
                    .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
                    .config("spark.sql.catalog.spark_catalog",
                            "org.apache.spark.sql.delta.catalog.DeltaCatalog"))
-        spark = (builder.config("spark.jars", ",".join(jars)) if any("/io.delta_" in j for j in jars)
+        spark = (builder.config("spark.jars", ",".join(jars)) if jars
                  else configure_spark_with_delta_pip(builder)).getOrCreate()
         result = {}
         for name, query in VIEWS.items():

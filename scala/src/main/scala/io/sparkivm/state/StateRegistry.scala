@@ -67,9 +67,9 @@ object StateRegistry extends Logging {
     bytes <= largestAdmitted(spark, place)
 
   /** The bytes of the largest arrangement `place` admits: half its budget. */
-  def largestAdmitted(spark: SparkSession, place: StatePlace): Long = budget(spark, place) / 2
+  def largestAdmitted(spark: SparkSession, place: StatePlace): Long = largestUnder(budget(spark, place))
 
-  private def admits(place: StatePlace, bytes: Long, limit: Long): Boolean = bytes <= limit / 2
+  private def largestUnder(limit: Long): Long = limit / 2
 
   /**
    * Marks `id` as asked for by refresh `refresh` (a refresh may ask more than once); true if an
@@ -120,7 +120,7 @@ object StateRegistry extends Logging {
       view: Option[String] = None): Boolean = {
     val bytes = value.bytes
     val limit = budget(value.place)
-    val ok = admits(value.place, bytes, limit)
+    val ok = bytes <= largestUnder(limit)
     val dropped = synchronized {
       val old = unhold(id)
       if (ok) hold(new Entry(id, stamp, table, view, value, bytes))
