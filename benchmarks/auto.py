@@ -93,7 +93,7 @@ def plot(result: Dict[str, Any], path: str) -> None:
     fig, ax = plt.subplots(figsize=(7, 4))
     for name, style in (("incremental", "s-"), ("full", "o--"), ("auto", "^-")):
         ax.plot(xs, [s[name]["s"] for s in steps], style, label=f"REFRESH POLICY {POLICIES[name]}")
-    for x, s in zip(xs, steps):
+    for x, s in zip(xs, steps, strict=True):
         ax.annotate(s["auto"]["mode"][0].upper(), (x, s["auto"]["s"]), textcoords="offset points",
                     xytext=(0, 6), ha="center", fontsize=8)
     ax.set_xscale("log")

@@ -11,7 +11,6 @@ import os
 from typing import Dict, Optional
 
 from pyspark.sql import SparkSession
-
 from spark_ivm import configure_spark_with_ivm
 
 

@@ -35,9 +35,8 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 sys.path.insert(0, HERE)
 
-from pyspark.sql import SparkSession  # noqa: E402
-
 from fk import TABLES, VIEWS, declare_keys, refresh_functions  # noqa: E402
+from pyspark.sql import SparkSession  # noqa: E402
 from spark_ivm import MaterializedView, configure_spark_with_ivm  # noqa: E402
 from tpch_data import generate  # noqa: E402
 

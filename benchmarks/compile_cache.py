@@ -35,7 +35,6 @@ def one_run(entries: int, rounds: int) -> List[Dict[str, Any]]:
     """One session with the cache at `entries`: every refresh's time, jobs and classes compiled."""
     import quickstart as q
     from pyspark.sql import SparkSession
-
     from spark_ivm import MaterializedView, configure_spark_with_ivm
 
     shutil.rmtree(q.WAREHOUSE, ignore_errors=True)

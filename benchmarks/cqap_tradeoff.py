@@ -61,7 +61,7 @@ def slope(points: Sequence[Tuple[float, float]]) -> float:
         return float("nan")
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
     den = sum((x - mx) ** 2 for x in xs)
-    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / den if den else 0.0
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / den if den else 0.0
 
 
 def worst_update(r: Dict[str, float]) -> float:

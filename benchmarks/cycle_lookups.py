@@ -85,9 +85,9 @@ def run(edges: int, requests: int, updates: int, eps: float, work: str, memory: 
     spark.sql(LAZY.format(b=b0, d=d0)).collect()
     lookups = []
     for b, d in asked:
-        t_first, t_total, t_rows = timed(lambda: mv.lookup(b=b, d=d))
-        e_first, e_total, e_rows = timed(lambda: eager(b, d))
-        l_first, l_total, l_rows = timed(lambda: spark.sql(LAZY.format(b=b, d=d)).toLocalIterator())
+        t_first, t_total, t_rows = timed(lambda b=b, d=d: mv.lookup(b=b, d=d))
+        e_first, e_total, e_rows = timed(lambda b=b, d=d: eager(b, d))
+        l_first, l_total, l_rows = timed(lambda b=b, d=d: spark.sql(LAZY.format(b=b, d=d)).toLocalIterator())
         if not Counter(t_rows) == Counter(e_rows) == Counter(l_rows):
             raise SystemExit(f"{edges} edges, request ({b}, {d}): the lookup, the view and the query differ: "
                              f"{sorted(t_rows)[:20]} / {sorted(e_rows)[:20]} / {sorted(l_rows)[:20]}")

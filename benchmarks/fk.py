@@ -35,9 +35,8 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 sys.path.insert(0, HERE)
 
-from pyspark.sql import SparkSession  # noqa: E402
-
 from bench_session import session  # noqa: E402
+from pyspark.sql import SparkSession  # noqa: E402
 from spark_ivm import MaterializedView  # noqa: E402
 from tpch_data import generate  # noqa: E402
 from tpch_queries import QUERIES  # noqa: E402
@@ -277,7 +276,7 @@ def plot(table: List[Dict[str, Any]], out_dir: str, prefix: str, change: str) ->
     sfs = sorted({t["sf"] for t in table})
     series = [("recompute", lambda t: t["full_s"])] + [(m, lambda t, m=m: t[m]["refresh_s"]) for m in MODES]
     fig, axes = plt.subplots(1, len(sfs), figsize=(6 * len(sfs), 4), squeeze=False)
-    for ax, sf in zip(axes[0], sfs):
+    for ax, sf in zip(axes[0], sfs, strict=False):
         rows = {t["view"]: t for t in table if t["sf"] == sf}
         xs = list(range(len(views)))
         width = 0.8 / len(series)
@@ -324,13 +323,13 @@ def plot_rounds(runs: List[Dict[str, Any]], out_dir: str, prefix: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, len(runs), figsize=(6 * len(runs), 4), squeeze=False)
-    for ax, r in zip(axes[0], runs):
+    for ax, r in zip(axes[0], runs, strict=False):
         for v in sorted({x["view"] for x in r["rounds"]}, key=list(VIEWS).index):
             rounds = [x for x in r["rounds"] if x["view"] == v]
             xs = [x["round"] for x in rounds]
             line = ax.plot(xs, [x["full_s"] for x in rounds], marker="o", linestyle="--",
                            label=f"{v} recompute")
-            for m, marker in zip(MODES, "s^vD"):
+            for m, marker in zip(MODES, "s^vD", strict=False):
                 if all(m in x for x in rounds):
                     ax.plot(xs, [x[m]["refresh_s"] for x in rounds], marker=marker,
                             color=line[0].get_color(), label=f"{v} {m}")

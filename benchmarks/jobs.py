@@ -17,9 +17,8 @@ import json
 import os
 from typing import Any, Dict, List, Optional
 
-from pyspark.sql import SparkSession
-
 from bench_session import session
+from pyspark.sql import SparkSession
 
 
 def event_log_session(warehouse: str, log_dir: str, memory: str = "4g",

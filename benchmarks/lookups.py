@@ -132,9 +132,9 @@ def measure(spark: Any, name: str, query: str, lazy: str, rng: random.Random, ke
     spark.sql(lazy.format(key=asked[0])).collect()
     lookups: List[Dict[str, Any]] = []
     for key in asked:
-        t_first, t_total, t_rows = timed(lambda: mv.lookup(c_custkey=key))
-        e_first, e_total, e_rows = timed(lambda: eager(key))
-        l_first, l_total, l_rows = timed(lambda: spark.sql(lazy.format(key=key)).toLocalIterator())
+        t_first, t_total, t_rows = timed(lambda key=key: mv.lookup(c_custkey=key))
+        e_first, e_total, e_rows = timed(lambda key=key: eager(key))
+        l_first, l_total, l_rows = timed(lambda key=key: spark.sql(lazy.format(key=key)).toLocalIterator())
         if not Counter(t_rows) == Counter(e_rows) == Counter(l_rows):
             raise SystemExit(f"{name}, customer {key}: the view's lookup and the query differ")
         lookups.append({"key": key, "answers": len(e_rows), "lookup_first_s": t_first,

@@ -29,9 +29,8 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 sys.path.insert(0, HERE)
 
-from pyspark.sql import SparkSession  # noqa: E402
-
 from bench_session import session  # noqa: E402
+from pyspark.sql import SparkSession  # noqa: E402
 from spark_ivm import MaterializedView  # noqa: E402
 from tpch_data import generate, load, refresh_functions  # noqa: E402
 
@@ -76,7 +75,7 @@ def run_q10(sf: float, rounds: int, fraction: float, work: str, memory: str) -> 
         rf = refresh_functions(spark, fraction, seed=i + 1)
         report_holder: Dict[str, Any] = {}
 
-        def incremental() -> None:
+        def incremental(report_holder: Dict[str, Any] = report_holder) -> None:
             report_holder["r"] = mv.refresh()
 
         def full() -> None:
@@ -126,7 +125,7 @@ def plot(name: str, runs: List[Dict[str, Any]], out: str) -> None:
     for p in phases:
         vals = [statistics.median(rd["phases_ms"].get(p, 0) for rd in r["rounds"]) / 1000 for r in runs]
         ax2.bar(list(xs), vals, 0.5, bottom=bottom, label=p)
-        bottom = [b + v for b, v in zip(bottom, vals)]
+        bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
     ax2.set_xticks(list(xs), labels)
     ax2.set_ylabel("seconds")
     ax2.set_title("incremental refresh by phase")

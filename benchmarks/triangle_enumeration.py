@@ -99,7 +99,8 @@ def spark_part(sizes: List[int], work: str, memory: str) -> List[Dict[str, Any]]
                 result["refresh_s"] = time.perf_counter() - t0
                 result["refresh_jobs"] = report.spark_jobs
             t_first, t_last, t_rows = timed(mv.rows, FIRST)
-            s_first, s_last, s_rows = timed(lambda: spark.table("listing").toLocalIterator(), FIRST)
+            s_first, s_last, s_rows = timed(
+                lambda spark=spark: spark.table("listing").toLocalIterator(), FIRST)
             if len(t_rows) < FIRST and Counter(t_rows) != Counter(s_rows):
                 raise SystemExit(f"{edges} edges, round {rnd}: rows() and the view differ")
             key = "after_refresh_" if rnd else ""

@@ -34,9 +34,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-from pyspark.sql import SparkSession  # noqa: E402
-
 from bench_session import session  # noqa: E402
+from pyspark.sql import SparkSession  # noqa: E402
 from spark_ivm import MaterializedView  # noqa: E402
 
 QUERY = ("SELECT count(*) AS triangles FROM edges e1 JOIN edges e2 ON e1.dst = e2.src "
@@ -201,7 +200,7 @@ def run_size(spark: SparkSession, edges: int, batches: List[int], rounds: int, s
                 got = view.to_df().first()[0]
                 assert got == count, f"{mode} has {got} triangles, recomputation {count}"
             entry["triangles"] = count
-            for mode, m in entry["modes"].items():
+            for m in entry["modes"].values():
                 m["rows_joined_per_edge"] = m["rows_joined"] / k
             print(f"  k={k} round {r + 1}: " + ", ".join(
                 f"{mode} {m['seconds']:.1f} s ({m.get('spark_jobs', '-')} jobs) / "
@@ -237,7 +236,7 @@ def slope(xs: List[float], ys: List[float]) -> float:
     lx = [math.log(x) for x in xs]
     ly = [math.log(max(y, 1e-9)) for y in ys]
     mx, my = sum(lx) / len(lx), sum(ly) / len(ly)
-    return sum((a - mx) * (b - my) for a, b in zip(lx, ly)) / sum((a - mx) ** 2 for a in lx)
+    return sum((a - mx) * (b - my) for a, b in zip(lx, ly, strict=True)) / sum((a - mx) ** 2 for a in lx)
 
 
 def plot(table: List[Dict[str, Any]], out_dir: str, prefix: str) -> Dict[str, float]:
@@ -251,7 +250,7 @@ def plot(table: List[Dict[str, Any]], out_dir: str, prefix: str) -> Dict[str, fl
     for metric, label, fname in (("rows_per_edge", "rows entering joins per changed edge", "rows"),
                                  ("seconds", "refresh time (s)", "time")):
         fig, axes = plt.subplots(1, len(batches), figsize=(6 * len(batches), 4.5), squeeze=False)
-        for ax, k in zip(axes[0], batches):
+        for ax, k in zip(axes[0], batches, strict=False):
             rows = [r for r in table if r["batch"] == k]
             xs = [r["edges"] for r in rows]
             for mode in modes:

@@ -19,12 +19,9 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tupl
 
 import pytest
 from pyspark.errors import AnalysisException
-
 from pyspark.sql import SparkSession
-
 from spark_ivm import MaterializedView, configure_spark_with_ivm
 from spark_ivm.session import _session_confs
-
 
 # The tests' JVMs run a large code base briefly, where the JIT compiler's threads took a third of
 # a JVM's CPU (measured per thread over the operator tests) on a machine whose cores the test

@@ -10,7 +10,6 @@ from spark_ivm.errors import IvmError
 from spark_ivm.history import Lag, RefreshEntry, SourceLag
 from spark_ivm.report import Candidate, RefreshReport, SourceChange, Verification
 from spark_ivm.service import RefreshService, ServiceRun
-from spark_ivm.state import HeldState, held_state
 from spark_ivm.session import (
     IVM_EXTENSION,
     configure_spark_with_ivm,
@@ -19,6 +18,7 @@ from spark_ivm.session import (
     session_defaults,
     spark_sql_args,
 )
+from spark_ivm.state import HeldState, held_state
 from spark_ivm.view import MaterializedView, is_materialized_view, list_materialized_views
 
 __all__ = [

@@ -250,6 +250,13 @@ class TemporarySourceError(IvmAnalysisException):
     condition = "IVM_TEMPORARY_SOURCE"
 
 
+@_register
+class LookupExpiredError(IvmAnalysisException):
+    """A lookup's remaining answers are gone: it was left unread and the view refreshed since."""
+
+    condition = "IVM_LOOKUP_EXPIRED"
+
+
 def error_class(condition: Optional[str]) -> Optional[Type[IvmAnalysisException]]:
     """The typed exception class of an ``IVM_*`` condition, if it has one."""
     if condition is None:

@@ -8,8 +8,8 @@ from decimal import Decimal
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
 
 from pyspark.errors import AnalysisException
-from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.serializers import CPickleSerializer
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from spark_ivm.errors import IvmError, raises_typed

@@ -5,9 +5,8 @@ from __future__ import annotations
 import re
 import time
 
-from pyspark.sql import SparkSession
-
 from ivm_testing import assert_matches_query
+from pyspark.sql import SparkSession
 from spark_ivm import MaterializedView
 
 QUERIES = {

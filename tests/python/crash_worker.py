@@ -40,7 +40,6 @@ def main() -> None:
     if step == "plain":
         from delta import configure_spark_with_delta_pip
         from pyspark.sql import SparkSession
-
         from spark_ivm.session import ivm_jar_path
 
         # The jars `make install` resolved (no Maven resolution at start), without spark-ivm's.

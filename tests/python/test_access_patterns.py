@@ -10,9 +10,8 @@ from collections import Counter
 from typing import Optional
 
 import pytest
-from pyspark.sql import SparkSession
-
 from ivm_testing import condition, multiset, refused, session_confs
+from pyspark.sql import SparkSession
 from spark_ivm import MaterializedView
 from spark_ivm.errors import InvalidAccessPatternError, IvmError
 

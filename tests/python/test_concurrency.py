@@ -9,10 +9,9 @@ from __future__ import annotations
 import threading
 from typing import Callable, List, Sequence
 
+from ivm_testing import assert_matches_query, condition
 from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
-
-from ivm_testing import assert_matches_query, condition
 from spark_ivm import MaterializedView, RefreshReport, add_foreign_key, add_primary_key
 
 FK_VIEW = ("SELECT c.region, count(*) AS n, sum(o.amount) AS total "

@@ -6,9 +6,8 @@ from __future__ import annotations
 from typing import List
 
 import pytest
-from pyspark.sql import SparkSession
-
 from ivm_testing import assert_matches_query, condition, drop_behind_spark_ivm, refused, session_confs
+from pyspark.sql import SparkSession
 from spark_ivm import MaterializedView
 
 # Every column type a backing table holds: decimals (and their sums' wider decimals), dates,
@@ -100,7 +99,8 @@ def test_queries_reading_where_rows_are_stored_are_refused(spark: SparkSession, 
     history = {x: spark.sql(f"DESCRIBE HISTORY {x}").count() for x in ("t", "u")}
     for query in ROW_LOCATION_QUERIES:
         for policy in ("AUTO", "INCREMENTAL STRICT", "FULL"):
-            e = refused(lambda: spark.sql(f"CREATE MATERIALIZED VIEW bad REFRESH POLICY {policy} AS {query}"))
+            e = refused(lambda policy=policy, query=query: spark.sql(
+                f"CREATE MATERIALIZED VIEW bad REFRESH POLICY {policy} AS {query}"))
             assert condition(e) == "IVM_ROW_LOCATION_IN_QUERY", (query, policy, str(e)[:500])
             assert "_metadata" in str(e) or "input_file" in str(e), (query, str(e)[:300])
     assert {x: spark.sql(f"DESCRIBE HISTORY {x}").count() for x in ("t", "u")} == history
@@ -116,7 +116,7 @@ def test_non_deterministic_and_context_functions(spark: SparkSession, db: str) -
     for n, fn in enumerate(["uuid()", "rand()", "monotonically_increasing_id()", "spark_partition_id()",
                             "current_user()"]):
         query = f"SELECT i, {fn} AS f FROM t"
-        e = refused(lambda: spark.sql(
+        e = refused(lambda query=query: spark.sql(
             f"CREATE MATERIALIZED VIEW strict REFRESH POLICY INCREMENTAL STRICT AS {query}"))
         assert condition(e) == "IVM_NOT_INCREMENTALIZABLE", fn
         views[fn] = MaterializedView.create(spark, f"auto{n}", query, refresh_policy="AUTO")
@@ -163,7 +163,7 @@ def test_spark_ddl_on_a_materialized_views_objects_is_refused(spark: SparkSessio
         "MERGE INTO __ivm_backing_v b USING t ON b.i = t.i WHEN MATCHED THEN DELETE",
     ]
     for stmt in statements:
-        e = refused(lambda: spark.sql(stmt))
+        e = refused(lambda stmt=stmt: spark.sql(stmt))
         assert condition(e) == "IVM_MATERIALIZED_VIEW_OBJECT", (stmt, str(e)[:300])
         assert "MATERIALIZED VIEW" in str(e), stmt
     spark.sql("INSERT INTO t VALUES (2)")
@@ -211,7 +211,7 @@ def test_smaller_errors_say_what_happened(spark: SparkSession, db: str) -> None:
     for stmt in ("CREATE MATERIALIZED VIEW", "REFRESH MATERIALIZED VIEW", "DROP MATERIALIZED VIEW",
                  "CREATE MATERIALIZED VIEW x AS", "ALTER MATERIALIZED VIEW v SET",
                  "CREATE MATERIALIZED VIEW x REFRESH POLICY"):
-        e = refused(lambda: spark.sql(stmt))
+        e = refused(lambda stmt=stmt: spark.sql(stmt))
         assert condition(e) == "PARSE_SYNTAX_ERROR", stmt
         assert "pos" in str(e) or "^^^" in str(e), (stmt, str(e))
 

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-
 import pytest
-from pyspark.sql import SparkSession
-
-from pyspark.errors import AnalysisException
-
 from ivm_testing import assert_matches_query, condition, refused, session_confs
+from pyspark.errors import AnalysisException
+from pyspark.sql import SparkSession
 from spark_ivm import MaterializedView, add_primary_key, errors
 
 
@@ -75,7 +72,7 @@ def test_non_delta_source_is_refused(spark: SparkSession, tables: str) -> None:
 def test_temp_view_source_is_refused(spark: SparkSession, tables: str) -> None:
     spark.sql("CREATE TEMPORARY VIEW tv AS SELECT * FROM a")
     for policy in ("AUTO", "FULL"):  # whatever the policy: the view must outlive the session
-        error = refused(lambda: spark.sql(
+        error = refused(lambda policy=policy: spark.sql(
             f"CREATE MATERIALIZED VIEW p REFRESH POLICY {policy} AS SELECT k FROM tv"))
         assert condition(error) == "IVM_TEMPORARY_SOURCE"
         assert "temporary view" in str(error) and "tv" in str(error)
@@ -111,7 +108,7 @@ def test_dropped_base_table(spark: SparkSession, tables: str) -> None:
     before = _snapshot(spark, "j")
     spark.sql("DROP TABLE b")
     for full in (False, True):
-        error = refused(lambda: MaterializedView.for_name(spark, "j").refresh(full=full))
+        error = refused(lambda full=full: MaterializedView.for_name(spark, "j").refresh(full=full))
         assert condition(error) == "IVM_SOURCE_MISSING"
         assert "b" in str(error)
     assert _snapshot(spark, "j") == before

@@ -11,9 +11,8 @@ from pathlib import Path
 from typing import List
 
 import pytest
-from pyspark.sql import SparkSession
-
 from ivm_testing import assert_matches_query, short_jvm_env
+from pyspark.sql import SparkSession
 from spark_ivm import MaterializedView, RefreshReport
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "crash_worker.py")
@@ -105,7 +104,7 @@ def test_concurrent_refreshes_never_apply_a_change_twice(spark: SparkSession, db
         reports: List[RefreshReport] = []
         errors: List[BaseException] = []
 
-        def refresh() -> None:
+        def refresh(reports: List[RefreshReport] = reports, errors: List[BaseException] = errors) -> None:
             try:
                 # each thread its own session: same catalog, separate confs
                 reports.append(MaterializedView(spark.newSession(), f"{db}.cv").refresh())

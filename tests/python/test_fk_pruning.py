@@ -12,10 +12,9 @@ import random
 from typing import Dict, List, Sequence
 
 import pytest
-from pyspark.sql import SparkSession
-
 from ivm_testing import assert_matches_query, condition, refused
 from ivm_testing import session_confs as confs
+from pyspark.sql import SparkSession
 from spark_ivm import MaterializedView, RefreshReport, add_foreign_key, constraints
 
 PRUNING = "spark.ivm.fkPruning.enabled"

@@ -9,9 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
-from pyspark.sql import SparkSession
-
 from ivm_testing import assert_matches_query, condition, drop_behind_spark_ivm, refused
+from pyspark.sql import SparkSession
 from spark_ivm import MaterializedView
 
 Q = "SELECT k, count(*) AS n, sum(v) AS s FROM base GROUP BY k"

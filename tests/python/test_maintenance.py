@@ -3,12 +3,10 @@ compared with recomputation after every refresh."""
 
 from __future__ import annotations
 
-
 from typing import List
 
-from pyspark.sql import SparkSession
-
 from ivm_testing import assert_matches_query, follow_changes
+from pyspark.sql import SparkSession
 from spark_ivm import MaterializedView
 
 BASE = [

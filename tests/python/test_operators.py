@@ -12,9 +12,8 @@ from __future__ import annotations
 from typing import Dict, List
 
 import pytest
-from pyspark.sql import SparkSession
-
 from ivm_testing import assert_matches_query, condition, follow_changes, refused, session_confs
+from pyspark.sql import SparkSession
 from spark_ivm import MaterializedView, RefreshReport
 
 BASE = [

@@ -9,13 +9,19 @@ import types
 from pathlib import Path
 
 import pytest
+from ivm_testing import assert_matches_query, short_jvm_env
 from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
-
-from ivm_testing import assert_matches_query, short_jvm_env
 from spark_ivm import (
-    IVM_EXTENSION, IvmError, MaterializedView, RefreshReport, configure_spark_with_ivm,
-    delta_package, is_materialized_view, list_materialized_views, spark_sql_args,
+    IVM_EXTENSION,
+    IvmError,
+    MaterializedView,
+    RefreshReport,
+    configure_spark_with_ivm,
+    delta_package,
+    is_materialized_view,
+    list_materialized_views,
+    spark_sql_args,
 )
 
 

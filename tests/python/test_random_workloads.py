@@ -14,9 +14,8 @@ from typing import List, Tuple
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pyspark.sql import SparkSession
-
 from ivm_testing import assert_matches_query
+from pyspark.sql import SparkSession
 from spark_ivm import MaterializedView
 
 EXAMPLES = int(os.environ.get("IVM_EXAMPLES", "5"))

@@ -12,10 +12,9 @@ from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
 import pytest
-from pyspark.sql import DataFrame, Row, SparkSession
-
 from ivm_testing import assert_matches_query, condition, follow_changes, multiset, refused, short_jvm_env
 from ivm_testing import session_confs as confs
+from pyspark.sql import DataFrame, Row, SparkSession
 from spark_ivm import MaterializedView, configure_spark_with_ivm
 from spark_ivm.session import CODEGEN_CACHE_ENTRIES, LOCAL_FILE_CONTEXT, NIO_LOCAL_FS, session_defaults
 
@@ -317,7 +316,7 @@ def test_large_applies_mark_rows_deleted_instead_of_rewriting(spark: SparkSessio
     # At most 2 small files before an apply, plus the one it writes; agg's applies mark rows and
     # append (joined's rewrite its one file, most of whose rows each change deletes).
     assert all(max(seen) <= 3 for seen in counts.values()), counts
-    assert any(b < a for a, b in zip(counts["agg"], counts["agg"][1:])), counts
+    assert any(b < a for a, b in zip(counts["agg"], counts["agg"][1:], strict=False)), counts
     # The other path (rewriting the candidate files) takes over from the marked files.
     change(spark, 7)
     agg.refresh()
@@ -561,7 +560,7 @@ def test_writes_to_a_materialized_view_name_it(spark: SparkSession, tables: str)
     spark.sql(f"CREATE MATERIALIZED VIEW agg AS {AGG}")
     for stmt in ["UPDATE agg SET n = 0", "DELETE FROM agg WHERE g = 1",
                  "MERGE INTO agg USING d ON agg.g = d.g WHEN MATCHED THEN DELETE"]:
-        e = refused(lambda: spark.sql(stmt))
+        e = refused(lambda stmt=stmt: spark.sql(stmt))
         assert condition(e) == "IVM_VIEW_NOT_WRITABLE" and "REFRESH MATERIALIZED VIEW" in str(e), stmt
     assert_matches_query(spark, "agg", AGG)
 

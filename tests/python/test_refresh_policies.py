@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from pyspark.sql import SparkSession
-
 from ivm_testing import assert_matches_query, condition, refused, session_confs, short_jvm_env
+from pyspark.sql import SparkSession
 from spark_ivm import MaterializedView, RefreshService, errors
 from spark_ivm.errors import InvalidScheduleError, NotIncrementalizableError, ScheduleConflictError
 
@@ -180,7 +179,7 @@ def test_schedules_are_stored_shown_and_validated(spark: SparkSession, base: str
         with pytest.raises(InvalidScheduleError, match=why), errors.translated():
             spark.sql(f"CREATE MATERIALIZED VIEW bad {bad} AS {AGG}")
         assert not spark.catalog.tableExists("bad")
-        e = refused(lambda: spark.sql(f"ALTER MATERIALIZED VIEW s1 ALTER {bad}"))
+        e = refused(lambda bad=bad: spark.sql(f"ALTER MATERIALIZED VIEW s1 ALTER {bad}"))
         assert condition(e) == "IVM_INVALID_SCHEDULE"
     e = refused(lambda: spark.sql(f"CREATE MATERIALIZED VIEW bad SCHEDULE EVERY 5 YEARS AS {AGG}"))
     assert condition(e) == "PARSE_SYNTAX_ERROR"
@@ -295,7 +294,8 @@ def test_two_services_never_apply_a_change_twice(spark: SparkSession, base: str)
         services = [RefreshService(spark.newSession(), [base]) for _ in range(2)]
         results: list = []
         at = T0 + timedelta(minutes=round_)
-        threads = [threading.Thread(target=lambda s=s: results.extend(s.run_once(at))) for s in services]
+        threads = [threading.Thread(target=lambda s=s, results=results, at=at: results.extend(s.run_once(at)))
+                   for s in services]
         for t in threads:
             t.start()
         for t in threads:

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from ivm_testing import assert_matches_query, condition, refused
 from pyspark.errors import ParseException
 from pyspark.sql import SparkSession
-
-from ivm_testing import assert_matches_query, condition, refused
 from spark_ivm import MaterializedView
 
 
@@ -94,7 +93,7 @@ def test_spark_statements_keep_working(spark: SparkSession, sales: str) -> None:
 def test_unknown_view_and_not_a_view(spark: SparkSession, sales: str) -> None:
     for stmt in ("REFRESH MATERIALIZED VIEW nope", "DESCRIBE MATERIALIZED VIEW nope",
                  "EXPLAIN REFRESH MATERIALIZED VIEW nope", "DROP MATERIALIZED VIEW nope"):
-        assert condition(refused(lambda: spark.sql(stmt))) == "IVM_VIEW_NOT_FOUND", stmt
+        assert condition(refused(lambda stmt=stmt: spark.sql(stmt))) == "IVM_VIEW_NOT_FOUND", stmt
     error = refused(lambda: spark.sql("DROP MATERIALIZED VIEW sales"))
     assert condition(error) == "IVM_NOT_A_MATERIALIZED_VIEW"
     error = refused(lambda: spark.sql("CREATE MATERIALIZED VIEW sales AS SELECT 1 AS one"))

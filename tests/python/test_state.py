@@ -6,9 +6,8 @@ from __future__ import annotations
 import re
 from typing import List
 
-from pyspark.sql import SparkSession
-
 from ivm_testing import assert_matches_query, await_state_builds, session_confs
+from pyspark.sql import SparkSession
 from spark_ivm import HeldState, MaterializedView, held_state
 
 # Small tables are held on the driver whole; off, views and tables are kept on the executors.
@@ -87,7 +86,7 @@ def test_a_budget_smaller_than_all_state_evicts_and_every_view_stays_exact(spark
         with session_confs(spark, {"spark.ivm.state.executorMaxBytes": str(budget)}):
             for round_ in range(1, 5):
                 change(spark, "src", round_)
-                for mv, (name, q) in zip(views, queries.items()):
+                for mv, (name, q) in zip(views, queries.items(), strict=True):
                     assert mv.refresh().mode == "incremental"
                     assert_matches_query(spark, name, q)
                     assert await_state_builds(spark)

@@ -10,9 +10,8 @@ import re
 import sys
 import tempfile
 
-from pyspark.sql import SparkSession
-
 from ivm_testing import assert_matches_query
+from pyspark.sql import SparkSession
 from spark_ivm import MaterializedView
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))

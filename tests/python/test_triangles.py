@@ -11,9 +11,8 @@ import random
 from typing import Dict, Iterator, List, Tuple
 
 import pytest
-from pyspark.sql import SparkSession
-
 from ivm_testing import assert_matches_query, condition, refused
+from pyspark.sql import SparkSession
 from spark_ivm import MaterializedView
 
 JOIN = (
@@ -182,7 +181,7 @@ def test_epsilon_is_the_users_dial(spark: SparkSession, db: str) -> None:
     view = MaterializedView.create(spark, "tri", query, properties={"ivm.epsilon": "0.25"})
     before = info(view)
     for bad in ("1.5", "-0.1", "half"):
-        err = refused(lambda: spark.sql(
+        err = refused(lambda bad=bad: spark.sql(
             f"ALTER MATERIALIZED VIEW tri SET TBLPROPERTIES ('ivm.epsilon' = '{bad}')"))
         assert condition(err) == "IVM_INVALID_PROPERTY" and "[0, 1]" in str(err)
         assert info(view) == before  # nothing changed

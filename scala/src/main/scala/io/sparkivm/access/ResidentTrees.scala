@@ -6,6 +6,7 @@ import scala.util.control.NonFatal
 import io.sparkivm.catalog.{ViewCatalog, ViewMetadata}
 import io.sparkivm.changes.{ChangeFeed, ChangeRequest, PinnedSource}
 import io.sparkivm.conf.IvmConf
+import io.sparkivm.errors.IvmErrors
 import io.sparkivm.execution.{PinnedReader, ViewAnalysis}
 import io.sparkivm.planner.SourceLeaf
 import io.sparkivm.state.{Arrangement, StateId, StateKind, StatePlace, StateRegistry}
@@ -428,8 +429,7 @@ object ResidentTrees extends Logging {
     /** Up to `n` more answers; an empty batch at the end. */
     def next(n: Int): Array[Byte] = e.synchronized {
       if (answers.hasNext && (e.epoch != epoch || !e.open.contains(this))) {
-        throw new IllegalStateException("the lookup was left unread for longer than a minute and the view has " +
-          "been refreshed since: look up again")
+        throw IvmErrors.lookupExpired(e.backing.quotedString)
       }
       val batch = new java.util.ArrayList[Any]()
       while (batch.size < n && answers.hasNext) batch.add(EvaluatePython.toJava(answers.next(), schema, true))

@@ -1,5 +1,7 @@
 package io.sparkivm.access
 
+import io.sparkivm.errors.IvmErrors
+
 /**
  * A variable order (Zhang 2022, section 2.3): a rooted forest with one node per variable, each
  * atom a leaf under the lowest of its variables, every atom's variables on one root path.
@@ -94,7 +96,7 @@ object VariableOrder {
     if (vars.isEmpty) return 0
     val useful = atoms.filter(a => (a.vars & vars).nonEmpty).distinct
     (1 to useful.size).find(k => useful.combinations(k).exists(c => vars.subsetOf(c.flatMap(_.vars).toSet)))
-      .getOrElse(throw new IllegalArgumentException(s"no atoms cover ${vars.mkString(", ")}"))
+      .getOrElse(throw IvmErrors.internal(s"no atoms cover ${vars.mkString(", ")}"))
   }
 
   /**

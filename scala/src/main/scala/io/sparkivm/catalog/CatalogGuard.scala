@@ -2,7 +2,7 @@ package io.sparkivm.catalog
 
 import scala.util.control.NonFatal
 
-import io.sparkivm.IvmErrors
+import io.sparkivm.errors.IvmErrors
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.TableIdentifier
 import org.apache.spark.sql.catalyst.analysis.{UnresolvedIdentifier, UnresolvedRelation, UnresolvedTable,

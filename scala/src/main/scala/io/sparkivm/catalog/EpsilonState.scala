@@ -1,5 +1,6 @@
 package io.sparkivm.catalog
 
+import io.sparkivm.errors.IvmErrors
 import org.apache.spark.sql.catalyst.TableIdentifier
 import org.json4s._
 
@@ -57,7 +58,7 @@ object EpsilonState {
         case JInt(i) => i.toDouble
         case JLong(l) => l.toDouble
         case JDecimal(d) => d.toDouble
-        case other => throw new IllegalStateException(s"not a number: $other")
+        case other => throw IvmErrors.internal(s"IVM^eps state holds $other where a number belongs")
       }
       def longs(key: String): Seq[Long] = (o \ key) match {
         case JArray(xs) => xs.map(x => num(x).toLong)

@@ -2,7 +2,7 @@ package io.sparkivm.catalog
 
 import java.util.Locale
 
-import io.sparkivm.IvmErrors
+import io.sparkivm.errors.IvmErrors
 import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.catalyst.TableIdentifier
 import org.apache.spark.sql.delta.DeltaLog
@@ -57,8 +57,7 @@ object KeyConstraints {
   def add(spark: SparkSession, c: KeyConstraint): Unit = {
     val existing = of(spark, c.table)
     if (existing.exists(_.name.equalsIgnoreCase(c.name))) {
-      throw IvmErrors.of("IVM_CONSTRAINT_ALREADY_EXISTS", "table" -> c.table.quotedString,
-        "constraint" -> s"a constraint named ${c.name}")
+      throw IvmErrors.constraintExists(c.table.quotedString, s"a constraint named ${c.name}")
     }
     val schema = spark.table(c.table.quotedString).schema.fieldNames
     def checkColumns(t: TableIdentifier, cols: Seq[String], names: Seq[String]): Unit =
@@ -72,8 +71,8 @@ object KeyConstraints {
     c match {
       case pk: PrimaryKey =>
         existing.collectFirst { case p: PrimaryKey => p }.foreach { p =>
-          throw IvmErrors.of("IVM_CONSTRAINT_ALREADY_EXISTS", "table" -> c.table.quotedString,
-            "constraint" -> s"primary key ${p.name} ${columnList(p.columns)}; drop it first")
+          throw IvmErrors.constraintExists(c.table.quotedString,
+            s"primary key ${p.name} ${columnList(p.columns)}; drop it first")
         }
         checkPrimaryKey(spark, pk)
       case fk: ForeignKey =>
@@ -137,8 +136,8 @@ object KeyConstraints {
     if (examples.nonEmpty) {
       val n = bad.count()
       val shown = examples.map(r => r.toSeq.map(String.valueOf).mkString("(", ", ", ")")).mkString(", ")
-      throw IvmErrors.of("IVM_CONSTRAINT_VIOLATED", "constraint" -> s"${c.name} (${c.text})",
-        "table" -> c.table.quotedString, "violations" -> s"$n $what, for example $shown")
+      throw IvmErrors.constraintViolated(s"${c.name} (${c.text})", c.table.quotedString,
+        s"$n $what, for example $shown")
     }
   }
 
@@ -175,5 +174,5 @@ object KeyConstraints {
     }
   }
 
-  private def invalid(reason: String) = IvmErrors.of("IVM_CONSTRAINT_INVALID", "reason" -> reason)
+  private def invalid(reason: String) = IvmErrors.constraintInvalid(reason)
 }

@@ -9,7 +9,7 @@ import com.cronutils.model.CronType
 import com.cronutils.model.definition.CronDefinitionBuilder
 import com.cronutils.model.time.ExecutionTime
 import com.cronutils.parser.CronParser
-import io.sparkivm.IvmErrors
+import io.sparkivm.errors.IvmErrors
 import org.json4s._
 import org.json4s.jackson.JsonMethods.{compact, parse, render}
 
@@ -91,7 +91,7 @@ object Schedule {
 
   /** The schedule if it is valid, else IVM_INVALID_SCHEDULE naming what is wrong. */
   def validated(s: Schedule): Schedule = {
-    def invalid(reason: String) = IvmErrors.of("IVM_INVALID_SCHEDULE", "schedule" -> s.sql, "reason" -> reason)
+    def invalid(reason: String) = IvmErrors.invalidSchedule(s.sql, reason)
     s match {
       case Every(n, _) if n <= 0 => throw invalid("the interval must be a positive number")
       case OnUpdate(Some((n, _))) if n <= 0 => throw invalid("the interval must be a positive number")

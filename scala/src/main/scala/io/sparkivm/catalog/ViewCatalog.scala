@@ -4,7 +4,7 @@ import java.util.Locale
 
 import scala.util.control.NonFatal
 
-import io.sparkivm.IvmErrors
+import io.sparkivm.errors.IvmErrors
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.TableIdentifier
@@ -54,8 +54,7 @@ object ViewCatalog extends Logging {
     case Seq(db, name) => TableIdentifier(name, Some(db), Some(SessionCatalogName))
     case Seq(cat, db, name) if cat.equalsIgnoreCase(SessionCatalogName) =>
       TableIdentifier(name, Some(db), Some(SessionCatalogName))
-    case _ => throw IvmErrors.of("IVM_INVALID_NAME", "name" -> parts.mkString("."),
-      "catalog" -> SessionCatalogName)
+    case _ => throw IvmErrors.invalidName(parts.mkString("."), SessionCatalogName)
   }
 
   /**
@@ -170,10 +169,10 @@ object ViewCatalog extends Logging {
       val JArray(cols) = item \ "columns": @unchecked
       SourceInfo(table, tid, cols.map {
         case JArray(List(JString(n), JString(t))) => n -> t
-        case other => throw new IllegalStateException(s"bad column entry $other")
+        case other => throw IvmErrors.internal(s"a source column entry of ivm.sources is $other")
       })
     }
-    case other => throw new IllegalStateException(s"bad ivm.sources $other")
+    case other => throw IvmErrors.internal(s"ivm.sources is $other")
   }
 
   def setProperties(spark: SparkSession, table: TableIdentifier, props: Map[String, String]): Unit =
@@ -222,7 +221,7 @@ object ViewCatalog extends Logging {
           val JString(attempt) = obj \ "attempt": @unchecked
           val JObject(srcs) = obj \ "sources": @unchecked
           Some(RefreshRecord(n.toLong, mode, srcs.map { case (k, JInt(v)) => k -> v.toLong
-            case (k, v) => throw new IllegalStateException(s"bad version $v for $k") }.toMap,
+            case (k, v) => throw IvmErrors.internal(s"a refresh record gives version $v for $k") }.toMap,
             attempt, version, ts, EpsilonState.fromJson(obj \ "epsilon")))
         case _ => None
       }

@@ -3,7 +3,7 @@ package io.sparkivm.changes
 import scala.collection.mutable
 import scala.util.control.NonFatal
 
-import io.sparkivm.IvmErrors
+import io.sparkivm.errors.IvmErrors
 import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.{BoundReference, GenericInternalRow, UnsafeProjection, UnsafeRow}

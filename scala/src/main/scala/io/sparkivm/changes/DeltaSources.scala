@@ -2,9 +2,9 @@ package io.sparkivm.changes
 
 import scala.util.control.NonFatal
 
-import io.sparkivm.{IvmErrors, IvmException}
 import io.sparkivm.catalog.SourceInfo
 import io.sparkivm.conf.IvmConf
+import io.sparkivm.errors.{IvmErrors, IvmException}
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.{Column, DataFrame, SparkSession}
 import org.apache.spark.sql.catalyst.TableIdentifier

@@ -2,6 +2,7 @@ package io.sparkivm.changes
 
 import scala.util.control.NonFatal
 
+import io.sparkivm.errors.IvmErrors
 import io.sparkivm.state.{Arrangement, StateId, StateKind, StatePlace, StateRegistry}
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.{DataFrame, SparkSession}
@@ -139,7 +140,7 @@ object KnownFiles extends Logging {
       var files = from.files
       var at = from.version
       log.getChanges(from.version + 1).takeWhile(_._1 <= to).foreach { case (v, actions) =>
-        if (v != at + 1) throw new IllegalStateException(s"version ${at + 1} is missing from the log")
+        if (v != at + 1) throw IvmErrors.internal(s"version ${at + 1} is missing from the log")
         files = applied(files, actions)
         at = v
       }

@@ -4,8 +4,8 @@ import java.util.Locale
 
 import scala.util.control.NonFatal
 
-import io.sparkivm.{IvmErrors, IvmException}
 import io.sparkivm.catalog.{ForeignKey, KeyConstraint, KeyConstraints, PrimaryKey, ViewCatalog}
+import io.sparkivm.errors.{IvmErrors, IvmException}
 import org.apache.spark.sql.{Row, SparkSession}
 import org.apache.spark.sql.catalyst.TableIdentifier
 import org.apache.spark.sql.catalyst.analysis.{UnresolvedIdentifier, UnresolvedTable}
@@ -48,17 +48,17 @@ object KeyConstraintCommands {
   /** The session-catalog table a name refers to; it must exist and be a Delta table. */
   private[commands] def tableOf(spark: SparkSession, parts: Seq[String]): TableIdentifier = {
     val id = try ViewCatalog.qualify(spark, parts) catch {
-      case _: IvmException => throw IvmErrors.of("IVM_CONSTRAINT_INVALID", "reason" ->
+      case _: IvmException => throw IvmErrors.constraintInvalid(
         s"${parts.mkString(".")}: spark-ivm keeps key constraints for Delta tables of the session catalog.")
     }
     val catalog = SessionInternals.catalog(spark)
     if (!catalog.tableExists(id)) {
-      throw IvmErrors.of("IVM_CONSTRAINT_INVALID", "reason" -> s"Table ${id.quotedString} does not exist.")
+      throw IvmErrors.constraintInvalid(s"Table ${id.quotedString} does not exist.")
     }
     val provider = catalog.getTableMetadata(id).provider
     if (!provider.exists(_.equalsIgnoreCase("delta"))) {
-      throw IvmErrors.of("IVM_CONSTRAINT_INVALID", "reason" -> (s"Table ${id.quotedString} is not a Delta " +
-        "table; spark-ivm keeps key constraints for Delta tables."))
+      throw IvmErrors.constraintInvalid(s"Table ${id.quotedString} is not a Delta " +
+        "table; spark-ivm keeps key constraints for Delta tables.")
     }
     id
   }
@@ -73,7 +73,7 @@ object KeyConstraintCommands {
         ForeignKey(named(s"${id.table}_${fk.childColumns.mkString("_")}_fk"), id, fk.childColumns,
           tableOf(spark, fk.parentTableId), fk.parentColumns,
           rely = fk.userProvidedCharacteristic.rely.contains(true))
-      case other => throw new IllegalStateException(s"not a key constraint: $other")
+      case other => throw IvmErrors.internal(s"not a key constraint: $other")
     }
   }
 }

@@ -1,8 +1,7 @@
 package io.sparkivm.commands
 
 import io.sparkivm.catalog.ViewCatalog
-import io.sparkivm.execution.{HeldState, RefreshLog, RefreshPipeline, ViewExplainer, ViewLifecycle}
-import io.sparkivm.parser._
+import io.sparkivm.execution.{HeldState, RefreshLog, RefreshPipeline}
 import org.apache.spark.sql.{Row, SparkSession}
 import org.apache.spark.sql.catalyst.expressions.{Attribute, AttributeReference}
 import org.apache.spark.sql.execution.command.LeafRunnableCommand
@@ -39,10 +38,15 @@ case class RefreshMaterializedViewCommand(statement: RefreshMaterializedView) ex
   override val output: Seq[Attribute] = Seq(string("view"), string("mode"), long("refresh_number"),
     long("source_rows_changed"), long("view_rows_changed"), long("duration_ms"), string("report"))
   /** One row per view refreshed: with CASCADE the views it reads first, the named view last. */
-  override def run(spark: SparkSession): Seq[Row] =
-    RefreshPipeline.refreshAll(spark, statement.name, statement.full, statement.cascade).map { r =>
+  override def run(spark: SparkSession): Seq[Row] = {
+    // REFRESH ... FULL of a view whose backing table is gone builds it again from its definition.
+    val rebuilt = statement.full && ViewLifecycle.rebuildIfBackingMissing(spark, statement.name)
+    RefreshPipeline.refreshAll(spark, statement.name, statement.full, statement.cascade, reason =
+      if (rebuilt) Some("the view's backing table was gone: rebuilt from its definition, and recomputed") else None
+    ).map { r =>
       Row(r.view, r.mode, r.refreshNumber, r.sourceRowsChanged, r.viewRowsChanged, r.totalMs, r.toJson)
     }
+  }
 }
 
 case class DropMaterializedViewCommand(statement: DropMaterializedView) extends LeafRunnableCommand {

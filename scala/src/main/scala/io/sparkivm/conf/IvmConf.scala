@@ -4,8 +4,7 @@ import java.util.Locale
 
 import scala.collection.mutable
 
-import io.sparkivm.IvmErrors
-import io.sparkivm.catalog.RefreshPolicy
+import io.sparkivm.errors.IvmErrors
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.ivm.ConfRegistration
@@ -232,10 +231,15 @@ object IvmConf {
 
   // ---- refresh policies and the refresh service ----
 
-  val DefaultRefreshPolicy: IvmConfEntry[RefreshPolicy] = entry("spark.ivm.refreshPolicy.default",
-    RefreshPolicy.Default, "string", "The REFRESH POLICY of views created without one: auto, " +
-      "incremental, incremental_strict or full.")(
-    v => RefreshPolicy.parse(v).toRight("auto, incremental, incremental_strict or full"), _.name)
+  /** A policy's stored name (`incremental_strict`); `policy.RefreshPolicies.default` reads it as
+   * a `catalog.RefreshPolicy`, which settings, below every other package, do not know. */
+  val DefaultRefreshPolicy: IvmConfEntry[String] = entry("spark.ivm.refreshPolicy.default",
+    "auto", "string", "The REFRESH POLICY of views created without one: auto, " +
+      "incremental, incremental_strict or full.") { v =>
+    val name = v.trim.toLowerCase(Locale.ROOT).replaceAll("[\\s_]+", "_")
+    if (Seq("auto", "incremental", "incremental_strict", "full").contains(name)) Right(name)
+    else Left("auto, incremental, incremental_strict or full")
+  }
 
   val AutoIncrementalCostFactor: IvmConfEntry[Double] = double("spark.ivm.refreshPolicy.autoCostFactor", 100.0,
     "The AUTO policy's prior, used until a view's history measures it: how many times more a " +

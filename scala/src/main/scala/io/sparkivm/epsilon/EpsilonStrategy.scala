@@ -4,8 +4,8 @@ import scala.collection.mutable
 
 import io.sparkivm.catalog.{EpsilonState, RefreshRecord, ViewMetadata}
 import io.sparkivm.conf.IvmConf
-import io.sparkivm.execution.{AnalyzedView, MaintenanceStrategy, PinnedReader, PlanningConf, RefreshContext,
-  StrategyRefresh}
+import io.sparkivm.execution.{AnalyzedView, MaintenanceStrategy, PinnedReader, PlanningConf, RefreshContext, ResidentState,
+  StrategyProvider, StrategyRefresh}
 import io.sparkivm.planner.{DeltaRules, TriangleQuery}
 import org.apache.spark.sql.SparkSession
 
@@ -43,6 +43,12 @@ object EpsilonStrategy {
   /** The IVM^eps strategy of a view whose first join block is a triangle, if it is maintained so. */
   def of(spark: SparkSession, analyzed: AnalyzedView, incremental: Boolean): Option[EpsilonStrategy] =
     TriangleViews.query(spark, analyzed, incremental).map(new EpsilonStrategy(_))
+}
+
+/** Offers IVM^eps to the pipeline ([[MaintenanceStrategy.of]] finds it by ServiceLoader). */
+class EpsilonStrategyProvider extends StrategyProvider {
+  def strategy(spark: SparkSession, analyzed: AnalyzedView, incremental: Boolean): Option[MaintenanceStrategy] =
+    EpsilonStrategy.of(spark, analyzed, incremental)
 }
 
 /**

@@ -3,7 +3,8 @@ package io.sparkivm.epsilon
 import scala.collection.mutable
 
 import io.sparkivm.catalog.EpsilonState
-import io.sparkivm.execution.LocalEval
+import io.sparkivm.errors.IvmErrors
+import io.sparkivm.execution.{LocalEval, ResidentState}
 import io.sparkivm.planner.{DeltaRules, KeyProbe, TriangleQuery}
 import org.apache.spark.sql.{DataFrame, Row, SparkSession}
 import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, Cast, Literal}
@@ -146,7 +147,7 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
     def empty: Boolean = !allHeavy && size == 0
   }
   object HeavySet {
-    val all: HeavySet = new HeavySet(true, 0, None, () => throw new IllegalStateException("every key is heavy"))
+    val all: HeavySet = new HeavySet(true, 0, None, () => throw IvmErrors.internal("the keys of a set where every key is heavy were asked for"))
   }
 
   /** The heavy set of occurrence i read from its table, with its keys collected if few. */

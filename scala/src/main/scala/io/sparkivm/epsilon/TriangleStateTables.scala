@@ -3,11 +3,11 @@ package io.sparkivm.epsilon
 import scala.collection.mutable
 import scala.util.control.NonFatal
 
-import io.sparkivm.IvmErrors
 import io.sparkivm.catalog.{EpsilonState, ViewCatalog, ViewMetadata}
 import io.sparkivm.changes.DeltaSources
 import io.sparkivm.conf.IvmConf
-import io.sparkivm.execution.DriverWrite
+import io.sparkivm.errors.IvmErrors
+import io.sparkivm.execution.{DriverWrite, ResidentState, StateConflictException}
 import io.sparkivm.state.{Arrangement, StateId, StateKind, StatePlace, StateRegistry, StateSize}
 import org.apache.spark.sql.{DataFrame, Row, SaveMode, SparkSession}
 import org.apache.spark.sql.catalyst.{CatalystTypeConverters, InternalRow, TableIdentifier}
@@ -178,9 +178,6 @@ class TriangleStateTables(spark: SparkSession, meta: ViewMetadata, attempt: Stri
     spark.sql(s"DROP TABLE IF EXISTS ${n.quotedString}")
   }
 }
-
-/** Another refresh of the same view wrote the state concurrently: the refresh retries. */
-class StateConflictException(message: String) extends RuntimeException(message)
 
 object TriangleStateTables {
   /** The heavy keys of a state table at one version (held by its Delta id, stamped by the version). */

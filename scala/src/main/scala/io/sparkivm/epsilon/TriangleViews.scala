@@ -1,8 +1,8 @@
 package io.sparkivm.epsilon
 
-import io.sparkivm.IvmErrors
 import io.sparkivm.catalog.EpsilonState
 import io.sparkivm.conf.IvmConf
+import io.sparkivm.errors.IvmErrors
 import io.sparkivm.execution.AnalyzedView
 import io.sparkivm.planner.{Branch, DeltaRules, TriangleQuery}
 import org.apache.spark.internal.Logging
@@ -187,7 +187,7 @@ object TriangleViews extends Logging {
    */
   def check(spark: SparkSession, engine: TriangleMaintenance, tables: TriangleStateTables,
       state: EpsilonState, strict: Boolean): Unit = {
-    def fail(what: String) = throw IvmErrors.of("IVM_EPSILON_INVARIANT", "invariant" -> what, "state" -> state)
+    def fail(what: String) = throw IvmErrors.epsilonInvariant(what, state)
     val theta = state.threshold
     val heavy = heavySets(state, tables, state.versions, engine)
     def checkSide(i: Int): Long = {

@@ -3,7 +3,7 @@ package io.sparkivm.execution
 import scala.jdk.CollectionConverters._
 import scala.util.control.NonFatal
 
-import io.sparkivm.IvmErrors
+import io.sparkivm.errors.IvmErrors
 
 import org.apache.hadoop.fs.Path
 import org.apache.hadoop.mapreduce.{Job, JobID, TaskAttemptID, TaskID, TaskType}

@@ -1,6 +1,7 @@
 package io.sparkivm.execution
 
 import io.sparkivm.conf.IvmConf
+import io.sparkivm.errors.IvmErrors
 import org.apache.spark.sql.SparkSession
 
 /**
@@ -37,7 +38,7 @@ object FaultInjection {
     }
     if (spark.conf.getOption(IvmConf.FailAt.key).contains(name)) {
       spark.conf.unset(IvmConf.FailAt.key)
-      throw new IllegalStateException(s"spark-ivm: failing at fault-injection point '$name'")
+      throw IvmErrors.internal(s"failing at fault-injection point '$name'")
     }
     if (spark.conf.getOption(IvmConf.KillAt.key).contains(name)) {
       System.err.println(s"spark-ivm: killing the JVM at fault-injection point '$name'")

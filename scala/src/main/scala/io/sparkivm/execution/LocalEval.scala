@@ -2,6 +2,7 @@ package io.sparkivm.execution
 
 import scala.util.control.NonFatal
 
+import io.sparkivm.errors.IvmErrors
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, AttributeReference, BindReferences,
   EmptyRow, Expression, GenericInternalRow, If, InterpretedMutableProjection, InterpretedUnsafeProjection,
@@ -102,7 +103,7 @@ object LocalEval {
       case LeftSemi => left.filter(matches(_).hasNext)
       case LeftAnti => left.filterNot(matches(_).hasNext)
       case ExistenceJoin(_) => left.map(l => new JoinedRow(l, InternalRow(matches(l).hasNext)))
-      case other => throw new IllegalStateException(s"no local join for $other")
+      case other => throw IvmErrors.internal(s"no local join for $other")
     })
   }
 

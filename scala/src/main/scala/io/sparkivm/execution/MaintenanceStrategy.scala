@@ -1,9 +1,11 @@
 package io.sparkivm.execution
 
+import java.util.ServiceLoader
+
 import scala.collection.mutable
+import scala.jdk.CollectionConverters._
 
 import io.sparkivm.catalog.{EpsilonState, RefreshRecord, ViewMetadata}
-import io.sparkivm.epsilon.EpsilonStrategy
 import io.sparkivm.planner.DeltaRules
 import org.apache.spark.sql.SparkSession
 
@@ -50,8 +52,24 @@ object CountingStrategy extends MaintenanceStrategy {
   }
 }
 
+/** A strategy's state was written by another refresh of the same view at once: the refresh retries. */
+class StateConflictException(message: String) extends RuntimeException(message)
+
+/**
+ * Offers a strategy for the views it can maintain better than counting IVM (IVM^eps for a
+ * triangle). Providers are found by Java's ServiceLoader, listed in
+ * `META-INF/services/io.sparkivm.execution.StrategyProvider` as Spark lists its data sources, so
+ * that the pipeline depends on no strategy built on it.
+ */
+trait StrategyProvider {
+  def strategy(spark: SparkSession, analyzed: AnalyzedView, incremental: Boolean): Option[MaintenanceStrategy]
+}
+
 object MaintenanceStrategy {
-  /** The strategy of an incrementally maintained view: IVM^eps for a triangle, else counting. */
+  private[sparkivm] lazy val providers: Seq[StrategyProvider] =
+    ServiceLoader.load(classOf[StrategyProvider], getClass.getClassLoader).asScala.toSeq.sortBy(_.getClass.getName)
+
+  /** The strategy of a view: the first a provider offers (IVM^eps for a triangle), else counting. */
   def of(spark: SparkSession, analyzed: AnalyzedView, incremental: Boolean): MaintenanceStrategy =
-    EpsilonStrategy.of(spark, analyzed, incremental).getOrElse(CountingStrategy)
+    providers.iterator.flatMap(_.strategy(spark, analyzed, incremental)).nextOption().getOrElse(CountingStrategy)
 }

@@ -2,6 +2,7 @@ package io.sparkivm.execution
 
 import io.sparkivm.changes.{DeltaSources, KnownFiles, LocalChange, PinnedSource, TableChange}
 import io.sparkivm.conf.IvmConf
+import io.sparkivm.errors.IvmErrors
 import io.sparkivm.planner.{Branch, CountedTable, DeltaRules, KeyCounts, LeafReader, LocalDeltaRows, PlanOnly,
   PlanSteps, SourceLeaf, ViewMaintenance}
 import org.apache.spark.sql.{DataFrame, SparkSession}
@@ -73,7 +74,7 @@ class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
 
   def pre(leaf: SourceLeaf): LogicalPlan = consumed.get(leaf.name) match {
     case Some(v) => bind(leaf, snapshot(leaf, v), None)
-    case None => throw new IllegalStateException(s"no consumed version for ${leaf.name}")
+    case None => throw IvmErrors.internal(s"no consumed version for ${leaf.name}")
   }
 
   def post(leaf: SourceLeaf): LogicalPlan = pinned.get(leaf.name) match {
@@ -149,7 +150,7 @@ class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
     val src = SparkInternals.analyzed(df)
     val byName = src.output.map(a => a.name.toLowerCase(java.util.Locale.ROOT) -> a).toMap
     def find(name: String) = byName.getOrElse(name.toLowerCase(java.util.Locale.ROOT),
-      throw new IllegalStateException(s"${leaf.name} has no column $name"))
+      throw IvmErrors.internal(s"${leaf.name} has no column $name"))
     val cols = leaf.output.map(a => Alias(find(a.name), a.name)(exprId = a.exprId))
     val sign = mAttr.map(ma => Alias(find(DeltaSources.Multiplicity), ma.name)(exprId = ma.exprId))
     Project(cols ++ sign, src)

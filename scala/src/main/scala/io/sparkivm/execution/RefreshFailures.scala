@@ -3,8 +3,8 @@ package io.sparkivm.execution
 import scala.collection.mutable
 import scala.util.control.NonFatal
 
-import io.sparkivm.IvmException
 import io.sparkivm.catalog.{HistoryEntry, ViewCatalog}
+import io.sparkivm.errors.IvmException
 import org.apache.spark.sql.SparkSession
 
 /**

@@ -5,12 +5,11 @@ import java.util.UUID
 import scala.annotation.tailrec
 import scala.collection.mutable
 
-import io.sparkivm.IvmErrors
 import io.sparkivm.catalog.{HistoryEntry, RefreshHistory, RefreshMode, RefreshPolicy, RefreshRecord, ViewCatalog,
   ViewMetadata}
 import io.sparkivm.changes.{ChangeFeed, ChangeRequest, DeltaSources, KnownFiles, LocalChange, PinnedSource}
 import io.sparkivm.conf.IvmConf
-import io.sparkivm.epsilon.StateConflictException
+import io.sparkivm.errors.IvmErrors
 import io.sparkivm.policy.{CostModel, PolicyDecision, RefreshPolicies, ViewGraph}
 import io.sparkivm.state.StateBuilds
 import org.apache.spark.internal.Logging
@@ -100,21 +99,22 @@ object RefreshPipeline extends Logging {
    * the views were refreshed, the named view's last. `trigger` says who asked (for the history).
    */
   def refreshAll(user: SparkSession, name: Seq[String], full: Boolean, cascade: Boolean,
-      trigger: String = "sql"): Seq[RefreshReport] = {
+      trigger: String = "sql", reason: Option[String] = None): Seq[RefreshReport] = {
     val upstream = if (!cascade) Nil else ViewGraph.upstream(user, ViewCatalog.lookup(user, name))
-    upstream.map(v => refresh(user, v, full = false, "cascade")) :+ refresh(user, name, full, trigger)
+    upstream.map(v => refresh(user, v, full = false, "cascade")) :+ refresh(user, name, full, trigger, reason)
   }
 
-  def refresh(user: SparkSession, name: Seq[String], full: Boolean, trigger: String = "sql"): RefreshReport = {
+  /** Refreshes a view; `reason`, if given, is why it runs (kept in the history). */
+  def refresh(user: SparkSession, name: Seq[String], full: Boolean, trigger: String = "sql",
+      reason: Option[String] = None): RefreshReport = {
     // State is made between refreshes, never during one (StateBuilds).
     StateBuilds.refreshStarted(user)
-    try refreshVerified(user, name, full, trigger) finally StateBuilds.refreshEnded()
+    try refreshVerified(user, name, full, trigger, reason) finally StateBuilds.refreshEnded()
   }
 
-  private def refreshVerified(user: SparkSession, name: Seq[String], full: Boolean, trigger: String): RefreshReport = {
-    val rebuilt = full && ViewLifecycle.rebuildIfBackingMissing(user, name)
-    val report = refreshChecked(user, name, full, trigger,
-      if (rebuilt) Some("the view's backing table was gone: rebuilt from its definition, and recomputed") else None)
+  private def refreshVerified(user: SparkSession, name: Seq[String], full: Boolean, trigger: String,
+      reason: Option[String]): RefreshReport = {
+    val report = refreshChecked(user, name, full, trigger, reason)
     report.verify.filter(_.differences > 0) match {
       case None => report
       case Some(v) =>
@@ -246,7 +246,7 @@ object RefreshPipeline extends Logging {
       // The base tables' shape as read now, in the same commit.
       BackingTable.overwrite(spark, meta.copy(sources = pinned.values.toSeq.sortBy(_.name).map(_.info)), rows, record,
         BackingLayout.of(meta, analyzed.maintenance))
-      ViewLifecycle.matchCatalogView(spark, meta, analyzed)
+      CatalogViews.matchTypes(spark, meta, analyzed)
       timer.mark("recompute")
       FaultInjection.point(user, "after-commit")
       return report(spark, meta, number, attemptId, "full", last, pinned, Map.empty, Nil,

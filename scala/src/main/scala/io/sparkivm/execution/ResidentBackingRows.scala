@@ -5,7 +5,6 @@ import scala.util.control.NonFatal
 import io.sparkivm.catalog.ViewMetadata
 import io.sparkivm.changes.DeltaSources
 import io.sparkivm.conf.IvmConf
-import io.sparkivm.epsilon.ResidentState
 import io.sparkivm.planner.{KeyProbe, SharedScans, ViewMaintenance}
 import io.sparkivm.state.{Arrangement, StateBuilds, StateId, StateKind, StatePlace, StateRegistry, StateSize,
   TableCommit, TableStamp}

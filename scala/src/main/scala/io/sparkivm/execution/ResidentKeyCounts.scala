@@ -4,9 +4,8 @@ import scala.util.control.NonFatal
 
 import io.sparkivm.changes.{LocalChange, PinnedSource, TableChange}
 import io.sparkivm.conf.IvmConf
-import io.sparkivm.epsilon.ResidentState
-import io.sparkivm.state.{StateBuilds, StatePlace, StateRegistry}
 import io.sparkivm.planner.{CountedTable, KeyCounts, KeyProbe}
+import io.sparkivm.state.{StateBuilds, StatePlace, StateRegistry}
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.{CatalystTypeConverters, InternalRow}
 import org.apache.spark.sql.catalyst.expressions.{Alias, And, AttributeReference, Literal}

@@ -2,9 +2,8 @@ package io.sparkivm.execution
 
 import io.sparkivm.changes.{LocalChange, PinnedSource, TableChange}
 import io.sparkivm.conf.IvmConf
-import io.sparkivm.epsilon.ResidentState
-import io.sparkivm.state.{StateBuilds, StatePlace, StateRegistry, StateSize}
 import io.sparkivm.planner.{KeyProbe, RowCounts, SharedScans}
+import io.sparkivm.state.{StateBuilds, StatePlace, StateRegistry, StateSize}
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.{CatalystTypeConverters, InternalRow, TableIdentifier}
 import org.apache.spark.sql.catalyst.expressions.{Alias, Expression, GenericInternalRow, Literal, Predicate}

@@ -2,9 +2,9 @@ package io.sparkivm.execution
 
 import scala.util.control.NonFatal
 
-import io.sparkivm.{IvmErrors, IvmException}
 import io.sparkivm.catalog.{SourceInfo, ViewCatalog, ViewMetadata}
 import io.sparkivm.changes.{DeltaSources, PinnedSource}
+import io.sparkivm.errors.{IvmErrors, IvmException}
 import io.sparkivm.planner.{PlanValidator, QueryRewrites, RowsShape, SourceLeaf, ViewMaintenance, ViewShape}
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan

@@ -1,8 +1,8 @@
 package io.sparkivm.parser
 
-import io.sparkivm.IvmErrors
 import io.sparkivm.catalog.{CatalogGuard, ViewCatalog}
 import io.sparkivm.commands.{KeyConstraintCommands, MaterializedViewCommands}
+import io.sparkivm.errors.IvmErrors
 import org.apache.spark.sql.catalyst.analysis.UnresolvedRelation
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.{FunctionIdentifier, TableIdentifier}

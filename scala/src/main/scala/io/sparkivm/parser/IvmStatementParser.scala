@@ -1,6 +1,7 @@
 package io.sparkivm.parser
 
 import io.sparkivm.catalog.{RefreshPolicy, Schedule}
+import io.sparkivm.commands._
 import org.apache.spark.sql.catalyst.parser.ParseException
 import org.apache.spark.sql.catalyst.trees.Origin
 

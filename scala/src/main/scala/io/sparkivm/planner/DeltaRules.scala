@@ -1,5 +1,6 @@
 package io.sparkivm.planner
 
+import io.sparkivm.errors.IvmErrors
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions._
 import org.apache.spark.sql.catalyst.planning.ExtractEquiJoinKeys
@@ -336,7 +337,7 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
       case _ => None
     }, "keys")
     case w: Window if w.partitionSpec.nonEmpty => onChangedKeys(w, Some(Seq(w.partitionSpec)), "partitions")
-    case other => throw new IllegalStateException(s"no delta rule for ${other.nodeName}")
+    case other => throw IvmErrors.internal(s"no delta rule for ${other.nodeName}")
   }
 
   /**

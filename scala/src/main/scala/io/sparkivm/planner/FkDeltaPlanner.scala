@@ -2,6 +2,7 @@ package io.sparkivm.planner
 
 import scala.collection.mutable
 
+import io.sparkivm.errors.IvmErrors
 import org.apache.spark.sql.catalyst.expressions._
 import org.apache.spark.sql.catalyst.expressions.aggregate.{Max, Min}
 import org.apache.spark.sql.catalyst.plans.{Inner, LeftSemi}
@@ -322,7 +323,7 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
   /** The leaf attributes of the named columns of a unit's table. */
   private def leafAttrs(leaf: SourceLeaf, cols: Seq[String]): Seq[Attribute] =
     cols.map(c => leaf.output.find(_.name.equalsIgnoreCase(c)).getOrElse(
-      throw new IllegalStateException(s"${leaf.name} has no column $c")))
+      throw IvmErrors.internal(s"${leaf.name} has no column $c")))
 
   /** Why the FK-Guard fails on dimension unit y (a key deleted and inserted), if it does. */
   private def guard(block: JoinBlock, y: Int): Option[String] = {

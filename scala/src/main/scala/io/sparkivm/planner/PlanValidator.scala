@@ -1,7 +1,7 @@
 package io.sparkivm.planner
 
-import io.sparkivm.IvmErrors
 import io.sparkivm.changes.DeltaSources
+import io.sparkivm.errors.IvmErrors
 import org.apache.spark.sql.catalyst.expressions._
 import org.apache.spark.sql.catalyst.plans.logical._
 import org.apache.spark.sql.types.{ArrayType, DataType, MapType, StructType}
@@ -84,8 +84,7 @@ object PlanValidator {
     case _ => false
   }
 
-  private def temporary(v: View) = IvmErrors.of("IVM_TEMPORARY_SOURCE",
-    "name" -> v.desc.identifier.unquotedString)
+  private def temporary(v: View) = IvmErrors.temporarySource(v.desc.identifier.unquotedString)
 
   /** Any view, whatever its refresh policy, must read permanent tables and views only. */
   def requirePermanent(plan: LogicalPlan): Unit = plan.foreachWithSubqueries {

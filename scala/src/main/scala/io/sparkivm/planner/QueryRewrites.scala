@@ -1,6 +1,6 @@
 package io.sparkivm.planner
 
-import io.sparkivm.IvmErrors
+import io.sparkivm.errors.IvmErrors
 import org.apache.spark.sql.catalyst.analysis.DeduplicateRelations
 import org.apache.spark.sql.catalyst.expressions._
 import org.apache.spark.sql.catalyst.optimizer.{InlineCTE, PullupCorrelatedPredicates, PushDownPredicates,

@@ -1,5 +1,6 @@
 package io.sparkivm.planner
 
+import io.sparkivm.errors.IvmErrors
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions._
 import org.apache.spark.sql.catalyst.expressions.aggregate._
@@ -118,7 +119,7 @@ class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String]) {
     } else foldedPlan
     lazy val probed = probeBacking(old(), folded, keys, steps)
     def column(plan: LogicalPlan, name: String) = plan.output.find(_.name == name).getOrElse(
-      throw new IllegalStateException(s"backing table has no column $name"))
+      throw IvmErrors.internal(s"the backing table has no column $name"))
     def on(backing: LogicalPlan) = keys.zip(keyNames).map { case (k, n) =>
       EqualNullSafe(k.toAttribute, column(backing, n)): Expression
     }.reduceOption(And)
@@ -254,7 +255,7 @@ class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String]) {
     case Project(list, c) =>
       val (p, flag) = rebuild(c, base, keep)
       (Project(list ++ keep ++ flag, p), flag)
-    case other => throw new IllegalStateException(s"unexpected ${other.nodeName} above an aggregate")
+    case other => throw IvmErrors.internal(s"unexpected ${other.nodeName} above an aggregate")
   }
 
   /** The backing table's columns a refresh folds its delta into: keys, count and aggregate states. */

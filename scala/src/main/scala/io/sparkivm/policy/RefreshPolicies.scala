@@ -1,8 +1,8 @@
 package io.sparkivm.policy
 
-import io.sparkivm.IvmErrors
 import io.sparkivm.catalog.{RefreshMode, RefreshPolicy, ViewMetadata}
 import io.sparkivm.conf.IvmConf
+import io.sparkivm.errors.IvmErrors
 import org.apache.spark.sql.SparkSession
 
 /** How a refresh's mode follows from the request, the view and its [[RefreshPolicy]]. */
@@ -21,7 +21,7 @@ object RefreshPolicies {
     else if (stale) {
       val why = "the view's maintenance state was built for other settings (ivm.epsilon) and must be rebuilt"
       if (meta.policy == RefreshPolicy.IncrementalStrict) {
-        throw IvmErrors.of("IVM_REFRESH_NOT_INCREMENTAL", "view" -> meta.viewName, "reason" -> why)
+        throw IvmErrors.refreshNotIncremental(meta.viewName, why)
       }
       Some(PolicyDecision("full", why))
     } else None
@@ -37,5 +37,6 @@ object RefreshPolicies {
     }
 
   /** The policy of a view created without REFRESH POLICY (nor the legacy `ivm.refresh`). */
-  def default(spark: SparkSession): RefreshPolicy = IvmConf.DefaultRefreshPolicy.get(spark)
+  def default(spark: SparkSession): RefreshPolicy = RefreshPolicy.parse(IvmConf.DefaultRefreshPolicy.get(spark))
+    .getOrElse(RefreshPolicy.Default)
 }

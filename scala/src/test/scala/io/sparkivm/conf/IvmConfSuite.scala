@@ -1,6 +1,7 @@
 package io.sparkivm.conf
 
-import io.sparkivm.{GeneratedDocs, IvmException}
+import io.sparkivm.GeneratedDocs
+import io.sparkivm.errors.IvmException
 import org.scalatest.funsuite.AnyFunSuite
 
 /** The settings registry: every entry typed and documented, and docs/sql.md generated from it. */

@@ -1,7 +1,8 @@
 package io.sparkivm.parser
 
-import io.sparkivm.IvmException
 import io.sparkivm.catalog.{RefreshPolicy, Schedule}
+import io.sparkivm.commands._
+import io.sparkivm.errors.IvmException
 import org.apache.spark.sql.catalyst.parser.ParseException
 import org.scalatest.funsuite.AnyFunSuite
 

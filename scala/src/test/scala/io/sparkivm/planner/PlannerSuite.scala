@@ -1,6 +1,7 @@
 package io.sparkivm.planner
 
-import io.sparkivm.{IvmException, TestSpark}
+import io.sparkivm.TestSpark
+import io.sparkivm.errors.IvmException
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, AttributeReference, IsNull, Literal,
   OuterReference}

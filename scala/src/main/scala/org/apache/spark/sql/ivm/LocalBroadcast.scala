@@ -2,7 +2,6 @@ package org.apache.spark.sql.ivm
 
 import scala.collection.mutable.ArrayBuffer
 
-import io.sparkivm.conf.IvmConf
 import org.apache.spark.{SparkEnv, SparkException, TaskContext, TaskContextImpl}
 import org.apache.spark.broadcast.Broadcast
 import org.apache.spark.executor.TaskMetrics
@@ -18,6 +17,7 @@ import org.apache.spark.sql.delta.stats.PreparedDeltaFileIndex
 import org.apache.spark.sql.execution.{ColumnarRule, FileSourceScanExec, FilterExec, LocalTableScanExec, ProjectExec, SparkPlan, UnaryExecNode, UnionExec}
 import org.apache.spark.sql.execution.datasources.PartitioningAwareFileIndex
 import org.apache.spark.sql.execution.exchange.BroadcastExchangeExec
+import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.execution.joins.{BroadcastHashJoinExec, BroadcastNestedLoopJoinExec}
 
 /**
@@ -52,17 +52,17 @@ case class LocalBroadcastExec(mode: BroadcastMode, child: SparkPlan) extends Una
 /**
  * Replaces broadcast exchanges of small inputs by [[LocalBroadcastExec]]: local scans, and plans
  * of projections, filters, unions and broadcast joins over them and over file scans of at most
- * `spark.ivm.broadcast.driverReadMaxBytes` in all (sized from the files the scan's index already
+ * `maxBytes` in all (`spark.ivm.broadcast.driverReadMaxBytes`, read by the caller; sized from the files the scan's index already
  * holds: a Delta version's list as a refresh reads it, Delta's prepared scan of a query; never by
  * listing). Only without adaptive execution, whose query stages must be exchanges (a refresh
  * plans its small queries statically). Runs after the exchanges are planned, as a pre-columnar
  * rule, so that Spark adds the columnar-to-row transition under the new node.
  */
-object LocalBroadcast extends Rule[SparkPlan] {
+class LocalBroadcast(maxBytes: SQLConf => Long) extends Rule[SparkPlan] {
   def apply(plan: SparkPlan): SparkPlan =
     if (conf.adaptiveExecutionEnabled) plan
     else {
-      val maxBytes = IvmConf.DriverBroadcastMaxBytes.get(conf)
+      val maxBytes = this.maxBytes(conf)
       plan.transformUp {
         case BroadcastExchangeExec(mode, scan: LocalTableScanExec) => LocalBroadcastExec(mode, scan)
         case BroadcastExchangeExec(mode, child) if maxBytes > 0 && fileBytes(child).exists(_ <= maxBytes) =>
@@ -87,7 +87,9 @@ object LocalBroadcast extends Rule[SparkPlan] {
     case j: BroadcastNestedLoopJoinExec => fileBytes(if (j.buildSide == BuildLeft) j.right else j.left)
     case _ => None
   }
+}
 
+object LocalBroadcast {
   // Far above the attempt ids of the scheduler's tasks, which count up from 0 per SparkContext.
   private val driverAttempts = new java.util.concurrent.atomic.AtomicLong(Long.MaxValue / 2)
 
@@ -122,7 +124,8 @@ object LocalBroadcast extends Rule[SparkPlan] {
     rows.toArray
   }
 
-  val columnarRule: ColumnarRule = new ColumnarRule {
-    override def preColumnarTransitions: Rule[SparkPlan] = LocalBroadcast
+  /** The rule, run before Spark's columnar transitions; `maxBytes` as in [[LocalBroadcast]]. */
+  def columnarRule(maxBytes: SQLConf => Long): ColumnarRule = new ColumnarRule {
+    override def preColumnarTransitions: Rule[SparkPlan] = new LocalBroadcast(maxBytes)
   }
 }

@@ -1,4 +1,4 @@
-package io.sparkivm
+package io.sparkivm.errors
 
 import scala.jdk.CollectionConverters._
 
@@ -43,11 +43,12 @@ object IvmErrors {
   private[sparkivm] def message(condition: String, parameters: Map[String, String]): String =
     s"[$condition] ${reader.getErrorMessage(condition, parameters)} SQLSTATE: ${reader.getSqlState(condition)}"
 
-  /** An error of a declared condition; its template's parameters must all be given. */
-  def of(condition: String, parameters: (String, Any)*): IvmException =
+  /** An error of a declared condition; its template's parameters must all be given. Every
+   * condition has a method of its own below, so no other package names a condition by string. */
+  private[errors] def of(condition: String, parameters: (String, Any)*): IvmException =
     withCause(condition, None, parameters: _*)
 
-  def withCause(condition: String, cause: Option[Throwable], parameters: (String, Any)*): IvmException = {
+  private def withCause(condition: String, cause: Option[Throwable], parameters: (String, Any)*): IvmException = {
     val named = parameters.map { case (k, v) => k -> String.valueOf(v) }.toMap
     val expected = reader.getMessageParameters(condition).toSet
     require(expected == named.keySet,
@@ -121,6 +122,47 @@ object IvmErrors {
       action: String): IvmException =
     of("IVM_VERIFY_MISMATCH", "view" -> view, "refresh" -> refresh, "level" -> level,
       "differences" -> differences, "sample" -> sample, "action" -> action)
+
+  def invalidName(name: String, catalog: String): IvmException =
+    of("IVM_INVALID_NAME", "name" -> name, "catalog" -> catalog)
+
+  def constraintExists(table: String, constraint: String): IvmException =
+    of("IVM_CONSTRAINT_ALREADY_EXISTS", "table" -> table, "constraint" -> constraint)
+
+  def constraintInvalid(reason: String): IvmException = of("IVM_CONSTRAINT_INVALID", "reason" -> reason)
+
+  def constraintViolated(constraint: String, table: String, violations: String): IvmException =
+    of("IVM_CONSTRAINT_VIOLATED", "constraint" -> constraint, "table" -> table, "violations" -> violations)
+
+  def invalidSchedule(schedule: String, reason: String): IvmException =
+    of("IVM_INVALID_SCHEDULE", "schedule" -> schedule, "reason" -> reason)
+
+  def scheduleConflict(view: String, what: String, instead: String): IvmException =
+    of("IVM_SCHEDULE_CONFLICT", "view" -> view, "what" -> what, "instead" -> instead)
+
+  def temporarySource(name: String): IvmException = of("IVM_TEMPORARY_SOURCE", "name" -> name)
+
+  /** INCREMENTAL STRICT, and this refresh must recompute. */
+  def refreshNotIncremental(view: String, reason: String): IvmException =
+    of("IVM_REFRESH_NOT_INCREMENTAL", "view" -> view, "reason" -> reason)
+
+  /** INCREMENTAL STRICT at CREATE, and the query cannot be maintained. */
+  def notIncrementalizable(view: String, operator: String, hint: String): IvmException =
+    of("IVM_NOT_INCREMENTALIZABLE", "view" -> view, "operator" -> operator, "hint" -> hint)
+
+  def epsilonInvariant(invariant: String, state: Any): IvmException =
+    of("IVM_EPSILON_INVARIANT", "invariant" -> invariant, "state" -> state)
+
+  def columnCountMismatch(view: String, listed: Int, returned: Int): IvmException =
+    of("IVM_COLUMN_COUNT_MISMATCH", "view" -> view, "listed" -> listed, "returned" -> returned)
+
+  def duplicateColumn(view: String, column: String): IvmException =
+    of("IVM_DUPLICATE_COLUMN", "view" -> view, "column" -> column)
+
+  def invalidAccessPattern(view: String, reason: String): IvmException =
+    of("IVM_INVALID_ACCESS_PATTERN", "view" -> view, "reason" -> reason)
+
+  def lookupExpired(view: String): IvmException = of("IVM_LOOKUP_EXPIRED", "view" -> view)
 
   /** A state spark-ivm should never reach: Spark's INTERNAL_ERROR, with what was found. */
   def internal(what: String): org.apache.spark.SparkException =

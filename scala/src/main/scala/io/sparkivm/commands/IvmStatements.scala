@@ -1,4 +1,4 @@
-package io.sparkivm.parser
+package io.sparkivm.commands
 
 import io.sparkivm.catalog.{RefreshPolicy, Schedule}
 

@@ -1,6 +1,8 @@
-package io.sparkivm
+package io.sparkivm.errors
 
 import scala.io.Source
+
+import io.sparkivm.GeneratedDocs
 
 import org.scalatest.funsuite.AnyFunSuite
 
@@ -35,13 +37,39 @@ class IvmErrorsSuite extends AnyFunSuite {
     assert(IvmErrors.conditions.toSet -- raised == Set.empty)
   }
 
-  private def sources: Seq[String] = {
+  test("each condition has a method of its own, and no other package raises one by name or a bare JVM error") {
+    val errors = sourceFiles.collect { case (path, text) if path.endsWith("errors/IvmErrors.scala") => text }
+    assert(errors.size == 1)
+    IvmErrors.conditions.foreach { c =>
+      assert(errors.head.contains(s"\"$c\""), s"$c has no method of its own in IvmErrors")
+    }
+    // Outside the errors package an error is raised through a method named for it; a state
+    // that should never be reached is IvmErrors.internal (Spark's INTERNAL_ERROR).
+    val banned = Seq("IvmErrors.of(", "IvmErrors.withCause(", "new IllegalStateException",
+      "new IllegalArgumentException", "new RuntimeException", "sys.error(")
+    val found = for {
+      (path, text) <- sourceFiles if !path.contains("/io/sparkivm/errors/")
+      (line, n) <- text.split("\n").zipWithIndex
+      b <- banned if line.contains(b)
+    } yield s"$path:${n + 1}: $b"
+    assert(found.isEmpty, found.mkString("\n"))
+  }
+
+  test("an internal error is Spark's INTERNAL_ERROR") {
+    val e = IvmErrors.internal("no delta rule for Foo")
+    assert(e.getCondition == "INTERNAL_ERROR")
+    assert(e.getMessage.contains("spark-ivm: no delta rule for Foo"))
+  }
+
+  private def sources: Seq[String] = sourceFiles.map(_._2)
+
+  private def sourceFiles: Seq[(String, String)] = {
     val root = new java.io.File("scala/src/main/scala")
     def walk(f: java.io.File): Seq[java.io.File] =
       if (f.isDirectory) f.listFiles().toSeq.flatMap(walk) else Seq(f).filter(_.getName.endsWith(".scala"))
     walk(root).map { f =>
       val s = Source.fromFile(f, "UTF-8")
-      try s.mkString finally s.close()
+      try f.getPath -> s.mkString finally s.close()
     }
   }
 

@@ -1,4 +1,4 @@
-package io.sparkivm.execution
+package io.sparkivm.commands
 
 import java.sql.Timestamp
 
@@ -6,11 +6,13 @@ import scala.util.control.NonFatal
 
 import io.sparkivm.access.{AccessPatterns, CqapAnalysis}
 import io.sparkivm.catalog.{RefreshMode, RefreshRecord, ViewCatalog, ViewMetadata}
+import io.sparkivm.changes.{ChangeFeed, ChangeRequest, DeltaSources, PinnedSource}
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.epsilon.{TriangleMaintenance, TriangleStateTables, TriangleViews}
-import io.sparkivm.changes.{ChangeFeed, ChangeRequest, DeltaSources, PinnedSource}
-import io.sparkivm.policy.{CostModel, PolicyDecision, RefreshPolicies}
+import io.sparkivm.execution.{BackingTable, CheckSteps, Freshness, HeldState, PinnedReader, PlanningConf,
+  ResidentBackingRows, ViewAnalysis}
 import io.sparkivm.planner.{AggregateState, PlanOnly}
+import io.sparkivm.policy.{CostModel, PolicyDecision, RefreshPolicies}
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.delta.DeltaLog
 import org.apache.spark.sql.ivm.{SessionInternals, SparkInternals}

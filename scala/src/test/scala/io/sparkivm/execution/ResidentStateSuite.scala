@@ -1,4 +1,4 @@
-package io.sparkivm.epsilon
+package io.sparkivm.execution
 
 import io.sparkivm.TestSpark
 import org.apache.spark.sql.SparkSession

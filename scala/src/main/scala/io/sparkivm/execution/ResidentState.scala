@@ -1,4 +1,4 @@
-package io.sparkivm.epsilon
+package io.sparkivm.execution
 
 import io.sparkivm.planner.KeyProbe
 import io.sparkivm.state.{Arrangement, StateId, StateKind, StatePlace, StateRegistry}

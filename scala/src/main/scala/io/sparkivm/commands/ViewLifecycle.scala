@@ -1,16 +1,17 @@
-package io.sparkivm.execution
+package io.sparkivm.commands
 
 import java.util.{Locale, UUID}
 
-import io.sparkivm.{IvmErrors, IvmException}
 import io.sparkivm.access.AccessPatterns
 import io.sparkivm.catalog.{CatalogGuard, EpsilonState, HistoryEntry, RefreshHistory, RefreshMode, RefreshPolicy, RefreshRecord,
   Schedule, ViewCatalog, ViewMetadata}
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.epsilon.{EpsilonStrategy, TriangleStateTables, TriangleViews}
-import io.sparkivm.parser.{AlterMaterializedViewProperties, AlterSchedule, CreateMaterializedView}
-import io.sparkivm.policy.RefreshPolicies
+import io.sparkivm.errors.{IvmErrors, IvmException}
+import io.sparkivm.execution.{AnalyzedView, BackingLayout, BackingTable, CatalogViews, FaultInjection,
+  MaintenanceStrategy, PinnedReader, RefreshContext, RefreshFailures, RefreshPipeline, ViewAnalysis}
 import io.sparkivm.planner.ViewMaintenance
+import io.sparkivm.policy.RefreshPolicies
 import io.sparkivm.state.StateRegistry
 import org.apache.hadoop.fs.Path
 import org.apache.spark.sql.{AnalysisException, SparkSession}
@@ -71,17 +72,16 @@ object ViewLifecycle extends Logging {
     ViewAnalysis.requireRowData(id.quotedString, plan)
     val columns = if (stmt.columnNames.isEmpty) plan.output.map(_.name) else {
       if (stmt.columnNames.size != plan.output.size) {
-        throw IvmErrors.of("IVM_COLUMN_COUNT_MISMATCH", "view" -> id.quotedString,
-          "listed" -> stmt.columnNames.size, "returned" -> plan.output.size)
+        throw IvmErrors.columnCountMismatch(id.quotedString, stmt.columnNames.size, plan.output.size)
       }
       stmt.columnNames
     }
     val lower = columns.map(_.toLowerCase(Locale.ROOT))
     lower.diff(lower.distinct).headOption.foreach { dup =>
-      throw IvmErrors.of("IVM_DUPLICATE_COLUMN", "view" -> id.quotedString, "column" -> dup)
+      throw IvmErrors.duplicateColumn(id.quotedString, dup)
     }
     AccessPatterns.check(columns, stmt.accessBy).foreach { reason =>
-      throw IvmErrors.of("IVM_INVALID_ACCESS_PATTERN", "view" -> id.quotedString, "reason" -> reason)
+      throw IvmErrors.invalidAccessPattern(id.quotedString, reason)
     }
     val (analyzed, mode, fullBecause) = layout(id.quotedString, plan, columns, policy)
     val incremental = mode == RefreshMode.Incremental
@@ -130,7 +130,7 @@ object ViewLifecycle extends Logging {
       }
       RefreshHistory.measuredAfterCommit(meta.id, 0, System.currentTimeMillis() - startMs)
       FaultInjection.point(spark, "create-after-backing")
-      createCatalogView(spark, meta, analyzed.maintenance, replace = replacing.isDefined)
+      CatalogViews.create(spark, meta, analyzed.maintenance, replace = replacing.isDefined)
     } catch {
       case e: IvmException if e.getCondition == "IVM_VIEW_ALREADY_EXISTS" => throw e
       case e: Throwable =>
@@ -166,8 +166,7 @@ object ViewLifecycle extends Logging {
         if (policy == RefreshPolicy.IncrementalStrict) {
           if (e.getCondition == "IVM_SOURCE_NOT_DELTA") throw e // says what to do (CONVERT TO DELTA)
           val p = e.parameters
-          throw IvmErrors.of("IVM_NOT_INCREMENTALIZABLE", "view" -> view,
-            "operator" -> p("operator"), "hint" -> p("hint"))
+          throw IvmErrors.notIncrementalizable(view, p("operator"), p("hint"))
         }
         val why = if (e.getCondition == "IVM_UNSUPPORTED_OPERATOR") {
           s"${e.parameters("operator")} (${e.parameters("hint").stripSuffix(".")})"
@@ -186,23 +185,6 @@ object ViewLifecycle extends Logging {
       "DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION").contains(a.getCondition) => true
     case other => isCreateConflict(other.getCause)
   }
-
-  /**
-   * After a full refresh: the catalog view's columns take the types the query gives now (a base
-   * column retyped since CREATE), as CREATE OR REPLACE would give them; the backing table took
-   * them in the refresh's commit.
-   */
-  def matchCatalogView(spark: SparkSession, meta: ViewMetadata, analyzed: AnalyzedView): Unit = {
-    val view = SessionInternals.catalog(spark).getTableMetadata(meta.view)
-    val types = analyzed.plan.output.map(_.dataType)
-    if (view.schema.length != types.length || view.schema.fields.zip(types).exists { case (f, t) =>
-        !org.apache.spark.sql.types.DataType.equalsIgnoreNullability(f.dataType, t) }) {
-      createCatalogView(spark, meta, analyzed.maintenance, replace = true)
-    }
-  }
-
-  /** Hive's metastore keeps property values of up to 4,000 characters. */
-  private val MirroredQueryMaxChars = 3500
 
   /**
    * REFRESH ... FULL of a view whose backing table is gone (dropped by an application without
@@ -232,27 +214,6 @@ object ViewLifecycle extends Logging {
         true
       }
     }
-  }
-
-  /** The user-facing catalog view over the backing table. */
-  def createCatalogView(spark: SparkSession, meta: ViewMetadata, maintenance: ViewMaintenance,
-      replace: Boolean): Unit = {
-    val comment = meta.comment.map(c => s" COMMENT ${ViewCatalog.sqlString(c)}").getOrElse("")
-    // ACCESS BY is mirrored on the catalog view: a lookup reads it without touching the backing table.
-    // So is the definition, when it fits a metastore's property value: REFRESH ... FULL rebuilds
-    // a view from it whose backing table (and with it the full metadata) was lost.
-    val definition = if (meta.queryText.length > MirroredQueryMaxChars) Nil else
-      Seq(ViewCatalog.QueryProperty -> meta.queryText, ViewCatalog.DatabaseProperty -> meta.database,
-        ViewCatalog.PolicyProperty -> meta.policy.name) ++
-        meta.sqlConf.map { case (k, v) => (ViewCatalog.SqlConfPrefix + k) -> v }
-    val props = (Seq(ViewCatalog.MarkerProperty -> "true",
-      ViewCatalog.BackingProperty -> meta.backing.unquotedString.stripPrefix("spark_catalog.")) ++
-      ViewCatalog.properties(meta).get(ViewCatalog.AccessByProperty).map(ViewCatalog.AccessByProperty -> _) ++
-      definition)
-      .map { case (k, v) => s"${ViewCatalog.sqlString(k)} = ${ViewCatalog.sqlString(v)}" }
-      .mkString(", ")
-    CatalogGuard.internal(spark.sql(s"CREATE ${if (replace) "OR REPLACE " else ""}VIEW " +
-      s"${meta.view.quotedString}$comment TBLPROPERTIES ($props) AS ${maintenance.viewSql(meta.backing.quotedString)}"))
   }
 
   /**
@@ -355,8 +316,7 @@ object ViewLifecycle extends Logging {
   /** ALTER ... {ADD | ALTER} SCHEDULE / TRIGGER, or DROP SCHEDULE. */
   def alterSchedule(spark: SparkSession, stmt: AlterSchedule): Unit = {
     val meta = ViewCatalog.lookup(spark, stmt.name)
-    def conflict(what: String, instead: String) = IvmErrors.of("IVM_SCHEDULE_CONFLICT",
-      "view" -> meta.viewName, "what" -> what, "instead" -> instead)
+    def conflict(what: String, instead: String) = IvmErrors.scheduleConflict(meta.viewName, what, instead)
     (stmt.action, meta.schedule) match {
       case ("ADD", Some(existing)) => throw conflict(s"already has a schedule (${existing.sql})",
         s"ALTER MATERIALIZED VIEW ${meta.viewName} ALTER ${stmt.schedule.get.sql} to replace it")
