@@ -8,11 +8,11 @@ PIP       := $(VENV)/bin/pip
 VERSION   := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
 JAR_NAME  := spark-ivm_2.13-$(VERSION).jar
 JAR       := python/spark_ivm/jars/$(JAR_NAME)
-SCALA_SRC := $(shell find scala -name '*.scala' -o -name '*.json' 2>/dev/null)
+SCALA_SRC := $(shell find scala -type f 2>/dev/null)
 STAMP     := $(VENV)/.installed
 PACKAGES  := $(VENV)/.packages
 
-.PHONY: install jar demo docs test lint test-scala test-python test-cluster bench bench-fk bench-triangles \
+.PHONY: install jar demo docs test lint lint-python fmt test-scala test-python test-cluster bench bench-fk bench-triangles \
 	bench-auto bench-lag bench-lookups bench-reads bench-compile-cache clean
 
 install: $(STAMP) $(JAR) $(PACKAGES)
@@ -48,21 +48,31 @@ demo: install
 # docs/sql.md's tables of settings and errors, generated from their registries (IvmConf, the
 # error conditions' JSON).
 docs: install
-	IVM_UPDATE_DOCS=1 build/sbt "testOnly io.sparkivm.conf.IvmConfSuite io.sparkivm.IvmErrorsSuite"
+	IVM_UPDATE_DOCS=1 build/sbt "testOnly io.sparkivm.conf.IvmConfSuite io.sparkivm.errors.IvmErrorsSuite"
 
 # The three suites share nothing (each its own JVMs and warehouse), so they run side by side;
 # each one's output is printed whole when it ends. The Python suite is the longest; the other
 # two run at a lower CPU priority (BG) and take the cores it leaves idle, so that they do not
 # lengthen it (fresh clones: 24.8 minutes side by side at equal priority, 19.8-20.8 so).
-test: install lint
+test: install lint-python
 	$(MAKE) -j3 --output-sync=target test-python test-scala test-cluster BG='nice -n 15'
 
-lint: install
+lint: lint-python
+	build/sbt $(SCALA_LINT)
+
+lint-python: install
 	$(VENV)/bin/ruff check python tests examples benchmarks
 	$(VENV)/bin/mypy python/spark_ivm
 
+# The Scala sources' layout (.scalafmt.conf); test-scala checks it in the same sbt run.
+SCALA_LINT = scalafmtCheckAll scalafmtSbtCheck
+
+fmt: install
+	$(VENV)/bin/ruff check --select I --fix python tests examples benchmarks
+	build/sbt scalafmtAll scalafmtSbt
+
 test-scala: install
-	$(BG) build/sbt test
+	$(BG) build/sbt $(SCALA_LINT) test
 
 test-python: install
 	$(VENV)/bin/pytest -q --durations=15 tests/python

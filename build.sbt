@@ -42,8 +42,9 @@ lazy val root = (project in file("."))
     },
     Compile / resourceGenerators += Def.task {
       val file = (Compile / resourceManaged).value / "spark-ivm-packages.txt"
-      IO.write(file, (runtimePackages.map("package " + _) ++ runtimeExcludes.map("exclude " + _))
-        .mkString("", "\n", "\n"))
+      IO.write(file,
+        (runtimePackages.map("package " + _) ++ runtimeExcludes.map("exclude " + _))
+          .mkString("", "\n", "\n"))
       Seq(file)
     }.taskValue,
     scalacOptions ++= Seq("-deprecation", "-feature", "-unchecked", "-release", "17"),

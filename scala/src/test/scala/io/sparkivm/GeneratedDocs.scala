@@ -22,7 +22,8 @@ object GeneratedDocs {
     if (sys.env.get("IVM_UPDATE_DOCS").contains("1")) {
       Files.write(path, (text.substring(0, start) + expected + text.substring(stop + end.length)).getBytes(UTF_8))
     } else {
-      require(text.substring(start, stop + end.length) == expected, s"docs/sql.md's $name are out of date: run `make docs`")
+      require(text.substring(start, stop + end.length) == expected,
+        s"docs/sql.md's $name are out of date: run `make docs`")
     }
   }
 }

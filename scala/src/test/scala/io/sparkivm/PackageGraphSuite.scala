@@ -19,11 +19,13 @@ class PackageGraphSuite extends AnyFunSuite {
 
   test("no package uses itself through others") {
     val cycles = graph.cycles
-    assert(cycles.isEmpty, "cycles between packages:\n" + cycles.map { c =>
-      c.mkString(" <-> ") + "\n" + c.flatMap(p => graph.uses(p).collect {
-        case (q, files) if c.contains(q) => s"  $p -> $q: ${files.toSeq.sorted.mkString(", ")}"
-      }).mkString("\n")
-    }.mkString("\n"))
+    assert(cycles.isEmpty,
+      "cycles between packages:\n" + cycles.map { c =>
+        c.mkString(" <-> ") + "\n" + c.flatMap(p =>
+          graph.uses(p).collect {
+            case (q, files) if c.contains(q) => s"  $p -> $q: ${files.toSeq.sorted.mkString(", ")}"
+          }).mkString("\n")
+      }.mkString("\n"))
   }
 
   test("the entry point is used by nothing, errors use nothing, the pipeline knows no strategy") {
@@ -55,9 +57,9 @@ class PackageGraphSuite extends AnyFunSuite {
 
   test("the graph sees imports and qualified names, not comments") {
     val g = PackageGraph.fromSources(Seq(
-      "a.scala" -> "package io.sparkivm.a\nimport io.sparkivm.b.{X, Y}\n// io.sparkivm.c.Z\nclass A",
-      "b.scala" -> "package io.sparkivm.b\n/* io.sparkivm.a */ object X { io.sparkivm.c.Z.f() }",
-      "c.scala" -> "package io.sparkivm.c\nobject Z { def f(): Unit = io.sparkivm.a.A }"))
+        "a.scala" -> "package io.sparkivm.a\nimport io.sparkivm.b.{X, Y}\n// io.sparkivm.c.Z\nclass A",
+        "b.scala" -> "package io.sparkivm.b\n/* io.sparkivm.a */ object X { io.sparkivm.c.Z.f() }",
+        "c.scala" -> "package io.sparkivm.c\nobject Z { def f(): Unit = io.sparkivm.a.A }"))
     assert(g.uses("a").keySet == Set("b"))
     assert(g.uses("b").keySet == Set("c"))
     assert(g.cycles == Seq(Seq("a", "b", "c")))
@@ -67,6 +69,7 @@ class PackageGraphSuite extends AnyFunSuite {
 }
 
 object PackageGraphSuite {
+
   /** The entry point's package, `io.sparkivm` itself. */
   val Root = "io.sparkivm"
 
@@ -125,9 +128,10 @@ object PackageGraphSuite {
         if target != pkg
       } yield (short(pkg), short(target), name)
       val packages = full.map(short)
-      PackageGraph(packages, packages.map { p =>
-        p -> edges.filter(_._1 == p).groupBy(_._2).map { case (t, es) => t -> es.map(_._3).toSet }
-      }.toMap)
+      PackageGraph(packages,
+        packages.map { p =>
+          p -> edges.filter(_._1 == p).groupBy(_._2).map { case (t, es) => t -> es.map(_._3).toSet }
+        }.toMap)
     }
   }
 

@@ -6,8 +6,8 @@ import scala.collection.mutable
 import scala.util.control.NonFatal
 
 import io.sparkivm.planner.JoinBlock
-import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, Equality, ExprId, Expression, PredicateHelper}
 import org.apache.spark.sql.catalyst.expressions.aggregate.AggregateExpression
+import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, Equality, ExprId, Expression, PredicateHelper}
 import org.apache.spark.sql.catalyst.plans.logical._
 
 /**
@@ -72,7 +72,7 @@ object AccessPatterns extends PredicateHelper {
         case a: Attribute if unitOf.contains(a.exprId) => Some(find(a.exprId))
         case e if e.exists(_.isInstanceOf[AggregateExpression]) => None
         case e => return Left(s"column $name is computed (${e.sql}): an access pattern classifies columns that are " +
-          "table columns or group keys")
+            "table columns or group keys")
       }
     }
     val lower = columns.map(_.toLowerCase(Locale.ROOT))
@@ -105,11 +105,12 @@ object AccessPatterns extends PredicateHelper {
     }
     // Conditions over one unit are its selections; equalities between units are the joins.
     // Without a join the filters were taken off with the projections: each is then the unit's.
-    val selections = if (block.isDefined) units.indices.map(i => conditions.filter(c =>
-      c.references.nonEmpty && c.references.forall(a => unitOf.get(a.exprId).contains(i))))
-      else Seq(plan.collect { case Filter(c, _) => splitConjunctivePredicates(c) }.flatten)
+    val selections = if (block.isDefined) units.indices.map(i =>
+      conditions.filter(c =>
+        c.references.nonEmpty && c.references.forall(a => unitOf.get(a.exprId).contains(i))))
+    else Seq(plan.collect { case Filter(c, _) => splitConjunctivePredicates(c) }.flatten)
     Right(CqapBinding(Cqap(atoms, inputIds.map(varName), (freeIds -- inputIds).map(varName)), units, atomColumns,
-      selections, columnVar.map(_.map(varName))))
+        selections, columnVar.map(_.map(varName))))
   }
 
   /** The joins under the view's projections, filters, DISTINCT and (one) GROUP BY. */
@@ -126,7 +127,8 @@ object AccessPatterns extends PredicateHelper {
 
   /** The classification of a view's query under its access pattern, or why it has none. */
   def analysis(plan: LogicalPlan, columns: Seq[String], accessBy: Seq[String]): Either[String, CqapAnalysis] =
-    try cqap(plan, columns, accessBy).map(CqapAnalysis.of) catch {
+    try cqap(plan, columns, accessBy).map(CqapAnalysis.of)
+    catch {
       // A shape this analysis does not expect is reported, never a failed DESCRIBE or EXPLAIN.
       case NonFatal(e) => Left(s"the query's shape is not analyzed (${e.getMessage})")
     }
@@ -134,7 +136,7 @@ object AccessPatterns extends PredicateHelper {
   /** One line: the class and widths, or why the query is not classified. */
   def summary(result: Either[String, CqapAnalysis]): String = result match {
     case Right(a) => a.cls.name + a.widths.map { case (w, d) => s" (w = $w, delta = $d)" }.getOrElse("") +
-      s", ${a.components.size} fracture component${if (a.components.size == 1) "" else "s"}"
+        s", ${a.components.size} fracture component${if (a.components.size == 1) "" else "s"}"
     case Left(why) => s"not classified: $why"
   }
 

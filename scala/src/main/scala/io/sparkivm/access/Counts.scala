@@ -13,6 +13,7 @@ final class Counts(val vars: IndexedSeq[String]) {
   import Counts._
 
   val counts: mutable.HashMap[Key, Long] = mutable.HashMap()
+
   /** Index by the variables at these positions: their values, then the matching tuples. */
   private val indexes = mutable.HashMap[IndexedSeq[Int], mutable.HashMap[Key, mutable.HashMap[Key, Long]]]()
 
@@ -30,10 +31,10 @@ final class Counts(val vars: IndexedSeq[String]) {
   }
 
   private def index(at: IndexedSeq[Int]) = indexes.getOrElseUpdate(at, {
-    val index = mutable.HashMap[Key, mutable.HashMap[Key, Long]]()
-    counts.foreach { case (k, n) => index.getOrElseUpdate(ArraySeq.from(at.map(k)), mutable.HashMap())(k) = n }
-    index
-  })
+      val index = mutable.HashMap[Key, mutable.HashMap[Key, Long]]()
+      counts.foreach { case (k, n) => index.getOrElseUpdate(ArraySeq.from(at.map(k)), mutable.HashMap())(k) = n }
+      index
+    })
 
   /** The tuples whose variables at `at` (positions in [[vars]]) have the values `values`. */
   def matching(at: IndexedSeq[Int], values: Key): Iterator[(Key, Long)] =

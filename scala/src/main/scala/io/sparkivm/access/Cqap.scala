@@ -37,6 +37,7 @@ case class Cqap(atoms: Seq[Atom], inputs: Set[String], outputs: Set[String]) {
 
   /** Every variable dominating a free variable is free (Def. 3.7). */
   def freeDominant: Boolean = violators(free).isEmpty
+
   /** Every variable dominating an input variable is an input (Def. 3.7). */
   def inputDominant: Boolean = violators(inputs).isEmpty
 

@@ -3,14 +3,19 @@ package io.sparkivm.access
 /** Where a CQAP falls in Zhang 2022's classes, per component of its fracture. */
 sealed abstract class CqapClass(val name: String, val rank: Int)
 object CqapClass {
+
   /** Def. 3.7: constant update time and delay after linear preprocessing (Thm. 3.11). */
   case object Cqap0 extends CqapClass("CQAP0", 0)
+
   /** Def. 3.8: delta = 1; at eps = 1/2, update and delay O(N^1/2), weakly Pareto-optimal (Cor. 5.33). */
   case object Cqap1 extends CqapClass("CQAP1", 1)
+
   /** A hierarchical fracture outside CQAP0 and CQAP1: chapter 5's trade-off with its own delta. */
   case object Hierarchical extends CqapClass("hierarchical", 2)
+
   /** A triangle component (chapter 4's triangle CQAPs, maintained with IVM^eps). */
   case object Triangle extends CqapClass("triangle", 3)
+
   /** Any other non-hierarchical component: the general view trees of chapter 4 (Thm. 3.4). */
   case object General extends CqapClass("not hierarchical", 4)
 }
@@ -23,8 +28,10 @@ case class ComponentAnalysis(query: Cqap, cls: CqapClass, widths: Option[(Int, I
 
 /** A CQAP's fracture, each component's class, widths and orders, and the class of the whole. */
 case class CqapAnalysis(query: Cqap, components: Seq[ComponentAnalysis]) {
+
   /** The components are evaluated independently: the query is as hard as its hardest one. */
   def cls: CqapClass = components.map(_.cls).maxBy(_.rank)
+
   /** (w, delta) of the query: the largest over components, if all are hierarchical. */
   def widths: Option[(Int, Int)] =
     if (components.exists(_.widths.isEmpty)) None
@@ -37,13 +44,13 @@ case class CqapAnalysis(query: Cqap, components: Seq[ComponentAnalysis]) {
         "O(1) delay; Zhang 2022, Thm. 3.4)"
     } ++ (cls match {
       case CqapClass.Cqap0 => Seq("guarantee: O(N) preprocessing, O(1) update time and enumeration delay " +
-        "(Zhang 2022, Thm. 3.11)")
+          "(Zhang 2022, Thm. 3.11)")
       case CqapClass.Cqap1 | CqapClass.Hierarchical => Seq(
-        "guarantee: with eps in [0, 1], O(N^(1+(w-1)eps)) preprocessing, O(N^(delta eps)) amortized update, " +
-          "O(N^(1-eps)) delay (Zhang 2022, Thm. 3.5); outside CQAP0 no algorithm has both update and delay " +
-          "below N^(1/2) (Thm. 3.11, under the OMv conjecture)")
+          "guarantee: with eps in [0, 1], O(N^(1+(w-1)eps)) preprocessing, O(N^(delta eps)) amortized update, " +
+            "O(N^(1-eps)) delay (Zhang 2022, Thm. 3.5); outside CQAP0 no algorithm has both update and delay " +
+            "below N^(1/2) (Thm. 3.11, under the OMv conjecture)")
       case _ => Seq("guarantee: none of the hierarchical bounds (a cyclic component); O(N^w) preprocessing, " +
-        "O(N^delta) update, O(1) delay with the view trees of Zhang 2022 chapter 4")
+          "O(N^delta) update, O(1) delay with the view trees of Zhang 2022 chapter 4")
     })
     val heavyLight = cls match {
       case CqapClass.Cqap1 | CqapClass.Hierarchical =>

@@ -25,17 +25,20 @@ import scala.collection.mutable
  * theta / 2 in all of them, moves to the other part (minor). Not thread-safe.
  */
 final class HeavyLightTrees private (val query: Cqap, atomVars: IndexedSeq[IndexedSeq[String]], val eps: Double,
-    components: Seq[HeavyLightTrees.ComponentTrees], kind: String = "heavy/light view tree(s)") extends AccessTrees {
+    components: Seq[HeavyLightTrees.ComponentTrees], kind: String = "heavy/light view tree(s)")
+    extends AccessTrees {
   import HeavyLightTrees._
 
   private val store = atomVars.map(vs => new Counts(vs))
   private val componentOf: Map[Int, ComponentTrees] =
     components.flatMap(c => c.atoms.map(_ -> c)).toMap
+
   /** Each partition key: its variables and the atoms (all containing them) whose degrees decide it. */
   private val keys: IndexedSeq[(IndexedSeq[String], Set[Int])] =
     components.flatMap(_.variants.flatMap(_.parts)).map(p => (p.key, p.atoms)).distinct.toIndexedSeq
   private val keyIds: Map[IndexedSeq[String], Int] = keys.map(_._1).zipWithIndex.toMap
   private val heavy = keys.map(_ => mutable.HashSet[Key]())
+
   /** The partition keys each atom's tuples are placed by. */
   private val keysOf: IndexedSeq[Seq[Int]] = atomVars.indices.map(a => keys.indices.filter(k => keys(k)._2.contains(a)))
   private var n = 0L
@@ -57,12 +60,16 @@ final class HeavyLightTrees private (val query: Cqap, atomVars: IndexedSeq[Index
 
   /** Work done by updates so far: view entries written and tuples joined, over all trees. */
   def updateWork: Long = components.flatMap(_.variants).map(_.tree.updateWork).sum
+
   /** Values visited by lookups so far, over all trees. */
   def lookupWork: Long = components.flatMap(_.variants).map(_.tree.lookupWork).sum
+
   /** Tuples moved between parts by minor rebalancing, and major rebalancings, so far. */
   def rebalancing: (Long, Long) = (moves, majors)
+
   /** Heavy keys per partition key, for EXPLAIN and tests. */
   def heavyKeys: Seq[(Seq[String], Int)] = keys.indices.map(k => (keys(k)._1: Seq[String]) -> heavy(k).size)
+
   /** The number of view trees. */
   def trees: Int = components.map(_.variants.size).sum
 
@@ -115,7 +122,8 @@ final class HeavyLightTrees private (val query: Cqap, atomVars: IndexedSeq[Index
 
   /** Moves a key value's tuples to the other part: a delete from the trees they leave, an insert into those they join. */
   private def move(key: Int, value: Key, toHeavy: Boolean): Unit = {
-    val tuples = keys(key)._2.toSeq.flatMap(a => store(a).matching(positions(a, key), value).map(e => (a, e._1, e._2)).toList)
+    val tuples =
+      keys(key)._2.toSeq.flatMap(a => store(a).matching(positions(a, key), value).map(e => (a, e._1, e._2)).toList)
     val before = tuples.map { case (a, t, _) => componentOf(a).variants.filter(belongs(_, a, t)) }
     if (toHeavy) heavy(key) += value else heavy(key) -= value
     tuples.zip(before).foreach { case ((a, t, m), was) =>
@@ -142,9 +150,10 @@ final class HeavyLightTrees private (val query: Cqap, atomVars: IndexedSeq[Index
     components.foreach(_.variants.foreach(v => v.tree = v.fresh()))
     components.foreach(_.variants.foreach { v =>
       limitTrees()
-      v.tree.load(v.atoms.iterator.flatMap(a => store(a).counts.iterator.collect {
-        case (t, m) if belongs(v, a, t) => (a, t: IndexedSeq[Any], m)
-      }))
+      v.tree.load(v.atoms.iterator.flatMap(a =>
+          store(a).counts.iterator.collect {
+            case (t, m) if belongs(v, a, t) => (a, t: IndexedSeq[Any], m)
+          }))
     })
   }
 
@@ -164,8 +173,10 @@ final class HeavyLightTrees private (val query: Cqap, atomVars: IndexedSeq[Index
       val values = keys(k)._2.flatMap(a => store(a).counts.keysIterator.map(project(a, k, _)))
       values.foreach { value =>
         val degrees = keys(k)._2.toSeq.map(a => degree(a, k, value))
-        if (heavy(k).contains(value) && !degrees.exists(_ >= 0.5 * theta)) out += s"heavy $value of ${keys(k)._1} too light"
-        if (!heavy(k).contains(value) && degrees.exists(_ >= 1.5 * theta)) out += s"light $value of ${keys(k)._1} too heavy"
+        if (heavy(k).contains(value) && !degrees.exists(_ >= 0.5 * theta))
+          out += s"heavy $value of ${keys(k)._1} too light"
+        if (!heavy(k).contains(value) && degrees.exists(_ >= 1.5 * theta))
+          out += s"light $value of ${keys(k)._1} too heavy"
       }
     }
     components.foreach(_.variants.foreach { v =>
@@ -241,7 +252,8 @@ object HeavyLightTrees {
       } else {
         val atoms = node.atoms.map(atomIndex).toSet
         val key = ancestors.filter(used.contains).toIndexedSeq :+ x
-        omega(tree, q, atomIndex, ancestors, pseudo + x).map(o => o.copy(parts = Part(atoms, key, heavy = true) +: o.parts)) :+
+        omega(tree, q, atomIndex, ancestors, pseudo + x).map(o =>
+          o.copy(parts = Part(atoms, key, heavy = true) +: o.parts)) :+
           Order(VariableOrder.accessTop(node, eff), Seq(Part(atoms, key, heavy = false)), pseudo)
       }
   }
@@ -314,10 +326,8 @@ object HeavyLightTrees {
         tp.map(Part(Set(t), IndexedSeq(c), _))).flatten
     val atomIndex = (x: Atom) => q.atoms.indexOf(x)
     val variants = Seq(
-      (chain(a, b, c), parts(Some(h), Some(h), Some(h)), true),
-      (chain(a, b, c), parts(Some(l), Some(l), Some(l)), true),
-      (chain(a, c, b), parts(Some(h), Some(l), None), false),
-      (chain(b, a, c), parts(None, Some(h), Some(l)), false),
+      (chain(a, b, c), parts(Some(h), Some(h), Some(h)), true), (chain(a, b, c), parts(Some(l), Some(l), Some(l)), true),
+      (chain(a, c, b), parts(Some(h), Some(l), None), false), (chain(b, a, c), parts(None, Some(h), Some(l)), false),
       (chain(c, b, a), parts(Some(l), None, Some(h)), false)
     ).map { case (order, ps, indicators) =>
       def fresh() = ViewTree.build(atomVars, Seq((order, q)), atomIndex, indicators = indicators,
@@ -325,7 +335,7 @@ object HeavyLightTrees {
       new Variant(Order(order, ps, Set.empty), q.atoms.indices, () => fresh())
     }
     Some(new HeavyLightTrees(q, atomVars, eps, Seq(new ComponentTrees(q, q.atoms.indices, variants)),
-      kind = "IVM^eps triangle view trees"))
+        kind = "IVM^eps triangle view trees"))
   }
 
   /** What EXPLAIN prints of the trees of `q`: per component, each order with its parts. */

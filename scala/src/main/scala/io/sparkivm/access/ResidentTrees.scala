@@ -13,10 +13,10 @@ import io.sparkivm.state.{Arrangement, StateId, StateKind, StatePlace, StateRegi
 import net.razorvine.pickle.Pickler
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.SparkSession
-import org.apache.spark.sql.catalyst.{InternalRow, TableIdentifier}
-import org.apache.spark.sql.catalyst.expressions.{Alias, And, Attribute, Cast, IsNotNull, Literal}
 import org.apache.spark.sql.catalyst.expressions.aggregate.{AggregateExpression, Count}
+import org.apache.spark.sql.catalyst.expressions.{Alias, And, Attribute, Cast, IsNotNull, Literal}
 import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, Distinct, Filter, LogicalPlan, Project, Window}
+import org.apache.spark.sql.catalyst.{InternalRow, TableIdentifier}
 import org.apache.spark.sql.execution.python.EvaluatePython
 import org.apache.spark.sql.ivm.{SessionInternals, SparkInternals}
 import org.apache.spark.sql.types.{StructField, StructType}
@@ -47,6 +47,7 @@ object ResidentTrees extends Logging {
       val tree: AccessTrees, var versions: Map[String, Long], var backingVersion: Long,
       /** The backing table's log as the session that built the entry resolved it. */
       log: org.apache.spark.sql.delta.DeltaLog, context: org.apache.spark.SparkContext) {
+
     /**
      * The backing table's log for a lookup's check for a new refresh: the one resolved when the
      * entry was built while its Spark context runs (the catalog is not asked again); in another
@@ -57,10 +58,13 @@ object ResidentTrees extends Logging {
       if ((spark.sparkContext eq context) && !context.isStopped) log else ViewCatalog.deltaLog(spark, backing)
     val open: mutable.Map[LookupCursor, Long] = mutable.Map()
     var epoch = 0L
+
     /** Atom tuples the last move forward changed (each a path of views up its tree). */
     var moved = 0L
+
     /** The work of that move: view entries written and tuples joined ([[AccessTrees.updateWork]]). */
     var movedWork = 0L
+
     /** The entry as the driver's state holds it ([[StateRegistry]]), which may evict it. */
     val held: Trees = new Trees(backing, this)
   }
@@ -96,6 +100,7 @@ object ResidentTrees extends Logging {
       inputs: Seq[(String, StructField)], outputs: Seq[(Option[String], StructField)])
 
   private val entries = mutable.Map[TableIdentifier, Either[(String, String), Entry]]()
+
   /**
    * One lock per view, held while its trees are found, built or moved forward: a build (a read
    * of every atom) blocks the lookups of that view only. `entries` itself is locked per access.
@@ -114,10 +119,12 @@ object ResidentTrees extends Logging {
   def open(spark: SparkSession, view: String, names: String, pickledInputs: Array[Byte]): LookupCursor = {
     val values = new net.razorvine.pickle.Unpickler().loads(pickledInputs).asInstanceOf[java.util.List[Any]]
     val split = if (names.isEmpty) Array.empty[String] else names.split("\u0000", -1)
-    open(spark, view, split.indices.map(i => split(i) -> (values.get(i) match {
-      case b: java.math.BigInteger => new java.math.BigDecimal(b)
-      case v => v
-    })))
+    open(spark, view,
+      split.indices.map(i =>
+        split(i) -> (values.get(i) match {
+          case b: java.math.BigInteger => new java.math.BigDecimal(b)
+          case v => v
+        })))
   }
 
   private def open(spark: SparkSession, view: String, inputs: Seq[(String, Any)]): LookupCursor = {
@@ -129,19 +136,19 @@ object ResidentTrees extends Logging {
       case Some(e) if e.plan.inputs.map(_._2.name.toLowerCase(java.util.Locale.ROOT)).toSet != named.keySet => null
       case None => null
       case Some(e) => e.synchronized {
-        val bound = e.plan.inputs.map { case (v, field) =>
-          v -> Cast(Literal(named(field.name.toLowerCase(java.util.Locale.ROOT))), field.dataType).eval()
-        }.toMap
-        val schema = StructType(e.plan.outputs.map(_._2))
-        val counted = e.plan.outputs.exists(_._1.isEmpty)
-        val answers = e.tree.lookup(bound).flatMap { case (at, m) =>
-          val row = InternalRow.fromSeq(e.plan.outputs.map(o => o._1.map(at).getOrElse(m)))
-          if (counted) Iterator.single(row) else Iterator.fill(m.toInt)(row)
+          val bound = e.plan.inputs.map { case (v, field) =>
+            v -> Cast(Literal(named(field.name.toLowerCase(java.util.Locale.ROOT))), field.dataType).eval()
+          }.toMap
+          val schema = StructType(e.plan.outputs.map(_._2))
+          val counted = e.plan.outputs.exists(_._1.isEmpty)
+          val answers = e.tree.lookup(bound).flatMap { case (at, m) =>
+            val row = InternalRow.fromSeq(e.plan.outputs.map(o => o._1.map(at).getOrElse(m)))
+            if (counted) Iterator.single(row) else Iterator.fill(m.toInt)(row)
+          }
+          val cursor = new LookupCursor(answers, schema, e)
+          e.open(cursor) = System.currentTimeMillis()
+          cursor
         }
-        val cursor = new LookupCursor(answers, schema, e)
-        e.open(cursor) = System.currentTimeMillis()
-        cursor
-      }
     }
   }
 
@@ -150,8 +157,9 @@ object ResidentTrees extends Logging {
     val id = idOf(spark, view)
     withView(id) { current(spark, id); entries.synchronized(entries.get(id)) } match {
       case Some(Right(e)) => s"view trees held: ${e.tree.size} tuples at ${e.versions.toSeq.sorted.mkString(", ")}" +
-        (if (e.epoch > 0) s"; the last refresh's changes moved ${e.moved} of them (work ${e.movedWork}: view " +
-          "entries written and tuples joined)" else "") + s"; ${e.tree.layout}"
+          (if (e.epoch > 0) s"; the last refresh's changes moved ${e.moved} of them (work ${e.movedWork}: view " +
+             "entries written and tuples joined)"
+           else "") + s"; ${e.tree.layout}"
       case Some(Left((_, why))) => s"no view trees: $why"
       case None => "no view trees"
     }
@@ -167,7 +175,8 @@ object ResidentTrees extends Logging {
 
   /** How rows() of a view without ACCESS BY is enumerated, if from trees (a triangle listing). */
   def enumeration(spark: SparkSession, meta: ViewMetadata): Option[String] =
-    (try plan(spark, meta).toOption catch { case NonFatal(_) => None }).map(p =>
+    (try plan(spark, meta).toOption
+    catch { case NonFatal(_) => None }).map(p =>
       s"${p.kind}, held in the driver's memory: built on the first rows(), moved forward by the tables' " +
         "changes on the first rows() after a refresh")
 
@@ -208,32 +217,37 @@ object ResidentTrees extends Logging {
     entries.synchronized(entries.get(id)) match {
       case Some(Right(e)) if e.definition == definition =>
         if (e.backingVersion == backingVersion) Some(e)
-        else try {
-          e.synchronized(moveForward(spark, meta, e, backingVersion))
-          if (hold(id, e)) Some(e) else {
-            entries.synchronized(entries(id) = Left((refused, TooLargeForBudget)))
-            None
+        else
+          try {
+            e.synchronized(moveForward(spark, meta, e, backingVersion))
+            if (hold(id, e)) Some(e)
+            else {
+              entries.synchronized(entries(id) = Left((refused, TooLargeForBudget)))
+              None
+            }
+          } catch {
+            // A change feed no longer there, a table replaced: the trees are built again.
+            case NonFatal(_) =>
+              entries.synchronized(entries.remove(id))
+              current(spark, id)
           }
-        } catch {
-          // A change feed no longer there, a table replaced: the trees are built again.
-          case NonFatal(_) =>
-            entries.synchronized(entries.remove(id))
-            current(spark, id)
-        }
       case Some(Left((d, _))) if d == refused => None
       case _ =>
         // Lookups never fail for the trees' sake: without them they read the view's rows.
-        val built = try plan(spark, meta).flatMap { p =>
-          val (record, _) = ViewCatalog.lastRefresh(spark, meta)
-          p.build().flatMap(tree => fill(spark, meta, p, tree, record.sourceVersions).map(_ =>
-            new Entry(definition, meta.backing, p, tree, record.sourceVersions, backingVersion, log,
-              spark.sparkContext)))
-        } catch {
-          case NonFatal(e) =>
-            logWarning(s"spark-ivm: the view trees of ${meta.viewName} could not be built; its lookups " +
-              "read its rows", e)
-            Left(s"building them failed (${e.getMessage})")
-        }
+        val built =
+          try plan(spark, meta).flatMap { p =>
+              val (record, _) = ViewCatalog.lastRefresh(spark, meta)
+              p.build().flatMap(tree =>
+                fill(spark, meta, p, tree, record.sourceVersions).map(_ =>
+                  new Entry(definition, meta.backing, p, tree, record.sourceVersions, backingVersion, log,
+                    spark.sparkContext)))
+            }
+          catch {
+            case NonFatal(e) =>
+              logWarning(s"spark-ivm: the view trees of ${meta.viewName} could not be built; its lookups " +
+                  "read its rows", e)
+              Left(s"building them failed (${e.getMessage})")
+          }
         val held = built.flatMap(e => if (hold(id, e)) Right(e) else Left(TooLargeForBudget))
         entries.synchronized(entries(id) = held.left.map(why => (refused, why)))
         held.toOption
@@ -246,9 +260,11 @@ object ResidentTrees extends Logging {
       return Left(s"${IvmConf.StateDriverMaxBytes.key} is ${StateRegistry.budget(spark, StatePlace.Driver)} " +
         s"bytes: too little for one tuple ($TupleBytes bytes, in at most half the budget)")
     }
-    val analyzed = try ViewAnalysis.reanalyze(spark, meta, incremental = true).plan catch {
-      case NonFatal(e) => return Left(s"the query is not maintained incrementally (${e.getMessage})")
-    }
+    val analyzed =
+      try ViewAnalysis.reanalyze(spark, meta, incremental = true).plan
+      catch {
+        case NonFatal(e) => return Left(s"the query is not maintained incrementally (${e.getMessage})")
+      }
     val count = countColumn(analyzed)
     val body = if (count.isDefined) analyzed.asInstanceOf[Aggregate].child else analyzed
     if (body.exists { case _: Aggregate | _: Distinct | _: Window => true; case _ => false }) {
@@ -290,22 +306,26 @@ object ResidentTrees extends Logging {
       if (HeavyLightTrees.triangle(q, vars, eps).isEmpty) {
         Left("the view has no ACCESS BY (without one, only a triangle listing's rows() are enumerated from trees)")
       } else Right((() => HeavyLightTrees.triangle(q, vars, eps).toRight("not a triangle listing"),
-        s"IVM^eps triangle view trees at eps = $eps (Kara et al. 2020, section 4: five trees over disjoint " +
-          "heavy/light parts; O(N^max(eps, 1-eps)) amortized update, O(1) delay)"))
+          s"IVM^eps triangle view trees at eps = $eps (Kara et al. 2020, section 4: five trees over disjoint " +
+            "heavy/light parts; O(N^max(eps, 1-eps)) amortized update, O(1) delay)"))
     } else if (analysis.cls == CqapClass.Cqap0) Right {
       (() => ViewTree.build(vars, analysis.components.map(c => (c.accessTopOrder, c.query)), atomIndex),
         "CQAP0 view trees (Zhang 2022, chapter 4: O(1) update and delay)")
-    } else if (analysis.components.forall(_.hierarchical)) Right {
+    }
+    else if (analysis.components.forall(_.hierarchical)) Right {
       (() => HeavyLightTrees.build(q, vars, eps),
         s"heavy/light view trees at eps = $eps (Zhang 2022, chapter 5: O(N^(delta eps)) amortized update, " +
           "O(N^(1-eps)) delay)")
-    } else Right {
+    }
+    else Right {
       val orders = analysis.components.map { c =>
         (if (c.cls == CqapClass.Cqap0) c.accessTopOrder else VariableOrder.chain(c.query), c.query)
       }
-      (() => ViewTree.build(vars, orders, atomIndex, layout = "view trees of chain orders with indicator " +
-        "projections (chapter 4's general trees: O(1) delay, updates join what their tuple does not fix)",
-        indicators = true),
+      (() =>
+          ViewTree.build(vars, orders, atomIndex,
+            layout = "view trees of chain orders with indicator " +
+              "projections (chapter 4's general trees: O(1) delay, updates join what their tuple does not fix)",
+            indicators = true),
         "view trees over a chain variable order of each cyclic component, with indicator projections (Zhang " +
           "2022, chapter 4, Thm. 3.4: O(1) delay; an update joins the atoms its tuple does not fix, for a " +
           "triangle up to O(N))")
@@ -319,10 +339,11 @@ object ResidentTrees extends Logging {
    */
   private def countColumn(plan: LogicalPlan): Option[Int] = plan match {
     case Aggregate(groups, outputs, _, _) =>
-      val counts = outputs.indices.filter(i => outputs(i) match {
-        case Alias(AggregateExpression(Count(Seq(l: Literal)), _, false, None, _), _) => l.value != null
-        case _ => false
-      })
+      val counts = outputs.indices.filter(i =>
+        outputs(i) match {
+          case Alias(AggregateExpression(Count(Seq(l: Literal)), _, false, None, _), _) => l.value != null
+          case _ => false
+        })
       val keys = outputs.indices.filterNot(counts.contains).map(outputs)
       val plainKeys = keys.forall(k => k.isInstanceOf[Attribute] && groups.exists(_.semanticEquals(k))) &&
         groups.forall(g => keys.exists(_.semanticEquals(g)))
@@ -353,7 +374,7 @@ object ResidentTrees extends Logging {
     val tuples = p.atoms.zipWithIndex.iterator.flatMap { case ((atom, cols), i) =>
       val read = Project(cols, reader.rules.post(atom))
       val counted = SparkInternals.dataFrame(spark, read).groupBy(cols.indices.map(j =>
-        org.apache.spark.sql.functions.col(s"`${cols(j).name}`")): _*).count()
+          org.apache.spark.sql.functions.col(s"`${cols(j).name}`")): _*).count()
       val types = cols.map(_.dataType)
       // Rows decoded one partition at a time, each its own (the plan's rows are reused buffers).
       counted.queryExecution.executedPlan.executeToIterator().map { row =>
@@ -364,11 +385,12 @@ object ResidentTrees extends Logging {
     }
     // The views may hold more than the atoms (a light tree's joins): at most 4 entries per tuple bound.
     tree.entryLimit = 4 * max
-    try tree.load(tuples) catch {
+    try tree.load(tuples)
+    catch {
       case e: TooManyTuples => return Left(s"its atoms hold more than ${e.max} tuples (half of " +
-        s"${IvmConf.StateDriverMaxBytes.key}, at about $TupleBytes bytes each)")
+          s"${IvmConf.StateDriverMaxBytes.key}, at about $TupleBytes bytes each)")
       case e: AccessTrees.TooLarge => return Left(s"its views would hold more than ${e.limit} entries (4 per tuple " +
-        "of the atoms' bound; a lower ivm.epsilon keeps heavy/light trees smaller)")
+          "of the atoms' bound; a lower ivm.epsilon keeps heavy/light trees smaller)")
     }
     Right(())
   }

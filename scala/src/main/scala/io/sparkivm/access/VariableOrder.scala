@@ -59,8 +59,8 @@ object VariableOrder {
     case VarNode(x, children) =>
       val below = children.flatMap(_.vars).toSet
       val d = if (q.inputs.contains(x)) Set.empty[String]
-        else if (q.outputs.contains(x)) below & q.inputs
-        else below & q.free
+      else if (q.outputs.contains(x)) below & q.inputs
+      else below & q.free
       val rest = VarNode(x, children.flatMap(delete(_, d)).flatMap(accessTop(_, q)))
       val chain = (d & q.inputs).toSeq.sorted ++ (d & q.outputs).toSeq.sorted
       Seq(chain.foldRight(rest: VoTree)((v, t) => VarNode(v, Seq(t))))
@@ -112,7 +112,7 @@ object VariableOrder {
       case AtomLeaf(_) =>
       case n @ VarNode(x, children) =>
         val target = if (q.bound.contains(x)) Some(n.vars & q.free)
-          else if (q.outputs.contains(x)) Some(n.vars & q.inputs) else None
+        else if (q.outputs.contains(x)) Some(n.vars & q.inputs) else None
         target.foreach { vs =>
           xi = math.max(xi, edgeCover(vs, n.atoms))
           n.atoms.foreach(r => kappa = math.max(kappa, edgeCover(vs -- r.vars, n.atoms)))

@@ -32,7 +32,8 @@ import scala.collection.mutable
  */
 final class ViewTree private (atomVars: IndexedSeq[IndexedSeq[String]], components: Seq[ViewTree.Component],
     lowest: IndexedSeq[Option[ViewTree.Node]], val layout: String,
-    indicators: Map[Int, Seq[Int]]) extends AccessTrees {
+    indicators: Map[Int, Seq[Int]])
+    extends AccessTrees {
   import ViewTree._
 
   private val atomCounts = atomVars.map(vs => new Counts(vs))
@@ -78,11 +79,13 @@ final class ViewTree private (atomVars: IndexedSeq[IndexedSeq[String]], componen
    */
   override def load(input: Iterator[(Int, IndexedSeq[Any], Long)]): Unit = {
     require(tuples == 0, "load fills empty trees")
-    input.foreach { case (atom, values, m) => if (m != 0) {
-      val key = ArraySeq.from(values)
-      countTuple(atomCounts(atom).get(key), m)
-      atomCounts(atom).add(key, m)
-    }}
+    input.foreach { case (atom, values, m) =>
+      if (m != 0) {
+        val key = ArraySeq.from(values)
+        countTuple(atomCounts(atom).get(key), m)
+        atomCounts(atom).add(key, m)
+      }
+    }
     indicators.foreach { case (a, ids) =>
       ids.foreach(i => atomCounts(a).counts.keysIterator.foreach(t => atomCounts(i).add(t, 1L)))
     }
@@ -114,10 +117,12 @@ final class ViewTree private (atomVars: IndexedSeq[IndexedSeq[String]], componen
           }
         }
         val totals = mutable.HashMap[Key, Long]()
-        own.foreach { case ((dep, x), d) => if (d != 0) {
-          addOwn(n, dep, x, d)
-          totals(dep) = totals.getOrElse(dep, 0L) + d
-        }}
+        own.foreach { case ((dep, x), d) =>
+          if (d != 0) {
+            addOwn(n, dep, x, d)
+            totals(dep) = totals.getOrElse(dep, 0L) + d
+          }
+        }
         totals.foreach { case (dep, d) => addTotal(n, dep, d) }
         if (held > entryLimit) throw new AccessTrees.TooLarge(entryLimit)
         changes = totals.filter(_._2 != 0).map { case (dep, d) => n.dep.zip(dep).toMap -> d }
@@ -196,9 +201,9 @@ final class ViewTree private (atomVars: IndexedSeq[IndexedSeq[String]], componen
       def all(at: Map[String, Any], m: Long, rs: Seq[Rel]): Unit = rs match {
         case Seq() => val k = (keyOf(n.dep, at), at(n.variable)); expected(k) = expected.getOrElse(k, 0L) + m
         case r +: rest => r.counts.counts.foreach { case (t, c) =>
-          val bound = r.vars.zip(t)
-          if (bound.forall { case (v, x) => at.get(v).forall(_ == x) }) all(at ++ bound, m * c, rest)
-        }
+            val bound = r.vars.zip(t)
+            if (bound.forall { case (v, x) => at.get(v).forall(_ == x) }) all(at ++ bound, m * c, rest)
+          }
       }
       all(Map.empty, 1L, rels)
       expected.foreach { case ((dep, x), e) =>
@@ -210,14 +215,17 @@ final class ViewTree private (atomVars: IndexedSeq[IndexedSeq[String]], componen
           .foreach(x => out += s"V_${n.variable}($dep, $x) has no tuples")
         if (n.total.get(dep) != xs.values.sum) out += s"V'_${n.variable}($dep) is not the sum of V_${n.variable}"
       }
-      n.total.counts.keys.filterNot(n.own.contains).foreach(dep => out += s"V'_${n.variable}($dep) without V_${n.variable}")
+      n.total.counts.keys.filterNot(n.own.contains).foreach(dep =>
+        out += s"V'_${n.variable}($dep) without V_${n.variable}")
     }
     components.foreach(_.roots.foreach(check))
-    indicators.foreach { case (a, ids) => ids.foreach { i =>
-      if (atomCounts(i).counts != atomCounts(a).counts.map { case (t, _) => t -> 1L }) {
-        out += s"the indicator projection $i is not the support of atom $a"
+    indicators.foreach { case (a, ids) =>
+      ids.foreach { i =>
+        if (atomCounts(i).counts != atomCounts(a).counts.map { case (t, _) => t -> 1L }) {
+          out += s"the indicator projection $i is not the support of atom $a"
+        }
       }
-    }}
+    }
     out.result()
   }
 
@@ -293,8 +301,9 @@ final class ViewTree private (atomVars: IndexedSeq[IndexedSeq[String]], componen
         // iterator per value, merged so that each answer is listed once (section 5.5), with the
         // sum of its multiplicities under every value.
         val values = xs.toIndexedSeq
-        val parts = values.map(x => (() => under(x).map(_._1 - n.variable),
-          (o: Map[String, Any]) => product(n, o.updated(n.variable, x))))
+        val parts = values.map(x =>
+          (() => under(x).map(_._1 - n.variable),
+            (o: Map[String, Any]) => product(n, o.updated(n.variable, x))))
         ViewTree.merged(parts)
       }
     }
@@ -357,10 +366,10 @@ object ViewTree {
       // is in it: the guard only keeps a tree whose counts went negative from failing the lookup.)
       first().map(t => if (inRest(t) && rest.hasNext) rest.next() else t) ++ rest
   }
+
   /** [[union]], each element with its multiplicity: the sum of the iterators' `contains`. */
   def merged[T](parts: Seq[(() => Iterator[T], T => Long)]): Iterator[(T, Long)] =
     union(parts).map(o => o -> parts.map(_._2(o)).sum)
-
 
   /**
    * Empty view trees for `atomVars` (each atom's variables, in the order its tuples give them)
@@ -413,7 +422,9 @@ object ViewTree {
     }
     val allVars = atomVars ++ extra.map { case (a, _) => atomVars(a) }
     val allLowest = lowest.toIndexedSeq ++ extra.map { case (_, n) => Some(n) }
-    val byAtom = extra.toSeq.zipWithIndex.groupMap(_._1._1)(e => atomVars.size + e._2).map { case (a, ids) => a -> ids.toSeq }
+    val byAtom = extra.toSeq.zipWithIndex.groupMap(_._1._1)(e => atomVars.size + e._2).map { case (a, ids) =>
+      a -> ids.toSeq
+    }
     Right(new ViewTree(allVars, built, allLowest, s"${built.size} $layout", byAtom))
   }
 }

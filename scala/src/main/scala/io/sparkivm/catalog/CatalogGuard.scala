@@ -5,8 +5,9 @@ import scala.util.control.NonFatal
 import io.sparkivm.errors.IvmErrors
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.TableIdentifier
-import org.apache.spark.sql.catalyst.analysis.{UnresolvedIdentifier, UnresolvedRelation, UnresolvedTable,
-  UnresolvedTableOrView, UnresolvedView}
+import org.apache.spark.sql.catalyst.analysis.{
+  UnresolvedIdentifier, UnresolvedRelation, UnresolvedTable, UnresolvedTableOrView, UnresolvedView
+}
 import org.apache.spark.sql.catalyst.plans.logical._
 import org.apache.spark.sql.delta.DeltaLog
 import org.apache.spark.sql.ivm.SessionInternals
@@ -25,7 +26,8 @@ object CatalogGuard {
   /** Runs `body` (spark-ivm's own statements on a view's objects) without the guard. */
   def internal[T](body: => T): T = {
     inside.set(inside.get + 1)
-    try body finally inside.set(inside.get - 1)
+    try body
+    finally inside.set(inside.get - 1)
   }
 
   /** What a statement would do to an object it names: (statement, name parts, what it would do). */
@@ -53,7 +55,7 @@ object CatalogGuard {
       case a: AlterViewAs => target("ALTER VIEW ... AS", a.child, hijack, hijack)
       case c: CreateView if c.replace => target("CREATE OR REPLACE VIEW", c.child, hijack, hijack)
       case r: RenameTable => target(if (r.isView) "ALTER VIEW ... RENAME" else "ALTER TABLE ... RENAME", r.child,
-        "separate it from its stored rows and refresh records", Unreadable)
+          "separate it from its stored rows and refresh records", Unreadable)
       case i: InsertIntoStatement => target("INSERT", i.table, "", Differ)
       case u: UpdateTable => target("UPDATE", u.table, "", Differ)
       case d: DeleteFromTable => target("DELETE", d.table, "", Differ)
@@ -67,24 +69,30 @@ object CatalogGuard {
   def check(spark: SparkSession, plan: LogicalPlan): Unit = if (inside.get == 0) {
     // Writes matter only to backing tables (Spark refuses writes to any view itself): other
     // INSERTs and DML cost no catalog lookup.
-    targetOf(plan).filter(t => t.ofView.nonEmpty ||
-      t.parts.lastOption.exists(_.toLowerCase(java.util.Locale.ROOT).startsWith(ViewCatalog.BackingPrefix))).foreach { t =>
-      val catalog = SessionInternals.catalog(spark)
-      val id = try Some(ViewCatalog.qualify(spark, t.parts)) catch { case NonFatal(_) => None }
-      // A temporary view of the name is what the statement acts on.
-      if (t.parts.size == 1 && catalog.getTempView(t.parts.head).isDefined) return
-      id.flatMap(i => try Option(catalog.getTableMetadata(i)) catch { case NonFatal(_) => None }).foreach { table =>
-        val name = table.identifier.copy(catalog = Some("spark_catalog")).quotedString
-        if (ViewCatalog.isMaterializedView(table)) {
-          if (t.ofView.nonEmpty) throw IvmErrors.materializedViewObject(name, "is a materialized view", t.statement,
-            t.ofView, insteadForView(t.statement, name))
-        } else if (table.identifier.table.startsWith(ViewCatalog.BackingPrefix)) {
-          viewOfBacking(spark, table.identifier).foreach { view =>
-            throw IvmErrors.materializedViewObject(name, s"stores the rows of materialized view $view",
-              t.statement, t.ofBacking, insteadForBacking(t.statement, view))
+    targetOf(plan).filter(t =>
+      t.ofView.nonEmpty ||
+        t.parts.lastOption.exists(_.toLowerCase(java.util.Locale.ROOT).startsWith(ViewCatalog.BackingPrefix))).foreach {
+      t =>
+        val catalog = SessionInternals.catalog(spark)
+        val id =
+          try Some(ViewCatalog.qualify(spark, t.parts))
+          catch { case NonFatal(_) => None }
+        // A temporary view of the name is what the statement acts on.
+        if (t.parts.size == 1 && catalog.getTempView(t.parts.head).isDefined) return
+        id.flatMap(i =>
+          try Option(catalog.getTableMetadata(i))
+          catch { case NonFatal(_) => None }).foreach { table =>
+          val name = table.identifier.copy(catalog = Some("spark_catalog")).quotedString
+          if (ViewCatalog.isMaterializedView(table)) {
+            if (t.ofView.nonEmpty) throw IvmErrors.materializedViewObject(name, "is a materialized view", t.statement,
+              t.ofView, insteadForView(t.statement, name))
+          } else if (table.identifier.table.startsWith(ViewCatalog.BackingPrefix)) {
+            viewOfBacking(spark, table.identifier).foreach { view =>
+              throw IvmErrors.materializedViewObject(name, s"stores the rows of materialized view $view",
+                t.statement, t.ofBacking, insteadForBacking(t.statement, view))
+            }
           }
         }
-      }
     }
   }
 
@@ -93,7 +101,7 @@ object CatalogGuard {
     case s if s.contains("RENAME") =>
       s"CREATE MATERIALIZED VIEW under the new name and DROP MATERIALIZED VIEW $name"
     case _ => s"CREATE OR REPLACE MATERIALIZED VIEW $name AS ... to change its query, or " +
-      s"DROP MATERIALIZED VIEW $name first to make a plain view of the name"
+        s"DROP MATERIALIZED VIEW $name first to make a plain view of the name"
   }
 
   private def insteadForBacking(statement: String, view: String): String = statement match {

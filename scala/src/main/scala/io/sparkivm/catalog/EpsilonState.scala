@@ -21,8 +21,10 @@ import org.json4s._
  */
 case class EpsilonState(eps: Double, n: Long, size: Long, heavy: Seq[Long], auxRows: Seq[Long],
     auxCompact: Seq[Long], versions: Seq[Long]) {
+
   /** The heavy/light threshold N^eps. */
   def threshold: Double = EpsilonState.threshold(n, eps)
+
   /** At eps = 0 every key is heavy (AffectedPart sends every update to the heavy part). */
   def allHeavy: Boolean = eps == 0.0
 
@@ -34,8 +36,10 @@ case class EpsilonState(eps: Double, n: Long, size: Long, heavy: Seq[Long], auxR
 }
 
 object EpsilonState {
+
   /** The table property holding a view's eps. */
   val Property = "ivm.epsilon"
+
   /** The paper's Pareto-optimal point for the triangle queries (Corollary 6). */
   val Default = 0.5
   val Views: Seq[String] = Seq("V_RS", "V_ST", "V_TR")
@@ -65,7 +69,7 @@ object EpsilonState {
         case _ => Nil
       }
       Some(EpsilonState(num(o \ "eps"), num(o \ "n").toLong, num(o \ "size").toLong, longs("heavy"),
-        longs("aux"), longs("compact"), longs("versions")))
+          longs("aux"), longs("compact"), longs("versions")))
     case _ => None
   }
 }

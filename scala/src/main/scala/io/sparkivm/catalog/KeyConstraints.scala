@@ -3,16 +3,17 @@ package io.sparkivm.catalog
 import java.util.Locale
 
 import io.sparkivm.errors.IvmErrors
-import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.catalyst.TableIdentifier
 import org.apache.spark.sql.delta.DeltaLog
 import org.apache.spark.sql.functions.{col, count, lit}
+import org.apache.spark.sql.{DataFrame, SparkSession}
 
 /** A PRIMARY KEY or FOREIGN KEY declared on a Delta table (informational, checked by spark-ivm). */
 sealed trait KeyConstraint {
   def name: String
   def table: TableIdentifier
   def columns: Seq[String]
+
   /** The text stored in the table property, as SQL: `PRIMARY KEY (`a`)` etc. */
   def text: String
 }
@@ -27,7 +28,8 @@ case class PrimaryKey(name: String, table: TableIdentifier, columns: Seq[String]
  * instead of re-checking the referencing table (see FkDeltaPlanner). It is checked when declared.
  */
 case class ForeignKey(name: String, table: TableIdentifier, columns: Seq[String],
-    parent: TableIdentifier, parentColumns: Seq[String], rely: Boolean = false) extends KeyConstraint {
+    parent: TableIdentifier, parentColumns: Seq[String], rely: Boolean = false)
+    extends KeyConstraint {
   def text: String = s"FOREIGN KEY ${KeyConstraints.columnList(columns)} REFERENCES " +
     s"${parent.quotedString} ${KeyConstraints.columnList(parentColumns)}" + (if (rely) " RELY" else "")
 }
@@ -77,9 +79,9 @@ object KeyConstraints {
         checkPrimaryKey(spark, pk)
       case fk: ForeignKey =>
         val parentPk = primaryKey(spark, fk.parent).getOrElse(throw invalid(
-          s"Foreign key ${fk.name} references ${fk.parent.quotedString}, which has no primary key. " +
-            s"Declare it first: ALTER TABLE ${fk.parent.quotedString} ADD CONSTRAINT <name> " +
-            s"PRIMARY KEY ${columnList(fk.parentColumns)}."))
+            s"Foreign key ${fk.name} references ${fk.parent.quotedString}, which has no primary key. " +
+              s"Declare it first: ALTER TABLE ${fk.parent.quotedString} ADD CONSTRAINT <name> " +
+              s"PRIMARY KEY ${columnList(fk.parentColumns)}."))
         if (fk.columns.size != fk.parentColumns.size) {
           throw invalid(s"Foreign key ${fk.name} has ${fk.columns.size} " +
             s"columns but references ${fk.parentColumns.size}.")

@@ -42,8 +42,10 @@ case class HistoryEntry(
  */
 object RefreshHistory {
   val Property = "ivm.history"
+
   /** Entries kept: enough to fit the cost model and to show a day of hourly refreshes. */
   val MaxEntries = 50
+
   /** Longest error message kept in an entry. */
   private val MaxErrorChars = 500
 
@@ -86,22 +88,24 @@ object RefreshHistory {
   def render(entries: Seq[HistoryEntry]): String =
     compact(org.json4s.jackson.JsonMethods.render(JArray(entries.map(_.toJson).toList)))
 
-  private def parseAll(json: String): Seq[HistoryEntry] = try {
-    parse(json) match {
-      case JArray(items) => items.flatMap(parseEntry)
-      case _ => Nil
-    }
-  } catch { case NonFatal(_) => Nil }
+  private def parseAll(json: String): Seq[HistoryEntry] =
+    try {
+      parse(json) match {
+        case JArray(items) => items.flatMap(parseEntry)
+        case _ => Nil
+      }
+    } catch { case NonFatal(_) => Nil }
 
-  private def parseEntry(v: JValue): Option[HistoryEntry] = try {
-    def long(key: String) = v \ key match { case JInt(n) => n.toLong; case JLong(n) => n; case _ => -1L }
-    def str(key: String) = v \ key match { case JString(s) => s; case _ => "" }
-    Some(HistoryEntry(long("n"), long("start"), long("ms"), str("mode"), str("why"), long("rows"),
-      v \ "versions" match {
-        case JObject(fields) => fields.collect { case (t, JInt(n)) => t -> n.toLong }.toMap
-        case _ => Map.empty
-      },
-      long("changeBytes"), long("tableBytes"), str("by"),
-      v \ "error" match { case JString(e) => Some(e); case _ => None }))
-  } catch { case NonFatal(_) => None }
+  private def parseEntry(v: JValue): Option[HistoryEntry] =
+    try {
+      def long(key: String) = v \ key match { case JInt(n) => n.toLong; case JLong(n) => n; case _ => -1L }
+      def str(key: String) = v \ key match { case JString(s) => s; case _ => "" }
+      Some(HistoryEntry(long("n"), long("start"), long("ms"), str("mode"), str("why"), long("rows"),
+          v \ "versions" match {
+            case JObject(fields) => fields.collect { case (t, JInt(n)) => t -> n.toLong }.toMap
+            case _ => Map.empty
+          },
+          long("changeBytes"), long("tableBytes"), str("by"),
+          v \ "error" match { case JString(e) => Some(e); case _ => None }))
+    } catch { case NonFatal(_) => None }
 }

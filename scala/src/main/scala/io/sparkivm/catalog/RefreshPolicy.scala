@@ -12,6 +12,7 @@ import java.util.Locale
  *  - FULL: always recompute (the backing table then keeps no maintenance state).
  */
 sealed abstract class RefreshPolicy(val sql: String) {
+
   /** The value stored in the view's `ivm.refreshPolicy` property. */
   def name: String = sql.toLowerCase(Locale.ROOT).replace(' ', '_')
   override def toString: String = sql

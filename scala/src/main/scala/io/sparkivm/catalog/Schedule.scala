@@ -24,6 +24,7 @@ import org.json4s.jackson.JsonMethods.{compact, parse, render}
  * A view has at most one. It is stored as JSON in the backing table's `ivm.schedule` property.
  */
 sealed trait Schedule {
+
   /** The clause as it would be written in CREATE MATERIALIZED VIEW. */
   def sql: String
   def toJson: JValue
@@ -67,6 +68,7 @@ object Schedule {
       timeZone.map(z => s" AT TIME ZONE ${ViewCatalog.sqlString(z)}").getOrElse("")
     def toJson: JValue = JObject("cron" -> JString(expression),
       "timeZone" -> timeZone.map(JString(_)).getOrElse(JNothing))
+
     /** The first fire time after `lastMs`; never, if the expression has none left. */
     def nextDue(lastMs: Long): Long = {
       val next = execution.nextExecution(ZonedDateTime.ofInstant(Instant.ofEpochMilli(lastMs), zone))
@@ -96,12 +98,14 @@ object Schedule {
       case Every(n, _) if n <= 0 => throw invalid("the interval must be a positive number")
       case OnUpdate(Some((n, _))) if n <= 0 => throw invalid("the interval must be a positive number")
       case c: Cron =>
-        try parseCron(c.expression) catch {
+        try parseCron(c.expression)
+        catch {
           case NonFatal(e) => throw invalid(s"'${c.expression}' is not a Quartz cron expression " +
-            s"(seconds minutes hours day-of-month month day-of-week [year]): ${e.getMessage}")
+              s"(seconds minutes hours day-of-month month day-of-week [year]): ${e.getMessage}")
         }
         c.timeZone.foreach { z =>
-          try ZoneId.of(z) catch {
+          try ZoneId.of(z)
+          catch {
             case NonFatal(_) => throw invalid(s"'$z' is not a time zone id (such as 'UTC' or 'Europe/Paris')")
           }
         }
@@ -113,24 +117,25 @@ object Schedule {
   /** The stored form of a schedule. */
   def json(s: Schedule): String = compact(render(s.toJson))
 
-  def fromJson(json: String): Option[Schedule] = try {
-    parse(json) match {
-      case o: JObject if (o \ "every") != JNothing =>
-        val JInt(n) = o \ "every": @unchecked
-        val JString(u) = o \ "unit": @unchecked
-        Some(Every(n.toLong, u))
-      case o: JObject if (o \ "cron") != JNothing =>
-        val JString(c) = o \ "cron": @unchecked
-        Some(Cron(c, (o \ "timeZone") match { case JString(z) => Some(z); case _ => None }))
-      case o: JObject if (o \ "onUpdate") != JNothing =>
-        Some(OnUpdate((o \ "atMostEvery") match {
-          case a: JObject =>
-            val JInt(n) = a \ "n": @unchecked
-            val JString(u) = a \ "unit": @unchecked
-            Some(n.toLong -> u)
-          case _ => None
-        }))
-      case _ => None
-    }
-  } catch { case NonFatal(_) => None }
+  def fromJson(json: String): Option[Schedule] =
+    try {
+      parse(json) match {
+        case o: JObject if (o \ "every") != JNothing =>
+          val JInt(n) = o \ "every": @unchecked
+          val JString(u) = o \ "unit": @unchecked
+          Some(Every(n.toLong, u))
+        case o: JObject if (o \ "cron") != JNothing =>
+          val JString(c) = o \ "cron": @unchecked
+          Some(Cron(c, (o \ "timeZone") match { case JString(z) => Some(z); case _ => None }))
+        case o: JObject if (o \ "onUpdate") != JNothing =>
+          Some(OnUpdate((o \ "atMostEvery") match {
+            case a: JObject =>
+              val JInt(n) = a \ "n": @unchecked
+              val JString(u) = a \ "unit": @unchecked
+              Some(n.toLong -> u)
+            case _ => None
+          }))
+        case _ => None
+      }
+    } catch { case NonFatal(_) => None }
 }

@@ -9,8 +9,8 @@ import org.apache.spark.internal.Logging
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.TableIdentifier
 import org.apache.spark.sql.catalyst.catalog.{CatalogTable, CatalogTableType}
-import org.apache.spark.sql.delta.{DeltaHistoryManager, DeltaLog}
 import org.apache.spark.sql.delta.util.FileNames
+import org.apache.spark.sql.delta.{DeltaHistoryManager, DeltaLog}
 import org.apache.spark.sql.ivm.SessionInternals
 import org.json4s._
 import org.json4s.jackson.JsonMethods.{compact, parse, render}
@@ -33,13 +33,17 @@ object ViewCatalog extends Logging {
   val RefreshProperty = "ivm.refresh"
   val SourcesProperty = "ivm.sources"
   val CommentProperty = "ivm.comment"
+
   /** The last refresh record: in the table's metadata, which Delta's checkpoints keep. */
   val RecordProperty = "ivm.lastRefresh"
+
   /** The view's [[RefreshPolicy]]; views made before policies existed take it from `ivm.refresh`. */
   val PolicyProperty = "ivm.refreshPolicy"
   val FullBecauseProperty = "ivm.fullBecause"
+
   /** ACCESS BY's input columns, as a JSON array. */
   val AccessByProperty = "ivm.accessBy"
+
   /** Prefix of the SQL settings captured at CREATE ([[ViewMetadata.sqlConf]]). */
   val SqlConfPrefix = "ivm.sqlConf."
   private val ReservedProperties = Set(MarkerProperty, BackingProperty, ViewProperty, IdProperty,
@@ -94,7 +98,7 @@ object ViewCatalog extends Logging {
     val view = catalogTable(spark, id) match {
       case Some(t) if isMaterializedView(t) => t
       case Some(t) => throw IvmErrors.notMaterializedView(id.quotedString, kindOf(t),
-        "MATERIALIZED VIEW statements apply to materialized views only; SHOW MATERIALIZED VIEWS lists them.")
+          "MATERIALIZED VIEW statements apply to materialized views only; SHOW MATERIALIZED VIEWS lists them.")
       case None => throw IvmErrors.notFound(id.quotedString)
     }
     val backing = view.properties.get(BackingProperty).map(b => qualify(spark, b.split('.').toSeq))
@@ -121,12 +125,15 @@ object ViewCatalog extends Logging {
       database = need(DatabaseProperty),
       mode = mode,
       sources = parseSources(need(SourcesProperty)),
-      userProperties = props.filter { case (k, _) => !ReservedProperties.contains(k) && k != RefreshProperty &&
+      userProperties = props.filter { case (k, _) =>
+        !ReservedProperties.contains(k) && k != RefreshProperty &&
         !k.startsWith(SqlConfPrefix) &&
-        !k.startsWith("delta.") && k != EpsilonState.Property },
+        !k.startsWith("delta.") && k != EpsilonState.Property
+      },
       comment = props.get(CommentProperty),
-      epsilon = props.get(EpsilonState.Property).map(v => EpsilonState.parse(v).getOrElse(
-        throw IvmErrors.invalidProperty(EpsilonState.Property, v, "a number in [0, 1]"))),
+      epsilon = props.get(EpsilonState.Property).map(v =>
+        EpsilonState.parse(v).getOrElse(
+          throw IvmErrors.invalidProperty(EpsilonState.Property, v, "a number in [0, 1]"))),
       policy = props.get(PolicyProperty).flatMap(RefreshPolicy.parse).getOrElse(RefreshPolicy.ofMode(mode)),
       schedule = props.get(Schedule.Property).flatMap(Schedule.fromJson),
       fullBecause = props.get(FullBecauseProperty),
@@ -137,10 +144,11 @@ object ViewCatalog extends Logging {
 
   /** ACCESS BY's input columns, from the properties of a backing table or catalog view. */
   def accessByOf(props: Map[String, String]): Seq[String] =
-    props.get(AccessByProperty).toSeq.flatMap(v => parse(v) match {
-      case JArray(items) => items.collect { case JString(c) => c }
-      case _ => Nil
-    })
+    props.get(AccessByProperty).toSeq.flatMap(v =>
+      parse(v) match {
+        case JArray(items) => items.collect { case JString(c) => c }
+        case _ => Nil
+      })
 
   /** The properties that store a view's metadata on its backing table. */
   def properties(meta: ViewMetadata): Map[String, String] = meta.userProperties ++ Map(
@@ -154,7 +162,8 @@ object ViewCatalog extends Logging {
     meta.epsilon.map(e => EpsilonState.Property -> e.toString) ++
     meta.schedule.map(s => Schedule.Property -> Schedule.json(s)) ++
     meta.fullBecause.map(FullBecauseProperty -> _) ++
-    (if (meta.accessBy.isEmpty) Nil else Seq(AccessByProperty -> compact(render(JArray(meta.accessBy.map(JString(_)).toList))))) ++
+    (if (meta.accessBy.isEmpty) Nil
+     else Seq(AccessByProperty -> compact(render(JArray(meta.accessBy.map(JString(_)).toList))))) ++
     meta.sqlConf.map { case (k, v) => (SqlConfPrefix + k) -> v }
 
   def renderSources(sources: Seq[SourceInfo]): String = compact(render(JArray(sources.toList.map { s =>
@@ -164,14 +173,15 @@ object ViewCatalog extends Logging {
 
   private def parseSources(json: String): Seq[SourceInfo] = parse(json) match {
     case JArray(items) => items.map { item =>
-      val JString(table) = item \ "table": @unchecked
-      val JString(tid) = item \ "id": @unchecked
-      val JArray(cols) = item \ "columns": @unchecked
-      SourceInfo(table, tid, cols.map {
-        case JArray(List(JString(n), JString(t))) => n -> t
-        case other => throw IvmErrors.internal(s"a source column entry of ivm.sources is $other")
-      })
-    }
+        val JString(table) = item \ "table": @unchecked
+        val JString(tid) = item \ "id": @unchecked
+        val JArray(cols) = item \ "columns": @unchecked
+        SourceInfo(table, tid,
+          cols.map {
+            case JArray(List(JString(n), JString(t))) => n -> t
+            case other => throw IvmErrors.internal(s"a source column entry of ivm.sources is $other")
+          })
+      }
     case other => throw IvmErrors.internal(s"ivm.sources is $other")
   }
 
@@ -201,12 +211,12 @@ object ViewCatalog extends Logging {
   // ---- refresh records, kept in the commits of the backing table ----
 
   def renderRecord(r: RefreshRecord): String = compact(render(JObject(
-    "ivm" -> JObject(
-      "refresh" -> JLong(r.number),
-      "mode" -> JString(r.mode),
-      "attempt" -> JString(r.attempt),
-      "sources" -> JObject(r.sourceVersions.toList.sortBy(_._1).map { case (t, v) => t -> JLong(v) }),
-      "epsilon" -> r.epsilon.map(_.toJson).getOrElse(JNothing)))))
+        "ivm" -> JObject(
+          "refresh" -> JLong(r.number),
+          "mode" -> JString(r.mode),
+          "attempt" -> JString(r.attempt),
+          "sources" -> JObject(r.sourceVersions.toList.sortBy(_._1).map { case (t, v) => t -> JLong(v) }),
+          "epsilon" -> r.epsilon.map(_.toJson).getOrElse(JNothing)))))
 
   /** The number of the refresh recorded in a backing table's properties, if any. */
   def recordedNumber(configuration: Map[String, String]): Option[Long] =
@@ -220,9 +230,12 @@ object ViewCatalog extends Logging {
           val JString(mode) = obj \ "mode": @unchecked
           val JString(attempt) = obj \ "attempt": @unchecked
           val JObject(srcs) = obj \ "sources": @unchecked
-          Some(RefreshRecord(n.toLong, mode, srcs.map { case (k, JInt(v)) => k -> v.toLong
-            case (k, v) => throw IvmErrors.internal(s"a refresh record gives version $v for $k") }.toMap,
-            attempt, version, ts, EpsilonState.fromJson(obj \ "epsilon")))
+          Some(RefreshRecord(n.toLong, mode,
+              srcs.map {
+                case (k, JInt(v)) => k -> v.toLong
+                case (k, v) => throw IvmErrors.internal(s"a refresh record gives version $v for $k")
+              }.toMap,
+              attempt, version, ts, EpsilonState.fromJson(obj \ "epsilon")))
         case _ => None
       }
     } catch { case NonFatal(_) => None }
@@ -253,14 +266,15 @@ object ViewCatalog extends Logging {
     var found: Option[RefreshRecord] = None
     var readable = true
     while (found.isEmpty && readable && version >= 0) {
-      val info = try {
-        DeltaHistoryManager.getCommitInfoOpt(log.store, FileNames.unsafeDeltaFile(log.logPath, version), conf)
-      } catch {
-        case _: java.io.FileNotFoundException if stored.isDefined => readable = false; None
-        case NonFatal(e) => throw IvmErrors.backingAltered(meta.viewName,
-          s"the log entry of version $version cannot be read (${e.getMessage}), and with it the " +
-            "record of its last refresh")
-      }
+      val info =
+        try {
+          DeltaHistoryManager.getCommitInfoOpt(log.store, FileNames.unsafeDeltaFile(log.logPath, version), conf)
+        } catch {
+          case _: java.io.FileNotFoundException if stored.isDefined => readable = false; None
+          case NonFatal(e) => throw IvmErrors.backingAltered(meta.viewName,
+              s"the log entry of version $version cannot be read (${e.getMessage}), and with it the " +
+                "record of its last refresh")
+        }
       info.foreach { c =>
         c.userMetadata.flatMap(parseRecord(_, version, c.timestamp.getTime)) match {
           case Some(r) => found = Some(r)
@@ -277,6 +291,6 @@ object ViewCatalog extends Logging {
       case (None, p) => p
     }
     record.map(_ -> foreign.result()).getOrElse(throw IvmErrors.backingAltered(meta.viewName,
-      "no commit of it records a refresh by spark-ivm"))
+        "no commit of it records a refresh by spark-ivm"))
   }
 }

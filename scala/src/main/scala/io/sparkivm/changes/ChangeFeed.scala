@@ -4,14 +4,14 @@ import scala.collection.mutable
 import scala.util.control.NonFatal
 
 import io.sparkivm.errors.IvmErrors
-import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.catalyst.InternalRow
-import org.apache.spark.sql.catalyst.expressions.{BoundReference, GenericInternalRow, UnsafeProjection, UnsafeRow}
 import org.apache.spark.sql.catalyst.TableIdentifier
+import org.apache.spark.sql.catalyst.expressions.{BoundReference, GenericInternalRow, UnsafeProjection, UnsafeRow}
 import org.apache.spark.sql.delta.DeltaLog
 import org.apache.spark.sql.delta.actions.{AddCDCFile, AddFile, RemoveFile}
 import org.apache.spark.sql.ivm.{LocalRows, Parallel}
 import org.apache.spark.sql.types.{IntegerType, StructField, StructType}
+import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.storage.StorageLevel
 
 /**
@@ -27,10 +27,13 @@ case class ChangeRequest(table: TableIdentifier, from: Long, to: Long, schema: O
  * per unit of multiplicity (+1 inserted, -1 deleted), zeros dropped.
  */
 sealed trait TableChange {
+
   /** Rows of the net change (-1 when not computed). */
   def rows: Long
+
   /** False only when the change is known to be empty. */
   def nonEmpty: Boolean = rows != 0
+
   /** The change as a DataFrame; a fresh plan (fresh attribute ids) per call. */
   def frame(spark: SparkSession): DataFrame
   def release(): Unit = ()
@@ -55,6 +58,7 @@ case class PlannedChange(df: DataFrame) extends TableChange {
 }
 
 object TableChange {
+
   /** `df` under a new projection: its own attribute ids, so that it can join another read of it. */
   def fresh(df: DataFrame): DataFrame = df.select(df.columns.toIndexedSeq.map(DeltaSources.quoted): _*)
 }
@@ -68,6 +72,7 @@ object TableChange {
  * deleted in the interval cancel (Svingos et al. 2023, section 1.4: deltas are net changes).
  */
 object ChangeFeed {
+
   /**
    * Change files a driver reads itself, at most (per table): a few megabytes of Parquet take it
    * tens of milliseconds, about what a Spark job costs to start on a local master.
@@ -81,17 +86,22 @@ object ChangeFeed {
     }
     // Read by the driver where it can; the rest (and the planning of Delta's reads, driver work
     // that overlaps well) side by side.
-    val here = Parallel.run(spark, small.map(r => () => r -> r.schema.flatMap(s =>
-      DriverChangeRead.read(spark, r.table, s, r.from, r.to, math.min(localMaxBytes, DriverReadMaxBytes))
-        .map { case (schema, rows) => net(schema, rows) })))
+    val here = Parallel.run(spark,
+      small.map(r =>
+        () =>
+          r -> r.schema.flatMap(s =>
+            DriverChangeRead.read(spark, r.table, s, r.from, r.to, math.min(localMaxBytes, DriverReadMaxBytes))
+              .map { case (schema, rows) => net(schema, rows) })))
     val byDriver = here.collect { case (r, Some(change)) => r.name -> (change: TableChange) }
     val feeds = Parallel.run(spark, here.collect { case (r, None) => r }.map(r => () => r -> signedFeed(spark, view, r)))
     // Rows per task are bounded by the files' sizes checked above; the bound is a safeguard.
     // One task per core: the change files are small, and a task per file costs more to start than to read.
-    val collected = try LocalRows.collect(spark, feeds.map(_._2), Int.MaxValue - 1,
-      Some(spark.sparkContext.defaultParallelism)) catch {
-      case NonFatal(e) => throw unavailable(view, feeds.map(_._1), e)
-    }
+    val collected =
+      try LocalRows.collect(spark, feeds.map(_._2), Int.MaxValue - 1,
+          Some(spark.sparkContext.defaultParallelism))
+      catch {
+        case NonFatal(e) => throw unavailable(view, feeds.map(_._1), e)
+      }
     val local = feeds.zip(collected.getOrElse(Nil)).map { case ((r, feed), rows) =>
       r.name -> (net(feed.schema, rows): TableChange)
     }
@@ -105,35 +115,37 @@ object ChangeFeed {
 
   /** Bytes of the change files of versions (from, to]: CDC files where a commit wrote them, else
    * the data files it added and removed (which the change feed then reads). */
-  def changeBytes(spark: SparkSession, view: String, r: ChangeRequest): Long = try {
-    DeltaLog.forTable(spark, r.table).getChanges(r.from + 1, None, false)
-      .takeWhile(_._1 <= r.to).map { case (_, actions) =>
-      val cdc = actions.collect { case c: AddCDCFile => c.size }
-      if (cdc.nonEmpty) cdc.sum
-      else actions.collect {
-        case a: AddFile if a.dataChange => a.size
-        case d: RemoveFile if d.dataChange => d.size.getOrElse(Long.MaxValue / 1024)
-      }.sum
-    }.sum
-  } catch {
-    case NonFatal(e) => throw IvmErrors.changeFeedUnavailable(view, r.table.quotedString, e)
-  }
+  def changeBytes(spark: SparkSession, view: String, r: ChangeRequest): Long =
+    try {
+      DeltaLog.forTable(spark, r.table).getChanges(r.from + 1, None, false)
+        .takeWhile(_._1 <= r.to).map { case (_, actions) =>
+          val cdc = actions.collect { case c: AddCDCFile => c.size }
+          if (cdc.nonEmpty) cdc.sum
+          else actions.collect {
+            case a: AddFile if a.dataChange => a.size
+            case d: RemoveFile if d.dataChange => d.size.getOrElse(Long.MaxValue / 1024)
+          }.sum
+        }.sum
+    } catch {
+      case NonFatal(e) => throw IvmErrors.changeFeedUnavailable(view, r.table.quotedString, e)
+    }
 
   /** The change feed with the table's columns and a sign per row (+1 insert, -1 delete). */
-  private def signedFeed(spark: SparkSession, view: String, r: ChangeRequest): DataFrame = try {
-    val signed = DeltaSources.signedChanges(spark, r.table, r.from, r.to)
-    // Planned now, beside the other tables' reads.
-    signed.queryExecution.executedPlan
-    signed
-  } catch {
-    case NonFatal(e) => throw IvmErrors.changeFeedUnavailable(view, r.table.quotedString, e)
-  }
+  private def signedFeed(spark: SparkSession, view: String, r: ChangeRequest): DataFrame =
+    try {
+      val signed = DeltaSources.signedChanges(spark, r.table, r.from, r.to)
+      // Planned now, beside the other tables' reads.
+      signed.queryExecution.executedPlan
+      signed
+    } catch {
+      case NonFatal(e) => throw IvmErrors.changeFeedUnavailable(view, r.table.quotedString, e)
+    }
 
   /** Nets signed feed rows per full row on the driver, one output row per unit of multiplicity. */
   private def net(feedSchema: StructType, rows: Seq[InternalRow]): LocalChange = {
     val dataFields = feedSchema.fields.dropRight(1)
     val key = UnsafeProjection.create(dataFields.indices.map(i =>
-      BoundReference(i, dataFields(i).dataType, dataFields(i).nullable)))
+        BoundReference(i, dataFields(i).dataType, dataFields(i).nullable)))
     val signAt = dataFields.length
     // Byte equality of UnsafeRows: the pre- and post-images of one row are the same bytes.
     val counts = mutable.LinkedHashMap[UnsafeRow, Long]()
@@ -143,10 +155,11 @@ object ChangeFeed {
     }
     val types = dataFields.map(_.dataType)
     val out = IndexedSeq.newBuilder[InternalRow]
-    counts.foreach { case (k, n) if n != 0 =>
-      val values = k.toSeq(types.toIndexedSeq)
-      val sign = if (n > 0) 1 else -1
-      (0L until math.abs(n)).foreach(_ => out += new GenericInternalRow((values :+ sign).toArray))
+    counts.foreach {
+      case (k, n) if n != 0 =>
+        val values = k.toSeq(types.toIndexedSeq)
+        val sign = if (n > 0) 1 else -1
+        (0L until math.abs(n)).foreach(_ => out += new GenericInternalRow((values :+ sign).toArray))
       case _ =>
     }
     LocalChange(StructType(dataFields :+ StructField(DeltaSources.Multiplicity, IntegerType, nullable = false)),

@@ -6,12 +6,12 @@ import io.sparkivm.catalog.SourceInfo
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.errors.{IvmErrors, IvmException}
 import org.apache.spark.internal.Logging
-import org.apache.spark.sql.{Column, DataFrame, SparkSession}
 import org.apache.spark.sql.catalyst.TableIdentifier
-import org.apache.spark.sql.delta.{DeltaLog, Snapshot}
 import org.apache.spark.sql.delta.ivm.DeltaInternals
+import org.apache.spark.sql.delta.{DeltaLog, Snapshot}
 import org.apache.spark.sql.functions._
 import org.apache.spark.sql.types.StructType
+import org.apache.spark.sql.{Column, DataFrame, SparkSession}
 
 /**
  * A Delta base table as pinned for one refresh: its identity and the version read. Its size is
@@ -96,7 +96,7 @@ object DeltaSources extends Logging {
     val feed = DeltaInternals.changeFeed(spark, table, fromVersion + 1, toVersion)
     val data = feed.columns.toSeq.filterNot(c => c.startsWith("_commit_") || c == ChangeType)
     feed.select(data.map(quoted) :+
-      when(col(ChangeType).isin("insert", "update_postimage"), lit(1)).otherwise(lit(-1)).as(Sign): _*)
+        when(col(ChangeType).isin("insert", "update_postimage"), lit(1)).otherwise(lit(-1)).as(Sign): _*)
   }
 
   /**
@@ -116,7 +116,7 @@ object DeltaSources extends Logging {
         .agg(sum(col(Sign)).as(net))
         .where(col(net) =!= 0)
         .select(dataCols.map(quoted) :+
-          explode(array_repeat(signum(col(net)).cast("int"), abs(col(net)).cast("int"))).as(Multiplicity): _*)
+            explode(array_repeat(signum(col(net)).cast("int"), abs(col(net)).cast("int"))).as(Multiplicity): _*)
     } catch {
       case NonFatal(e) => throw IvmErrors.changeFeedUnavailable(viewName, table.quotedString, e)
     }
@@ -147,7 +147,8 @@ object DeltaSources extends Logging {
   }
 
   def wrap(view: String, table: String)(body: => PinnedSource): PinnedSource =
-    try body catch {
+    try body
+    catch {
       case e: IvmException => throw e
       case NonFatal(e) => throw IvmErrors.sourceMissing(view, table, e)
     }

@@ -10,10 +10,10 @@ import org.apache.spark.paths.SparkPath
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow
-import org.apache.spark.sql.delta.{DeltaLog, NoMapping}
 import org.apache.spark.sql.delta.actions.{AddCDCFile, AddFile, Metadata, Protocol, RemoveFile}
-import org.apache.spark.sql.execution.datasources.{FileFormat, PartitionedFile}
+import org.apache.spark.sql.delta.{DeltaLog, NoMapping}
 import org.apache.spark.sql.execution.datasources.parquet.ParquetFileFormat
+import org.apache.spark.sql.execution.datasources.{FileFormat, PartitionedFile}
 import org.apache.spark.sql.ivm.{Parallel, SparkInternals}
 import org.apache.spark.sql.types.{IntegerType, StringType, StructField, StructType}
 import org.apache.spark.unsafe.types.UTF8String
@@ -41,37 +41,38 @@ object DriverChangeRead {
    * table's columns (nullable) and [[DeltaSources.Sign]], in the schema returned.
    */
   def read(spark: SparkSession, table: org.apache.spark.sql.catalyst.TableIdentifier, schema: StructType,
-      from: Long, to: Long, maxBytes: Long): Option[(StructType, IndexedSeq[InternalRow])] = try {
-    val log = DeltaLog.forTable(spark, table)
-    val atEnd = log.unsafeVolatileSnapshot
-    if (atEnd.version != to || atEnd.metadata.partitionColumns.nonEmpty ||
-      atEnd.metadata.columnMappingMode != NoMapping) return None
-    // (file, bytes, sign: 0 for a change file, whose rows carry theirs)
-    val files = mutable.ArrayBuffer[(Path, Long, Int)]()
-    var version = from
-    val readable = log.getChanges(from + 1, None, false).takeWhile(_._1 <= to).forall { case (v, actions) =>
-      val contiguous = v == version + 1
-      version = v
-      val cdc = actions.collect { case c: AddCDCFile => c }
-      val data = actions.collect {
-        case a: AddFile if a.dataChange => (a.path, Some(a.size), a.deletionVector, 1)
-        case r: RemoveFile if r.dataChange => (r.path, r.size, r.deletionVector, -1)
+      from: Long, to: Long, maxBytes: Long): Option[(StructType, IndexedSeq[InternalRow])] =
+    try {
+      val log = DeltaLog.forTable(spark, table)
+      val atEnd = log.unsafeVolatileSnapshot
+      if (atEnd.version != to || atEnd.metadata.partitionColumns.nonEmpty ||
+        atEnd.metadata.columnMappingMode != NoMapping) return None
+      // (file, bytes, sign: 0 for a change file, whose rows carry theirs)
+      val files = mutable.ArrayBuffer[(Path, Long, Int)]()
+      var version = from
+      val readable = log.getChanges(from + 1, None, false).takeWhile(_._1 <= to).forall { case (v, actions) =>
+        val contiguous = v == version + 1
+        version = v
+        val cdc = actions.collect { case c: AddCDCFile => c }
+        val data = actions.collect {
+          case a: AddFile if a.dataChange => (a.path, Some(a.size), a.deletionVector, 1)
+          case r: RemoveFile if r.dataChange => (r.path, r.size, r.deletionVector, -1)
+        }
+        if (!contiguous || actions.exists(a => a.isInstanceOf[Metadata] || a.isInstanceOf[Protocol])) false
+        else if (cdc.nonEmpty) {
+          files ++= cdc.map(c => (absolute(log, c.path), c.size, 0))
+          true
+        } else if (data.exists { case (_, size, dv, _) => size.isEmpty || dv != null }) false
+        else {
+          files ++= data.map { case (path, size, _, sign) => (absolute(log, path), size.get, sign) }
+          true
+        }
       }
-      if (!contiguous || actions.exists(a => a.isInstanceOf[Metadata] || a.isInstanceOf[Protocol])) false
-      else if (cdc.nonEmpty) {
-        files ++= cdc.map(c => (absolute(log, c.path), c.size, 0))
-        true
-      } else if (data.exists { case (_, size, dv, _) => size.isEmpty || dv != null }) false
-      else {
-        files ++= data.map { case (path, size, _, sign) => (absolute(log, path), size.get, sign) }
-        true
-      }
+      if (!readable || version != to || files.map(_._2).sum > maxBytes) None
+      else Some(rows(spark, log, SparkInternals.nullable(schema), files.toSeq))
+    } catch {
+      case NonFatal(_) => None
     }
-    if (!readable || version != to || files.map(_._2).sum > maxBytes) None
-    else Some(rows(spark, log, SparkInternals.nullable(schema), files.toSeq))
-  } catch {
-    case NonFatal(_) => None
-  }
 
   private def absolute(log: DeltaLog, path: String): Path = {
     val p = new Path(new URI(path))
@@ -92,7 +93,8 @@ object DriverChangeRead {
     def read(group: Seq[(Path, Long, Int)]): IndexedSeq[InternalRow] = {
       val out = IndexedSeq.newBuilder[InternalRow]
       group.foreach { case (path, bytes, sign) =>
-        val file = PartitionedFile(InternalRow.empty, SparkPath.fromPath(path), 0L, bytes, Array.empty[String], 0L, bytes)
+        val file =
+          PartitionedFile(InternalRow.empty, SparkPath.fromPath(path), 0L, bytes, Array.empty[String], 0L, bytes)
         val it = (if (sign == 0) readChanges else readData).get(file)
         it.foreach { r =>
           val values = new Array[Any](types.length + 1)

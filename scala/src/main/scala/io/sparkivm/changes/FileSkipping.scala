@@ -55,7 +55,7 @@ class FileSkipping(physical: String => Option[String]) {
     case GreaterThan(l: Literal, a: Attribute) => may(s, LessThan(a, l))
     case GreaterThanOrEqual(l: Literal, a: Attribute) => may(s, LessThanOrEqual(a, l))
     case IsNull(a: Attribute) => column(a).flatMap(c => Option(s.path("nullCount").get(c)))
-      .filter(_.isNumber).forall(_.asLong > 0)
+        .filter(_.isNumber).forall(_.asLong > 0)
     case _ => true
   }
 
@@ -118,8 +118,9 @@ object FileSkipping {
 
   /** Skipping over a table whose logical schema is `schema` (with column-mapping metadata). */
   def of(schema: StructType): FileSkipping = {
-    val byName = schema.fields.map(f => f.name.toLowerCase(Locale.ROOT) ->
-      (if (f.metadata.contains(PhysicalName)) f.metadata.getString(PhysicalName) else f.name)).toMap
+    val byName = schema.fields.map(f =>
+      f.name.toLowerCase(Locale.ROOT) ->
+        (if (f.metadata.contains(PhysicalName)) f.metadata.getString(PhysicalName) else f.name)).toMap
     new FileSkipping(n => byName.get(n.toLowerCase(Locale.ROOT)))
   }
 }

@@ -1,7 +1,6 @@
 package io.sparkivm.changes
 
 import io.sparkivm.conf.IvmConf
-
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.QueryPlanningTracker
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
@@ -35,20 +34,21 @@ case class HeldFileScans(spark: SparkSession) extends Rule[LogicalPlan] {
 
   override def apply(plan: LogicalPlan): LogicalPlan = {
     val maxBytes = IvmConf.KnownFilesQueryMaxBytes.get(spark)
-    if (!IvmConf.KnownFiles.get(spark) || maxBytes <= 0 || OptimisticTransaction.getActive().isDefined) plan else {
+    if (!IvmConf.KnownFiles.get(spark) || maxBytes <= 0 || OptimisticTransaction.getActive().isDefined) plan
+    else {
       plan.transformWithSubqueries {
         case l @ LogicalRelation(r: HadoopFsRelation, _, _, _, _) => r.location match {
-          // The batch runs to a fixed point: ask Delta for the version once per relation and
-          // planning (a DataFrame planned again, by a new tracker, may read a newer version).
-          case index: TahoeLogFileIndex if index.partitionFilters.isEmpty && !triedNow(l) =>
-            val snapshot = index.getSnapshot
-            KnownFiles.withoutJob(index.deltaLog, snapshot)
-              .filter(_.sizeInBytes <= maxBytes).map { held =>
-              val files = new SkippingFileIndex(spark, index.deltaLog, snapshot, held.files.values.toSeq)
-              l.copy(relation = r.copy(location = files)(r.sparkSession))
-            }.getOrElse(l)
-          case _ => l
-        }
+            // The batch runs to a fixed point: ask Delta for the version once per relation and
+            // planning (a DataFrame planned again, by a new tracker, may read a newer version).
+            case index: TahoeLogFileIndex if index.partitionFilters.isEmpty && !triedNow(l) =>
+              val snapshot = index.getSnapshot
+              KnownFiles.withoutJob(index.deltaLog, snapshot)
+                .filter(_.sizeInBytes <= maxBytes).map { held =>
+                  val files = new SkippingFileIndex(spark, index.deltaLog, snapshot, held.files.values.toSeq)
+                  l.copy(relation = r.copy(location = files)(r.sparkSession))
+                }.getOrElse(l)
+            case _ => l
+          }
       }
     }
   }

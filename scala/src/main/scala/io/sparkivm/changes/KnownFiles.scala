@@ -5,15 +5,15 @@ import scala.util.control.NonFatal
 import io.sparkivm.errors.IvmErrors
 import io.sparkivm.state.{Arrangement, StateId, StateKind, StatePlace, StateRegistry}
 import org.apache.spark.internal.Logging
-import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.catalyst.TableIdentifier
 import org.apache.spark.sql.catalyst.expressions.Expression
 import org.apache.spark.sql.catalyst.util.CharVarcharUtils
-import org.apache.spark.sql.delta.{DeltaLog, Snapshot}
 import org.apache.spark.sql.delta.actions.{Action, AddFile, FileAction, RemoveFile}
 import org.apache.spark.sql.delta.files.TahoeBatchFileIndex
+import org.apache.spark.sql.delta.{DeltaLog, Snapshot}
 import org.apache.spark.sql.execution.datasources.{HadoopFsRelation, LogicalRelation}
 import org.apache.spark.sql.ivm.SparkInternals
+import org.apache.spark.sql.{DataFrame, SparkSession}
 
 /**
  * The files of Delta table versions, held on the driver, so that a refresh reads a table version
@@ -31,12 +31,15 @@ import org.apache.spark.sql.ivm.SparkInternals
  * scan of those files (deletion vectors and column mapping included).
  */
 object KnownFiles extends Logging {
+
   /** The files of one table version, by Delta's identity of a file (path and deletion vector). */
   final class Version(val tableId: String, val version: Long, val files: Map[(String, String), KnownFile])
-    extends Arrangement {
+      extends Arrangement {
+
     /** The bytes of the version's files (summed once: every query planned over it asks). */
     lazy val sizeInBytes: Long = files.valuesIterator.map(_.add.size).sum
     override def place: StatePlace = StatePlace.Driver
+
     /** A file's action, its path twice and its statistics (as a string and parsed). */
     override lazy val bytes: Long = files.valuesIterator.map { f =>
       FileBytes + 4L * (f.add.path.length + Option(f.add.stats).map(_.length).getOrElse(0))
@@ -84,18 +87,19 @@ object KnownFiles extends Logging {
    * commit on the driver).
    */
   def listFirst(spark: SparkSession, table: TableIdentifier, from: Long, to: Long): Unit =
-    if (from < to && to - from <= ReplayMaxCommits) try {
-      val log = DeltaLog.forTable(spark, table)
-      // A young table's Post is replayed from its first commit with no job anyway.
-      val post = log.unsafeVolatileSnapshot
-      val young = post.version == to && post.logSegment.checkpointProvider.version < 0 && to < ReplayMaxCommits
-      if (young) return
-      val pre = snapshot(log, from)
-      val id = idOf(pre)
-      if (!ofTable(id).exists(v => v.version <= to)) of(log, pre)
-    } catch {
-      case NonFatal(e) => logInfo(s"spark-ivm: listing version $from of $table first: ${e.getMessage}")
-    }
+    if (from < to && to - from <= ReplayMaxCommits)
+      try {
+        val log = DeltaLog.forTable(spark, table)
+        // A young table's Post is replayed from its first commit with no job anyway.
+        val post = log.unsafeVolatileSnapshot
+        val young = post.version == to && post.logSegment.checkpointProvider.version < 0 && to < ReplayMaxCommits
+        if (young) return
+        val pre = snapshot(log, from)
+        val id = idOf(pre)
+        if (!ofTable(id).exists(v => v.version <= to)) of(log, pre)
+      } catch {
+        case NonFatal(e) => logInfo(s"spark-ivm: listing version $from of $table first: ${e.getMessage}")
+      }
 
   /**
    * The files of `snapshot`'s version if they cost no Spark job: held, or advanced on the driver
@@ -105,9 +109,9 @@ object KnownFiles extends Logging {
   def withoutJob(log: DeltaLog, snapshot: Snapshot): Option[Version] = {
     val (hit, earlier) = lookup(snapshot)
     hit.orElse(earlier.filter(snapshot.version - _.version <= ReplayMaxCommits)
-      .flatMap(advance(log, _, snapshot.version))
-      .orElse(fromFirstCommit(log, snapshot))
-      .map(files => remember(new Version(idOf(snapshot), snapshot.version, files))))
+        .flatMap(advance(log, _, snapshot.version))
+        .orElse(fromFirstCommit(log, snapshot))
+        .map(files => remember(new Version(idOf(snapshot), snapshot.version, files))))
   }
 
   /** The held version of `snapshot` (now the most recently used), and the latest held before it. */
@@ -174,7 +178,7 @@ object KnownFiles extends Logging {
     if (version == readVersion + 1) {
       val tableId = idOf(log, deltaTableId)
       val from = if (replacesAll) Some(new Version(tableId, readVersion, Map.empty))
-        else get(tableId, readVersion)
+      else get(tableId, readVersion)
       from.flatMap(advance(log, _, version)).foreach(files => remember(new Version(tableId, version, files)))
     }
 
@@ -205,10 +209,11 @@ object KnownFiles extends Logging {
     val files = of(log, snap).files.values.toSeq
     val index = new SkippingFileIndex(spark, log, snap, files)
     val df = log.createDataFrame(snap, Nil)
-    Some(SparkInternals.dataFrame(spark, SparkInternals.analyzed(df).transform {
-      case l @ LogicalRelation(r: HadoopFsRelation, _, _, _, _) =>
-        l.copy(relation = r.copy(location = index)(r.sparkSession))
-    }))
+    Some(SparkInternals.dataFrame(spark,
+        SparkInternals.analyzed(df).transform {
+          case l @ LogicalRelation(r: HadoopFsRelation, _, _, _, _) =>
+            l.copy(relation = r.copy(location = index)(r.sparkSession))
+        }))
   }
 
   /** The files of `snapshot` that may hold rows matching `filters` (driver-side skipping). */
@@ -223,7 +228,7 @@ object KnownFiles extends Logging {
  * skipped on the driver ([[FileSkipping]]) before Delta's own partition pruning.
  */
 class SkippingFileIndex(spark: SparkSession, log: DeltaLog, snapshot: Snapshot, files: Seq[KnownFile])
-  extends TahoeBatchFileIndex(spark, "read", files.map(_.add), log, log.dataPath, snapshot) {
+    extends TahoeBatchFileIndex(spark, "read", files.map(_.add), log, log.dataPath, snapshot) {
 
   override def matchingFiles(partitionFilters: Seq[Expression], dataFilters: Seq[Expression]): Seq[AddFile] = {
     val skipping = FileSkipping.of(snapshot.metadata.schema)

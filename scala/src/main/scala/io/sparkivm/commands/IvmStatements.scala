@@ -19,22 +19,27 @@ case class CreateMaterializedView(
     policy: Option[RefreshPolicy] = None,
     schedule: Option[Schedule] = None,
     /** ACCESS BY (col, ...): the view's input columns (Zhang 2022's access pattern). */
-    accessBy: Seq[String] = Nil) extends IvmStatement
+    accessBy: Seq[String] = Nil)
+    extends IvmStatement
 
 /** REFRESH MATERIALIZED VIEW name [FULL] [CASCADE]. */
-case class RefreshMaterializedView(name: Seq[String], full: Boolean, cascade: Boolean = false)
-  extends IvmStatement
+case class RefreshMaterializedView(name: Seq[String], full: Boolean, cascade: Boolean = false) extends IvmStatement
 case class DropMaterializedView(name: Seq[String], ifExists: Boolean) extends IvmStatement
 case class ShowMaterializedViews(namespace: Option[Seq[String]]) extends IvmStatement
+
 /** DESCRIBE MATERIALIZED VIEW name [AS JSON]. */
 case class DescribeMaterializedView(name: Seq[String], asJson: Boolean = false) extends IvmStatement
 case class ExplainRefresh(name: Seq[String]) extends IvmStatement
 case class AlterMaterializedViewProperties(
-    name: Seq[String], set: Map[String, String], unset: Seq[String]) extends IvmStatement
+    name: Seq[String], set: Map[String, String], unset: Seq[String])
+    extends IvmStatement
+
 /** ALTER MATERIALIZED VIEW name SET REFRESH POLICY policy. */
 case class AlterRefreshPolicy(name: Seq[String], policy: RefreshPolicy) extends IvmStatement
+
 /** ALTER MATERIALIZED VIEW name {ADD | ALTER} schedule, or DROP {SCHEDULE | TRIGGER} (no schedule). */
 case class AlterSchedule(name: Seq[String], action: String, schedule: Option[Schedule]) extends IvmStatement
+
 /** SHOW REFRESHES [FOR name] [LIMIT n]. */
 case class ShowState(name: Option[Seq[String]]) extends IvmStatement
 case class ShowRefreshes(name: Option[Seq[String]], limit: Option[Int]) extends IvmStatement

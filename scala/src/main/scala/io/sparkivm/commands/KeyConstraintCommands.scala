@@ -6,13 +6,13 @@ import scala.util.control.NonFatal
 
 import io.sparkivm.catalog.{ForeignKey, KeyConstraint, KeyConstraints, PrimaryKey, ViewCatalog}
 import io.sparkivm.errors.{IvmErrors, IvmException}
-import org.apache.spark.sql.{Row, SparkSession}
 import org.apache.spark.sql.catalyst.TableIdentifier
 import org.apache.spark.sql.catalyst.analysis.{UnresolvedIdentifier, UnresolvedTable}
 import org.apache.spark.sql.catalyst.expressions.{ForeignKeyConstraint, PrimaryKeyConstraint, TableConstraint}
 import org.apache.spark.sql.catalyst.plans.logical._
 import org.apache.spark.sql.execution.command.LeafRunnableCommand
 import org.apache.spark.sql.ivm.{SessionInternals, SparkInternals}
+import org.apache.spark.sql.{Row, SparkSession}
 
 /**
  * PRIMARY KEY and FOREIGN KEY constraints in Spark's own syntax. Spark 4.1+ parses them
@@ -47,10 +47,12 @@ object KeyConstraintCommands {
 
   /** The session-catalog table a name refers to; it must exist and be a Delta table. */
   private[commands] def tableOf(spark: SparkSession, parts: Seq[String]): TableIdentifier = {
-    val id = try ViewCatalog.qualify(spark, parts) catch {
-      case _: IvmException => throw IvmErrors.constraintInvalid(
-        s"${parts.mkString(".")}: spark-ivm keeps key constraints for Delta tables of the session catalog.")
-    }
+    val id =
+      try ViewCatalog.qualify(spark, parts)
+      catch {
+        case _: IvmException => throw IvmErrors.constraintInvalid(
+            s"${parts.mkString(".")}: spark-ivm keeps key constraints for Delta tables of the session catalog.")
+      }
     val catalog = SessionInternals.catalog(spark)
     if (!catalog.tableExists(id)) {
       throw IvmErrors.constraintInvalid(s"Table ${id.quotedString} does not exist.")
@@ -80,8 +82,7 @@ object KeyConstraintCommands {
 
 import KeyConstraintCommands._
 
-case class AddKeyConstraintCommand(tableName: Seq[String], constraint: TableConstraint)
-  extends LeafRunnableCommand {
+case class AddKeyConstraintCommand(tableName: Seq[String], constraint: TableConstraint) extends LeafRunnableCommand {
   override def run(spark: SparkSession): Seq[Row] = {
     val id = tableOf(spark, tableName)
     KeyConstraints.add(spark, keyConstraint(spark, id, constraint))
@@ -91,7 +92,8 @@ case class AddKeyConstraintCommand(tableName: Seq[String], constraint: TableCons
 
 /** Drops a spark-ivm key constraint, or hands the statement to Delta (CHECK constraints). */
 case class DropKeyConstraintCommand(tableName: Seq[String], name: String, ifExists: Boolean,
-    original: LogicalPlan) extends LeafRunnableCommand {
+    original: LogicalPlan)
+    extends LeafRunnableCommand {
   override def run(spark: SparkSession): Seq[Row] = {
     val id = tableOf(spark, tableName)
     if (!KeyConstraints.drop(spark, id, name)) SparkInternals.dataFrame(spark, original).collect()
@@ -101,7 +103,8 @@ case class DropKeyConstraintCommand(tableName: Seq[String], name: String, ifExis
 
 /** CREATE TABLE with PRIMARY KEY / FOREIGN KEY: creates the table, then declares the keys. */
 case class CreateTableWithKeysCommand(tableName: Seq[String], create: LogicalPlan,
-    keys: Seq[TableConstraint]) extends LeafRunnableCommand {
+    keys: Seq[TableConstraint])
+    extends LeafRunnableCommand {
   override def run(spark: SparkSession): Seq[Row] = {
     val existed = scala.util.Try(ViewCatalog.qualify(spark, tableName))
       .toOption.exists(SessionInternals.catalog(spark).tableExists)

@@ -2,10 +2,10 @@ package io.sparkivm.commands
 
 import io.sparkivm.catalog.ViewCatalog
 import io.sparkivm.execution.{HeldState, RefreshLog, RefreshPipeline}
-import org.apache.spark.sql.{Row, SparkSession}
 import org.apache.spark.sql.catalyst.expressions.{Attribute, AttributeReference}
 import org.apache.spark.sql.execution.command.LeafRunnableCommand
 import org.apache.spark.sql.types.{LongType, StringType, TimestampType}
+import org.apache.spark.sql.{Row, SparkSession}
 
 /** The logical plans of spark-ivm's statements: Spark runs them eagerly, as its own DDL. */
 object MaterializedViewCommands {
@@ -37,12 +37,14 @@ case class CreateMaterializedViewCommand(statement: CreateMaterializedView) exte
 case class RefreshMaterializedViewCommand(statement: RefreshMaterializedView) extends LeafRunnableCommand {
   override val output: Seq[Attribute] = Seq(string("view"), string("mode"), long("refresh_number"),
     long("source_rows_changed"), long("view_rows_changed"), long("duration_ms"), string("report"))
+
   /** One row per view refreshed: with CASCADE the views it reads first, the named view last. */
   override def run(spark: SparkSession): Seq[Row] = {
     // REFRESH ... FULL of a view whose backing table is gone builds it again from its definition.
     val rebuilt = statement.full && ViewLifecycle.rebuildIfBackingMissing(spark, statement.name)
-    RefreshPipeline.refreshAll(spark, statement.name, statement.full, statement.cascade, reason =
-      if (rebuilt) Some("the view's backing table was gone: rebuilt from its definition, and recomputed") else None
+    RefreshPipeline.refreshAll(spark, statement.name, statement.full, statement.cascade,
+      reason =
+        if (rebuilt) Some("the view's backing table was gone: rebuilt from its definition, and recomputed") else None
     ).map { r =>
       Row(r.view, r.mode, r.refreshNumber, r.sourceRowsChanged, r.viewRowsChanged, r.totalMs, r.toJson)
     }
@@ -82,8 +84,7 @@ case class ExplainRefreshCommand(statement: ExplainRefresh) extends LeafRunnable
   override def run(spark: SparkSession): Seq[Row] = Seq(Row(ViewExplainer.explain(spark, statement.name)))
 }
 
-case class AlterMaterializedViewCommand(statement: AlterMaterializedViewProperties)
-  extends LeafRunnableCommand {
+case class AlterMaterializedViewCommand(statement: AlterMaterializedViewProperties) extends LeafRunnableCommand {
   override def run(spark: SparkSession): Seq[Row] = { ViewLifecycle.alter(spark, statement); Nil }
 }
 

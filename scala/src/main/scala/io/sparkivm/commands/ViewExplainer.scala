@@ -9,8 +9,9 @@ import io.sparkivm.catalog.{RefreshMode, RefreshRecord, ViewCatalog, ViewMetadat
 import io.sparkivm.changes.{ChangeFeed, ChangeRequest, DeltaSources, PinnedSource}
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.epsilon.{TriangleMaintenance, TriangleStateTables, TriangleViews}
-import io.sparkivm.execution.{BackingTable, CheckSteps, Freshness, HeldState, PinnedReader, PlanningConf,
-  ResidentBackingRows, ViewAnalysis}
+import io.sparkivm.execution.{
+  BackingTable, CheckSteps, Freshness, HeldState, PinnedReader, PlanningConf, ResidentBackingRows, ViewAnalysis
+}
 import io.sparkivm.planner.{AggregateState, PlanOnly}
 import io.sparkivm.policy.{CostModel, PolicyDecision, RefreshPolicies}
 import org.apache.spark.sql.SparkSession
@@ -33,70 +34,85 @@ object ViewExplainer {
     val meta = ViewCatalog.lookup(spark, name)
     val view = SessionInternals.catalog(spark).getTableMetadata(meta.view)
     val (last, foreign) = ViewCatalog.lastRefresh(spark, meta)
-    val columns = view.schema.fields.toSeq.map(f => (f.name, f.dataType.simpleString,
-      f.getComment().getOrElse("")))
+    val columns = view.schema.fields.toSeq.map(f =>
+      (f.name, f.dataType.simpleString,
+        f.getComment().getOrElse("")))
     var strategy = if (meta.mode == RefreshMode.Full) "full" else "counting"
     var shape: Option[String] = None
     var epsilon: Option[JValue] = None
     var access: Option[Either[String, CqapAnalysis]] = None
-    val maintenance = try {
-      val a = ViewAnalysis.reanalyze(spark, meta, meta.mode == RefreshMode.Incremental)
-      if (meta.accessBy.nonEmpty) access = Some(AccessPatterns.analysis(a.plan, meta.columns, meta.accessBy))
-      val m = a.maintenance
-      shape = Some(m.shape.kind)
-      Seq(("Maintenance", if (meta.mode == RefreshMode.Full) "recomputed on every refresh"
-        else s"counting IVM, ${m.shape.kind}", "")) ++
-        m.states.map(s => ("Aggregate", AggregateState.describe(s), "")) ++
-        TriangleViews.query(spark, a, meta.mode == RefreshMode.Incremental).toSeq.flatMap { q =>
-          strategy = "ivm_eps"
-          val state = last.epsilon.filter(_.eps == meta.eps)
-          epsilon = Some(state.map(_.toJson).getOrElse(JObject("eps" -> JDouble(meta.eps))))
-          state.map(TriangleViews.describe(_, q)).getOrElse(Seq(
-            ("Strategy", s"IVM^eps triangle (${q.describe})", ""),
-            ("Epsilon", s"${meta.eps} (state not built yet: the next refresh builds it)", "")))
-        }
-    } catch {
-      case NonFatal(e) =>
-        strategy = "unavailable"
-        Seq(("Maintenance", s"the query does not analyze now: ${e.getMessage}", ""))
-    }
+    val maintenance =
+      try {
+        val a = ViewAnalysis.reanalyze(spark, meta, meta.mode == RefreshMode.Incremental)
+        if (meta.accessBy.nonEmpty) access = Some(AccessPatterns.analysis(a.plan, meta.columns, meta.accessBy))
+        val m = a.maintenance
+        shape = Some(m.shape.kind)
+        Seq(("Maintenance",
+            if (meta.mode == RefreshMode.Full) "recomputed on every refresh"
+            else s"counting IVM, ${m.shape.kind}", "")) ++
+          m.states.map(s => ("Aggregate", AggregateState.describe(s), "")) ++
+          TriangleViews.query(spark, a, meta.mode == RefreshMode.Incremental).toSeq.flatMap { q =>
+            strategy = "ivm_eps"
+            val state = last.epsilon.filter(_.eps == meta.eps)
+            epsilon = Some(state.map(_.toJson).getOrElse(JObject("eps" -> JDouble(meta.eps))))
+            state.map(TriangleViews.describe(_, q)).getOrElse(Seq(
+                ("Strategy", s"IVM^eps triangle (${q.describe})", ""),
+                ("Epsilon", s"${meta.eps} (state not built yet: the next refresh builds it)", "")))
+          }
+      } catch {
+        case NonFatal(e) =>
+          strategy = "unavailable"
+          Seq(("Maintenance", s"the query does not analyze now: ${e.getMessage}", ""))
+      }
     val sources = meta.sources.map { s =>
-      val current = try Some(DeltaSources.pin(spark, ViewCatalog.qualify(spark,
-          s.table.split('.').toSeq.takeRight(2)), requireChangeFeed = false, autoEnable = false)
-        .version) catch { case NonFatal(_) => None }
+      val current =
+        try Some(DeltaSources.pin(spark,
+              ViewCatalog.qualify(spark,
+                s.table.split('.').toSeq.takeRight(2)), requireChangeFeed = false, autoEnable = false)
+              .version)
+        catch { case NonFatal(_) => None }
       (s.table, last.sourceVersions.get(s.table), current)
     }
-    val warnings = if (foreign.isEmpty) Nil else Seq("the backing table was changed outside " +
+    val warnings = if (foreign.isEmpty) Nil
+    else Seq("the backing table was changed outside " +
       s"spark-ivm (${foreign.mkString("; ")}); run REFRESH ... FULL")
     val refreshedAt = new Timestamp(last.timestampMs)
     val fresh = Freshness.of(spark, meta, last)
     val lastReason = meta.history.lastOption.map(_.reason)
     val state = HeldState.of(spark, meta)
     val info = Seq(
-      ("View", meta.viewName, ""),
-      ("Backing table", meta.backing.quotedString, ""),
-      ("Query", meta.queryText, ""),
-      ("Refresh policy", meta.policy.sql + meta.fullBecause.map(w => s" (refreshed by recomputation: $w)")
-        .getOrElse(""), ""),
-      ("Refresh mode", meta.mode.name, ""),
+      ("View", meta.viewName, ""), ("Backing table", meta.backing.quotedString, ""), ("Query", meta.queryText, ""),
+      ("Refresh policy",
+        meta.policy.sql + meta.fullBecause.map(w => s" (refreshed by recomputation: $w)")
+          .getOrElse(""), ""), ("Refresh mode", meta.mode.name, ""),
       ("Schedule", meta.schedule.map(_.sql).getOrElse("none (REFRESH by hand)"), "")) ++
-      (if (meta.accessBy.isEmpty) Nil else Seq(
-        ("Access pattern", s"ACCESS BY (${meta.accessBy.mkString(", ")})", ""),
-        ("Access class", access.map(AccessPatterns.summary).getOrElse("unavailable"), ""))) ++ Seq(
-      ("Freshness", if (fresh.pendingCommits == 0) "up to date" else
-        s"${fresh.pendingCommits} base-table commits not applied, the oldest ${fresh.lagMs / 1000.0} s ago", "")) ++
+      (if (meta.accessBy.isEmpty) Nil
+       else Seq(
+         ("Access pattern", s"ACCESS BY (${meta.accessBy.mkString(", ")})", ""),
+         ("Access class", access.map(AccessPatterns.summary).getOrElse("unavailable"), ""))) ++ Seq(
+        ("Freshness",
+          if (fresh.pendingCommits == 0) "up to date"
+          else
+            s"${fresh.pendingCommits} base-table commits not applied, the oldest ${fresh.lagMs / 1000.0} s ago", "")) ++
       maintenance ++ sources.map { case (t, consumed, current) =>
-        ("Source", s"$t: consumed version ${consumed.map(_.toString).getOrElse("none")}, current " +
-          s"version ${current.map(_.toString).getOrElse("unavailable")}", "")
+        ("Source",
+          s"$t: consumed version ${consumed.map(_.toString).getOrElse("none")}, current " +
+            s"version ${current.map(_.toString).getOrElse("unavailable")}", "")
       } ++
-      Seq(("Last refresh", s"#${last.number} (${last.mode}) at $refreshedAt, " +
-        s"backing table version ${last.backingVersion}" + lastReason.map(r => s": $r").getOrElse(""), "")) ++
-      Seq(("State held", if (state.isEmpty) s"none (${HeldState.summary(spark)})" else
-        s"${HeldState.bytes(state.map(_.bytes).sum)} in ${state.size} arrangements (${HeldState.summary(spark)})", "")) ++
-      state.map(l => ("State", s"${l.kind} of ${l.of} at ${l.stamp}: ${HeldState.bytes(l.bytes)} in the ${l.place}", "")) ++
+      Seq(("Last refresh",
+          s"#${last.number} (${last.mode}) at $refreshedAt, " +
+            s"backing table version ${last.backingVersion}" + lastReason.map(r => s": $r").getOrElse(""), "")) ++
+      Seq(("State held",
+          if (state.isEmpty) s"none (${HeldState.summary(spark)})"
+          else
+            s"${HeldState.bytes(state.map(_.bytes).sum)} in ${state.size} arrangements (${HeldState.summary(spark)})",
+          "")) ++
+      state.map(l =>
+        ("State", s"${l.kind} of ${l.of} at ${l.stamp}: ${HeldState.bytes(l.bytes)} in the ${l.place}", "")) ++
       meta.comment.map(c => ("Comment", c, "")) ++
-      (if (meta.sqlConf.isEmpty) Nil else Seq(("SQL configurations",
-        meta.sqlConf.toSeq.sorted.map { case (k, v) => s"$k=$v" }.mkString("[", ", ", "]"), ""))) ++
+      (if (meta.sqlConf.isEmpty) Nil
+       else Seq(("SQL configurations",
+           meta.sqlConf.toSeq.sorted.map { case (k, v) => s"$k=$v" }.mkString("[", ", ", "]"), ""))) ++
       meta.userProperties.toSeq.sorted.map { case (k, v) => ("Table property", s"$k=$v", "") } ++
       warnings.map(w => ("Warning", w, ""))
     def opt[T](o: Option[T])(f: T => JValue): JValue = o.map(f).getOrElse(JNull)
@@ -114,19 +130,20 @@ object ViewExplainer {
       "access_by" -> JArray(meta.accessBy.map(JString(_)).toList),
       "access" -> opt(access) {
         case Right(a) => JObject("class" -> JString(a.cls.name),
-          "inputs" -> JArray(a.query.inputs.toSeq.sorted.map(JString(_)).toList),
-          "outputs" -> JArray(a.query.outputs.toSeq.sorted.map(JString(_)).toList),
-          "components" -> JLong(a.components.size),
-          "w" -> opt(a.widths)(w => JLong(w._1)), "delta" -> opt(a.widths)(w => JLong(w._2)),
-          "epsilon" -> JDouble(meta.eps))
+            "inputs" -> JArray(a.query.inputs.toSeq.sorted.map(JString(_)).toList),
+            "outputs" -> JArray(a.query.outputs.toSeq.sorted.map(JString(_)).toList),
+            "components" -> JLong(a.components.size),
+            "w" -> opt(a.widths)(w => JLong(w._1)), "delta" -> opt(a.widths)(w => JLong(w._2)),
+            "epsilon" -> JDouble(meta.eps))
         case Left(why) => JObject("class" -> JNull, "reason" -> JString(why))
       },
       "freshness" -> JObject("pending_commits" -> JLong(fresh.pendingCommits), "lag_ms" -> JLong(fresh.lagMs),
-        "sources" -> JArray(fresh.sources.map(l => JObject("table" -> JString(l.table),
-          "consumed_version" -> JLong(l.consumedVersion), "current_version" -> JLong(l.currentVersion),
-          "pending_commits" -> JLong(l.pendingCommits),
-          "oldest_pending" -> opt(l.oldestPendingMs)(t => JString(java.time.Instant.ofEpochMilli(t).toString))
-        )).toList)),
+        "sources" -> JArray(fresh.sources.map(l =>
+            JObject("table" -> JString(l.table),
+              "consumed_version" -> JLong(l.consumedVersion), "current_version" -> JLong(l.currentVersion),
+              "pending_commits" -> JLong(l.pendingCommits),
+              "oldest_pending" -> opt(l.oldestPendingMs)(t => JString(java.time.Instant.ofEpochMilli(t).toString))
+            )).toList)),
       "comment" -> opt(meta.comment)(JString(_)),
       "columns" -> JArray(columns.map { case (n, t, _) => JArray(List(JString(n), JString(t))) }.toList),
       "maintenance" -> JObject("strategy" -> JString(strategy), "shape" -> opt(shape)(JString(_)),
@@ -139,8 +156,9 @@ object ViewExplainer {
         "reason" -> opt(lastReason)(JString(_)),
         "timestamp" -> JString(refreshedAt.toInstant.toString), "backing_version" -> JLong(last.backingVersion)),
       "properties" -> JObject(meta.userProperties.toSeq.sorted.map { case (k, v) => k -> JString(v) }.toList),
-      "state" -> JArray(state.map(l => JObject("kind" -> JString(l.kind), "of" -> JString(l.of),
-        "place" -> JString(l.place), "bytes" -> JLong(l.bytes), "stamp" -> JString(l.stamp))).toList),
+      "state" -> JArray(state.map(l =>
+          JObject("kind" -> JString(l.kind), "of" -> JString(l.of),
+            "place" -> JString(l.place), "bytes" -> JLong(l.bytes), "stamp" -> JString(l.stamp))).toList),
       "sql_configs" -> JObject(meta.sqlConf.toSeq.sorted.map { case (k, v) => k -> JString(v) }.toList),
       "warnings" -> JArray(warnings.map(JString(_)).toList),
       // The same as the rows' "# Materialized View Information" part: key -> value, or values.
@@ -158,8 +176,10 @@ object ViewExplainer {
     RefreshPolicies.fixedMode(meta, full = false, stale = last.epsilon.exists(_.eps != meta.eps)).getOrElse {
       val changed = pinned.values.filter(p => last.sourceVersions.get(p.name).exists(_ != p.version)).toSeq
       if (changed.isEmpty) PolicyDecision("noop", "no base table changed since the last refresh")
-      else RefreshPolicies.choose(spark, meta, changed.map(p => ChangeFeed.changeBytes(spark, meta.viewName,
-        ChangeRequest(p.table, last.sourceVersions(p.name), p.version))).sum, pinned.values.map(_.sizeInBytes).sum)
+      else RefreshPolicies.choose(spark, meta,
+        changed.map(p =>
+          ChangeFeed.changeBytes(spark, meta.viewName,
+            ChangeRequest(p.table, last.sourceVersions(p.name), p.version))).sum, pinned.values.map(_.sizeInBytes).sum)
     }
 
   /** What the next refresh would do, in words, then Spark's plan for it. Changes nothing. */
@@ -229,7 +249,8 @@ object ViewExplainer {
     // Checks run (they are small and say which branches are pruned); nothing is materialized.
     val changed = pinned.values.toSeq.filter(p => last.sourceVersions.get(p.name).exists(_ != p.version))
     val reader = new PinnedReader(spark, last.sourceVersions, pinned, meta.viewName,
-      new CheckSteps(spark, PlanningConf.probe(spark)), ChangeFeed.planned(spark, meta.viewName,
+      new CheckSteps(spark, PlanningConf.probe(spark)),
+      ChangeFeed.planned(spark, meta.viewName,
         changed.map(p => ChangeRequest(p.table, last.sourceVersions(p.name), p.version))))
     try {
       val rules = reader.rules
@@ -251,13 +272,15 @@ object ViewExplainer {
           s"${meta.backing.quotedString} holding their keys ($keys) are rewritten with them " +
           (if (maintenance.global) "" else "(rows whose __ivm_count reaches 0 are dropped) ") +
           s"in one Delta commit with txn (view id, ${last.number + 1}) and the refresh record")
-        val checks = rules.fk.notes.count(n => n.startsWith("FK-Guard and integrity hold") ||
-          n.startsWith("integrity fails"))
+        val checks = rules.fk.notes.count(n =>
+          n.startsWith("FK-Guard and integrity hold") ||
+            n.startsWith("integrity fails"))
         val recompute = if (maintenance.states.exists(_.recompute.isDefined)) 2 else 0
         val kept = maintenance.keyNames.nonEmpty &&
           ResidentBackingRows.keptAt(DeltaLog.forTable(spark, meta.backing).update(), maintenance.foldColumns)
         line("Old rows of the changed groups: " + (if (kept) "looked up in the view's rows kept in memory by key " +
-          s"(${IvmConf.StateExecutorMaxBytes.key}), no job" else s"read from ${meta.backing.quotedString}"))
+                                                     s"(${IvmConf.StateExecutorMaxBytes.key}), no job"
+                                                   else s"read from ${meta.backing.quotedString}"))
         line(s"Estimated Spark jobs: ${1 + checks + (if (kept) 0 else 1) + recompute + 2} (changes 1, integrity " +
           s"checks $checks, changed rows ${(if (kept) 0 else 1) + recompute}, apply and commit about 2)")
         maintenance.mergeSource(rules,

@@ -3,27 +3,32 @@ package io.sparkivm.commands
 import java.util.{Locale, UUID}
 
 import io.sparkivm.access.AccessPatterns
-import io.sparkivm.catalog.{CatalogGuard, EpsilonState, HistoryEntry, RefreshHistory, RefreshMode, RefreshPolicy, RefreshRecord,
-  Schedule, ViewCatalog, ViewMetadata}
+import io.sparkivm.catalog.{
+  CatalogGuard, EpsilonState, HistoryEntry, RefreshHistory, RefreshMode, RefreshPolicy, RefreshRecord, Schedule,
+  ViewCatalog, ViewMetadata
+}
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.epsilon.{EpsilonStrategy, TriangleStateTables, TriangleViews}
 import io.sparkivm.errors.{IvmErrors, IvmException}
-import io.sparkivm.execution.{AnalyzedView, BackingLayout, BackingTable, CatalogViews, FaultInjection,
-  MaintenanceStrategy, PinnedReader, RefreshContext, RefreshFailures, RefreshPipeline, ViewAnalysis}
+import io.sparkivm.execution.{
+  AnalyzedView, BackingLayout, BackingTable, CatalogViews, FaultInjection, MaintenanceStrategy, PinnedReader,
+  RefreshContext, RefreshFailures, RefreshPipeline, ViewAnalysis
+}
 import io.sparkivm.planner.ViewMaintenance
 import io.sparkivm.policy.RefreshPolicies
 import io.sparkivm.state.StateRegistry
 import org.apache.hadoop.fs.Path
-import org.apache.spark.sql.{AnalysisException, SparkSession}
-import org.apache.spark.sql.catalyst.analysis.NoSuchTableException
-import org.apache.spark.sql.delta.DeltaConcurrentModificationException
-import org.apache.spark.sql.catalyst.TableIdentifier
-import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
-import org.apache.spark.sql.ivm.{CapturedSqlConf, SessionInternals}
 import org.apache.spark.internal.Logging
+import org.apache.spark.sql.catalyst.TableIdentifier
+import org.apache.spark.sql.catalyst.analysis.NoSuchTableException
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
+import org.apache.spark.sql.delta.DeltaConcurrentModificationException
+import org.apache.spark.sql.ivm.{CapturedSqlConf, SessionInternals}
+import org.apache.spark.sql.{AnalysisException, SparkSession}
 
 /** CREATE, DROP, ALTER and SHOW MATERIALIZED VIEW(S). */
 object ViewLifecycle extends Logging {
+
   /** `ivm.*` properties a user may set; the others are spark-ivm's own bookkeeping. */
   val SettableProperties = Set(ViewCatalog.RefreshProperty, EpsilonState.Property)
 
@@ -52,14 +57,15 @@ object ViewLifecycle extends Logging {
       history: Seq[HistoryEntry]): Unit = {
     val startMs = System.currentTimeMillis()
     val id = ViewCatalog.qualify(spark, stmt.name)
-    val replacing = if (!ViewCatalog.exists(spark, id)) None else {
+    val replacing = if (!ViewCatalog.exists(spark, id)) None
+    else {
       val existing = SessionInternals.catalog(spark).getTableMetadata(id)
       if (stmt.ifNotExists) return
       if (!stmt.orReplace || !ViewCatalog.isMaterializedView(existing)) throw IvmErrors.alreadyExists(id.quotedString)
       // The old backing table, as the catalog view names it (it may be gone: a broken view is
       // replaced as well).
       Some(existing.properties.get(ViewCatalog.BackingProperty)
-        .map(b => ViewCatalog.qualify(spark, b.split('.').toSeq)).getOrElse(ViewCatalog.backingTable(id)))
+          .map(b => ViewCatalog.qualify(spark, b.split('.').toSeq)).getOrElse(ViewCatalog.backingTable(id)))
     }
     checkProperties(stmt.properties)
     val legacy = stmt.properties.get(ViewCatalog.RefreshProperty).map(parseMode).map(RefreshPolicy.ofMode)
@@ -70,7 +76,8 @@ object ViewLifecycle extends Logging {
     val policy = stmt.policy.orElse(legacy).getOrElse(RefreshPolicies.default(spark))
     val plan = ViewAnalysis.analyze(spark, stmt.queryTextInPlace, database)
     ViewAnalysis.requireRowData(id.quotedString, plan)
-    val columns = if (stmt.columnNames.isEmpty) plan.output.map(_.name) else {
+    val columns = if (stmt.columnNames.isEmpty) plan.output.map(_.name)
+    else {
       if (stmt.columnNames.size != plan.output.size) {
         throw IvmErrors.columnCountMismatch(id.quotedString, stmt.columnNames.size, plan.output.size)
       }
@@ -94,18 +101,20 @@ object ViewLifecycle extends Logging {
     }
     // The whole plan is built (and so checked) against the base tables as they are before any
     // of them changes: a refused CREATE turns no change data feed on.
-    new PinnedReader(spark, Map.empty, ViewAnalysis.pin(spark, id.quotedString, analyzed, incremental = false,
-      autoEnable = false), id.quotedString).fullRows(analyzed.maintenance)
+    new PinnedReader(spark, Map.empty,
+      ViewAnalysis.pin(spark, id.quotedString, analyzed, incremental = false,
+        autoEnable = false), id.quotedString).fullRows(analyzed.maintenance)
     // Validated: from here on, things are written. A backing table name no existing view uses
     // and no concurrent CREATE is writing: the standard one if it is free (or a dead CREATE's
     // orphan) and nothing lies at its location (files of a CREATE killed before its commit, or
     // being written by a concurrent one), else the standard one with a random suffix.
     val standard = ViewCatalog.backingTable(id)
-    val backing = if (!replacing.exists(_.table == standard.table) &&
-      (!ViewCatalog.exists(spark, standard) || dropOrphanBacking(spark, id, standard, failIfForeign = true)) &&
-      !locationTaken(spark, standard)) {
-      standard
-    } else standard.copy(table = standard.table + "_" + UUID.randomUUID().toString.take(8))
+    val backing =
+      if (!replacing.exists(_.table == standard.table) &&
+        (!ViewCatalog.exists(spark, standard) || dropOrphanBacking(spark, id, standard, failIfForeign = true)) &&
+        !locationTaken(spark, standard)) {
+        standard
+      } else standard.copy(table = standard.table + "_" + UUID.randomUUID().toString.take(8))
     val pinned = ViewAnalysis.pin(spark, id.quotedString, analyzed, incremental,
       IvmConf.AutoEnableChangeDataFeed.get(spark))
     val meta = ViewMetadata(id, backing, UUID.randomUUID().toString, stmt.queryText, database, mode,
@@ -117,13 +126,15 @@ object ViewLifecycle extends Logging {
       val rows = reader.fullRows(analyzed.maintenance)
       val attempt = UUID.randomUUID().toString
       val state = strategy.build(RefreshContext(spark, meta, analyzed,
-        RefreshRecord(-1, "create", Map.empty, attempt, -1, 0), reader, attempt))
+          RefreshRecord(-1, "create", Map.empty, attempt, -1, 0), reader, attempt))
       val versions = pinned.map { case (t, p) => t -> p.version }
-      val entry = HistoryEntry(0, startMs, -1, "create", fullBecause.map(w => s"created for full refreshes: $w")
-        .getOrElse(s"created with REFRESH POLICY $policy"), -1, versions, -1, pinned.values.map(_.sizeInBytes).sum,
+      val entry = HistoryEntry(0, startMs, -1, "create",
+        fullBecause.map(w => s"created for full refreshes: $w")
+          .getOrElse(s"created with REFRESH POLICY $policy"), -1, versions, -1, pinned.values.map(_.sizeInBytes).sum,
         if (history.isEmpty) "create" else "alter")
       val record = RefreshRecord(0, "create", versions, attempt, -1, 0, state, Some(entry))
-      try BackingTable.create(spark, meta, rows, record, BackingLayout.of(meta, analyzed.maintenance)) catch {
+      try BackingTable.create(spark, meta, rows, record, BackingLayout.of(meta, analyzed.maintenance))
+      catch {
         case e: Exception if isCreateConflict(e) =>
           // A concurrent CREATE of this view made the table first: it is that CREATE's, not ours.
           throw IvmErrors.alreadyExists(id.quotedString)
@@ -161,7 +172,8 @@ object ViewLifecycle extends Logging {
     if (policy == RefreshPolicy.Full) {
       return (ViewAnalysis.prepare(plan, columns, incremental = false), RefreshMode.Full, None)
     }
-    try (ViewAnalysis.prepare(plan, columns, incremental = true), RefreshMode.Incremental, None) catch {
+    try (ViewAnalysis.prepare(plan, columns, incremental = true), RefreshMode.Incremental, None)
+    catch {
       case e: IvmException if ViewAnalysis.NotIncrementalizable.contains(e.getCondition) =>
         if (policy == RefreshPolicy.IncrementalStrict) {
           if (e.getCondition == "IVM_SOURCE_NOT_DELTA") throw e // says what to do (CONVERT TO DELTA)
@@ -181,8 +193,9 @@ object ViewLifecycle extends Logging {
   private def isCreateConflict(e: Throwable): Boolean = e match {
     case null => false
     case _: DeltaConcurrentModificationException => true
-    case a: AnalysisException if Set("TABLE_OR_VIEW_ALREADY_EXISTS",
-      "DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION").contains(a.getCondition) => true
+    case a: AnalysisException
+        if Set("TABLE_OR_VIEW_ALREADY_EXISTS",
+          "DELTA_CREATE_TABLE_WITH_NON_EMPTY_LOCATION").contains(a.getCondition) => true
     case other => isCreateConflict(other.getCause)
   }
 
@@ -194,9 +207,11 @@ object ViewLifecycle extends Logging {
    */
   def rebuildIfBackingMissing(spark: SparkSession, name: Seq[String]): Boolean = {
     val id = ViewCatalog.qualify(spark, name)
-    val view = try Some(SessionInternals.catalog(spark).getTableMetadata(id)) catch {
-      case _: NoSuchTableException => None
-    }
+    val view =
+      try Some(SessionInternals.catalog(spark).getTableMetadata(id))
+      catch {
+        case _: NoSuchTableException => None
+      }
     view.filter(ViewCatalog.isMaterializedView).exists { v =>
       val props = v.properties
       val backing = props.get(ViewCatalog.BackingProperty).map(b => ViewCatalog.qualify(spark, b.split('.').toSeq))
@@ -205,11 +220,14 @@ object ViewLifecycle extends Logging {
         database <- props.get(ViewCatalog.DatabaseProperty)) yield (query, database)
       (!ViewCatalog.exists(spark, backing)) && definition.exists { case (query, database) =>
         logWarning(s"spark-ivm: the backing table of ${id.quotedString} is gone; rebuilding the view")
-        val captured = props.collect { case (k, value) if k.startsWith(ViewCatalog.SqlConfPrefix) =>
-          k.stripPrefix(ViewCatalog.SqlConfPrefix) -> value }
-        create(spark, CreateMaterializedView(name, ifNotExists = false, orReplace = true,
-          v.schema.fieldNames.toSeq, v.comment, Map.empty, query, query,
-          props.get(ViewCatalog.PolicyProperty).flatMap(RefreshPolicy.parse), None, ViewCatalog.accessByOf(props)),
+        val captured = props.collect {
+          case (k, value) if k.startsWith(ViewCatalog.SqlConfPrefix) =>
+            k.stripPrefix(ViewCatalog.SqlConfPrefix) -> value
+        }
+        create(spark,
+          CreateMaterializedView(name, ifNotExists = false, orReplace = true,
+            v.schema.fieldNames.toSeq, v.comment, Map.empty, query, query,
+            props.get(ViewCatalog.PolicyProperty).flatMap(RefreshPolicy.parse), None, ViewCatalog.accessByOf(props)),
           database, Nil, Some(captured).filter(_.nonEmpty))
         true
       }
@@ -264,9 +282,11 @@ object ViewLifecycle extends Logging {
     io.sparkivm.access.ResidentTrees.forget(id)
     StateRegistry.removeWhere(_.view.contains(id.unquotedString))
     // The view may vanish under a concurrent DROP at any step: then this DROP found none.
-    val table = try Some(SessionInternals.catalog(spark).getTableMetadata(id)) catch {
-      case _: NoSuchTableException => None
-    }
+    val table =
+      try Some(SessionInternals.catalog(spark).getTableMetadata(id))
+      catch {
+        case _: NoSuchTableException => None
+      }
     if (table.isDefined) {
       if (!ViewCatalog.isMaterializedView(table.get)) {
         throw IvmErrors.notMaterializedView(id.quotedString, ViewCatalog.kindOf(table.get),
@@ -299,16 +319,18 @@ object ViewLifecycle extends Logging {
     if (mode != meta.mode) {
       val props = (meta.userProperties ++ extraSet ++
         meta.epsilon.map(e => EpsilonState.Property -> e.toString)).filter { case (k, _) => !extraUnset.contains(k) }
-      create(spark, CreateMaterializedView(name, ifNotExists = false, orReplace = true,
-        if (meta.columns == plan.output.map(_.name)) Nil else meta.columns, meta.comment,
-        props, meta.queryText, meta.queryText, Some(policy), meta.schedule, meta.accessBy), meta.database,
+      create(spark,
+        CreateMaterializedView(name, ifNotExists = false, orReplace = true,
+          if (meta.columns == plan.output.map(_.name)) Nil else meta.columns, meta.comment,
+          props, meta.queryText, meta.queryText, Some(policy), meta.schedule, meta.accessBy), meta.database,
         meta.history, Some(meta.sqlConf).filter(_.nonEmpty))
     } else {
-      ViewCatalog.setProperties(spark, meta.backing, extraSet ++ Map(ViewCatalog.PolicyProperty -> policy.name) ++
-        fullBecause.map(ViewCatalog.FullBecauseProperty -> _))
+      ViewCatalog.setProperties(spark, meta.backing,
+        extraSet ++ Map(ViewCatalog.PolicyProperty -> policy.name) ++
+          fullBecause.map(ViewCatalog.FullBecauseProperty -> _))
       val unset = extraUnset ++ (if (fullBecause.isEmpty && meta.fullBecause.isDefined) {
-        Set(ViewCatalog.FullBecauseProperty)
-      } else Set.empty)
+                                   Set(ViewCatalog.FullBecauseProperty)
+                                 } else Set.empty)
       if (unset.nonEmpty) unsetProperties(spark, meta, unset.toSeq)
     }
   }
@@ -319,14 +341,14 @@ object ViewLifecycle extends Logging {
     def conflict(what: String, instead: String) = IvmErrors.scheduleConflict(meta.viewName, what, instead)
     (stmt.action, meta.schedule) match {
       case ("ADD", Some(existing)) => throw conflict(s"already has a schedule (${existing.sql})",
-        s"ALTER MATERIALIZED VIEW ${meta.viewName} ALTER ${stmt.schedule.get.sql} to replace it")
+          s"ALTER MATERIALIZED VIEW ${meta.viewName} ALTER ${stmt.schedule.get.sql} to replace it")
       case ("ALTER", None) => throw conflict("has no schedule to alter",
-        s"ALTER MATERIALIZED VIEW ${meta.viewName} ADD ${stmt.schedule.get.sql}")
+          s"ALTER MATERIALIZED VIEW ${meta.viewName} ADD ${stmt.schedule.get.sql}")
       case ("DROP", None) => throw conflict("has no schedule to drop",
-        "SHOW MATERIALIZED VIEWS to see the views' schedules")
+          "SHOW MATERIALIZED VIEWS to see the views' schedules")
       case ("DROP", Some(_)) => unsetProperties(spark, meta, Seq(Schedule.Property))
       case (_, _) => ViewCatalog.setProperties(spark, meta.backing,
-        Map(Schedule.Property -> Schedule.json(stmt.schedule.get)))
+          Map(Schedule.Property -> Schedule.json(stmt.schedule.get)))
     }
   }
 
@@ -393,8 +415,10 @@ object ViewLifecycle extends Logging {
     throw IvmErrors.invalidProperty(EpsilonState.Property, v, "a number in [0, 1]"))
 
   private def notTriangle(view: String, analyzed: AnalyzedView) = IvmErrors.propertyNotSettable(
-    EpsilonState.Property, "it applies to views that IVM^eps maintains (a triangle of three relations " +
-      s"joined in a cycle) and to views with ACCESS BY (their lookups' heavy/light view trees), and $view is neither" + TriangleViews.genericBecause(analyzed).map(w => s": $w").getOrElse(""))
+    EpsilonState.Property,
+    "it applies to views that IVM^eps maintains (a triangle of three relations " +
+      s"joined in a cycle) and to views with ACCESS BY (their lookups' heavy/light view trees), and $view is neither" + TriangleViews.genericBecause(
+        analyzed).map(w => s": $w").getOrElse(""))
 
   private def parseMode(v: String): RefreshMode = RefreshMode.parse(v).getOrElse(
     throw IvmErrors.invalidProperty(ViewCatalog.RefreshProperty, v,

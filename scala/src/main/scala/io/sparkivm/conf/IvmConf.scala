@@ -77,11 +77,13 @@ object IvmConf {
   // ---- base tables and their changes ----
 
   val AutoEnableChangeDataFeed: IvmConfEntry[Boolean] = bool("spark.ivm.autoEnableChangeDataFeed",
-    default = true, "Turn on the change data feed of a base table that lacks it when a view over " +
+    default = true,
+    "Turn on the change data feed of a base table that lacks it when a view over " +
       "it is created (logged); false makes that an IVM_CHANGE_FEED_DISABLED error.")
 
   val ChangesLocalMaxBytes: IvmConfEntry[Long] = long("spark.ivm.changes.localMaxBytes",
-    32L << 20, "A refresh reads the change data feed of all changed base tables in one Spark job " +
+    32L << 20,
+    "A refresh reads the change data feed of all changed base tables in one Spark job " +
       "and nets it on the driver when the change files (per the Delta log) total at most this " +
       "many bytes; above it, changes are netted by a distributed aggregate and checkpointed.")
 
@@ -187,7 +189,8 @@ object IvmConf {
       "Delta state tables in every refresh.")
 
   val EpsilonCheckInvariants: IvmConfEntry[Boolean] = bool("spark.ivm.epsilon.checkInvariants",
-    default = false, "Check the IVM^eps invariants (degrees, sizes, auxiliary views) inside every " +
+    default = false,
+    "Check the IVM^eps invariants (degrees, sizes, auxiliary views) inside every " +
       "refresh of a triangle view, failing it if one is violated. For tests; costs several jobs.")
 
   // ---- apply ----
@@ -234,7 +237,8 @@ object IvmConf {
   /** A policy's stored name (`incremental_strict`); `policy.RefreshPolicies.default` reads it as
    * a `catalog.RefreshPolicy`, which settings, below every other package, do not know. */
   val DefaultRefreshPolicy: IvmConfEntry[String] = entry("spark.ivm.refreshPolicy.default",
-    "auto", "string", "The REFRESH POLICY of views created without one: auto, " +
+    "auto", "string",
+    "The REFRESH POLICY of views created without one: auto, " +
       "incremental, incremental_strict or full.") { v =>
     val name = v.trim.toLowerCase(Locale.ROOT).replaceAll("[\\s_]+", "_")
     if (Seq("auto", "incremental", "incremental_strict", "full").contains(name)) Right(name)
@@ -276,8 +280,8 @@ object IvmConf {
     "Checks each incremental refresh against its query at the versions it consumed, and repairs a " +
       "view that differs by a full refresh (reported, and kept in the history; under REFRESH POLICY " +
       "INCREMENTAL STRICT also raised as IVM_VERIFY_MISMATCH): off, sample (a sample of the changed " +
-      "keys), changed (every changed key, read by key) or all (the whole view, a recomputation).")(
-    v => Some(v.trim.toLowerCase(Locale.ROOT)).filter(Seq("off", "sample", "changed", "all").contains)
+      "keys), changed (every changed key, read by key) or all (the whole view, a recomputation).")(v =>
+    Some(v.trim.toLowerCase(Locale.ROOT)).filter(Seq("off", "sample", "changed", "all").contains)
       .toRight("off, sample, changed or all"))
 
   val VerifySampleKeys: IvmConfEntry[Int] = int("spark.ivm.verify.sampleKeys", 64,

@@ -4,8 +4,10 @@ import scala.collection.mutable
 
 import io.sparkivm.catalog.{EpsilonState, RefreshRecord, ViewMetadata}
 import io.sparkivm.conf.IvmConf
-import io.sparkivm.execution.{AnalyzedView, MaintenanceStrategy, PinnedReader, PlanningConf, RefreshContext, ResidentState,
-  StrategyProvider, StrategyRefresh}
+import io.sparkivm.execution.{
+  AnalyzedView, MaintenanceStrategy, PinnedReader, PlanningConf, RefreshContext, ResidentState, StrategyProvider,
+  StrategyRefresh
+}
 import io.sparkivm.planner.{DeltaRules, TriangleQuery}
 import org.apache.spark.sql.SparkSession
 
@@ -40,6 +42,7 @@ class EpsilonStrategy(q: TriangleQuery) extends MaintenanceStrategy {
 }
 
 object EpsilonStrategy {
+
   /** The IVM^eps strategy of a view whose first join block is a triangle, if it is maintained so. */
   def of(spark: SparkSession, analyzed: AnalyzedView, incremental: Boolean): Option[EpsilonStrategy] =
     TriangleViews.query(spark, analyzed, incremental).map(new EpsilonStrategy(_))

@@ -3,12 +3,12 @@ package io.sparkivm.epsilon
 import scala.jdk.CollectionConverters._
 
 import io.sparkivm.epsilon.TriangleMaintenance.W
-import org.apache.spark.sql.{DataFrame, Row, SparkSession}
-import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.CatalystTypeConverters
+import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.GenericRowWithSchema
 import org.apache.spark.sql.functions.{col, sum}
 import org.apache.spark.sql.types.StructType
+import org.apache.spark.sql.{DataFrame, Row, SparkSession}
 
 /**
  * A weighted relation of one IVM^eps refresh (a column `w` holds each row's multiplicity): its
@@ -30,9 +30,11 @@ final class LocalDelta private (spark: SparkSession, schemaHere: Option[StructTy
   private def here(s: StructType, rs: Seq[Row]): LocalDelta = LocalDelta.here(spark, s, rs)
 
   def isEmpty: Boolean = if (local) rows.isEmpty else frame.isEmpty
+
   /** Every row, on the driver. */
   def all: Seq[Row] = if (local) rows else frame.collect().toSeq
   def count: Long = if (local) rows.size.toLong else frame.count()
+
   /** The sum of the weights (the change of the relation's size). */
   def weight: Long =
     if (local) rows.map(_.getLong(schema.fieldIndex(W))).sum
@@ -109,12 +111,14 @@ final class LocalDelta private (spark: SparkSession, schemaHere: Option[StructTy
 }
 
 object LocalDelta {
+
   /** Rows held here; each keeps `schema` (columns are read by name). */
   def here(spark: SparkSession, schema: StructType, rows: Seq[Row]): LocalDelta =
-    new LocalDelta(spark, Some(schema), rows.map {
-      case r: GenericRowWithSchema if r.schema eq schema => r
-      case r => new GenericRowWithSchema(r.toSeq.toArray, schema)
-    }, None)
+    new LocalDelta(spark, Some(schema),
+      rows.map {
+        case r: GenericRowWithSchema if r.schema eq schema => r
+        case r => new GenericRowWithSchema(r.toSeq.toArray, schema)
+      }, None)
 
   /** Catalyst rows held here (as the resident state keeps them), as rows of `schema`. */
   def internal(spark: SparkSession, schema: StructType, rows: Seq[InternalRow]): LocalDelta = {

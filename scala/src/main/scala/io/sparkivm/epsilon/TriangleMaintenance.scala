@@ -6,13 +6,13 @@ import io.sparkivm.catalog.EpsilonState
 import io.sparkivm.errors.IvmErrors
 import io.sparkivm.execution.{LocalEval, ResidentState}
 import io.sparkivm.planner.{DeltaRules, KeyProbe, TriangleQuery}
-import org.apache.spark.sql.{DataFrame, Row, SparkSession}
+import org.apache.spark.sql.catalyst.CatalystTypeConverters
 import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, Cast, Literal}
 import org.apache.spark.sql.catalyst.plans.logical.{LocalRelation, LogicalPlan, Project, Union}
 import org.apache.spark.sql.functions.{broadcast, col, sum}
-import org.apache.spark.sql.catalyst.CatalystTypeConverters
 import org.apache.spark.sql.ivm.{JoinMetrics, LocalRows, PartitionedRows, SparkInternals}
 import org.apache.spark.sql.types._
+import org.apache.spark.sql.{DataFrame, Row, SparkSession}
 
 /**
  * IVM^eps for a triangle view (Kara et al. 2020), batched per refresh.
@@ -54,6 +54,7 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
   private def payload(i: Int): Seq[String] = cols(i).drop(2)
   private val types: Map[String, DataType] =
     sides.flatMap(i => cols(i).zip(q.sides(i).columns.map(_.dataType))).toMap
+
   /** The columns of the block's delta rows: every occurrence's columns, then `w`. */
   val allCols: Seq[String] = sides.flatMap(cols)
 
@@ -87,7 +88,8 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
    * base tables' changes are held there, as they are when small). */
   lazy val deltas: IndexedSeq[Option[LocalDelta]] = sides.map { i =>
     val branches = rules.delta(q.sides(i).plan)
-    if (branches.isEmpty) None else {
+    if (branches.isEmpty) None
+    else {
       val raw = frame(i, rules.unionAll(branches.map(_.plan)), Some(rules.m))
       val net = localRows(raw).map { rows =>
         // Folded on the driver: the rows are here already.
@@ -147,7 +149,8 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
     def empty: Boolean = !allHeavy && size == 0
   }
   object HeavySet {
-    val all: HeavySet = new HeavySet(true, 0, None, () => throw IvmErrors.internal("the keys of a set where every key is heavy were asked for"))
+    val all: HeavySet = new HeavySet(true, 0, None,
+      () => throw IvmErrors.internal("the keys of a set where every key is heavy were asked for"))
   }
 
   /** The heavy set of occurrence i read from its table, with its keys collected if few. */
@@ -157,23 +160,32 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
   }
 
   private def heavyPart(df: DataFrame, i: Int, h: HeavySet): DataFrame =
-    if (h.allHeavy) df else if (h.empty) df.limit(0) else h.keys match {
+    if (h.allHeavy) df
+    else if (h.empty) df.limit(0)
+    else h.keys match {
       case Some(keys) => df.where(col(s"a$i").isin(keys.toSeq: _*))
       case None => df.join(hint(h.table, h.size), Seq(s"a$i"), "left_semi")
     }
   private def lightPart(df: DataFrame, i: Int, h: HeavySet): DataFrame =
-    if (h.allHeavy) df.limit(0) else if (h.empty) df else h.keys match {
+    if (h.allHeavy) df.limit(0)
+    else if (h.empty) df
+    else h.keys match {
       case Some(keys) => df.where(!col(s"a$i").isin(keys.toSeq: _*))
       case None => df.join(hint(h.table, h.size), Seq(s"a$i"), "left_anti")
     }
+
   /** The parts of rows held here, split on the driver when the heavy keys are held here too. */
   private def heavyPart(d: LocalDelta, i: Int, h: HeavySet): LocalDelta =
-    if (h.allHeavy) d else if (h.empty) d.none else h.keys match {
+    if (h.allHeavy) d
+    else if (h.empty) d.none
+    else h.keys match {
       case Some(keys) if d.local && keysHere => d.where(s"a$i", keys)
       case _ => LocalDelta.there(heavyPart(d.frame, i, h))
     }
   private def lightPart(d: LocalDelta, i: Int, h: HeavySet): LocalDelta =
-    if (h.allHeavy) d.none else if (h.empty) d else h.keys match {
+    if (h.allHeavy) d.none
+    else if (h.empty) d
+    else h.keys match {
       case Some(keys) if d.local && keysHere => d.where(s"a$i", k => !keys(k))
       case _ => LocalDelta.there(lightPart(d.frame, i, h))
     }
@@ -187,6 +199,7 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
     val keyTypes = sides.flatMap(i => Seq(types(s"a$i"), types(s"b$i"))).distinct
     keyTypes.size == 1 && KeyProbe.equalsAsJvm(keyTypes.head)
   }
+
   /**
    * Probe keys of an occurrence's light (heavy) part: those not in (those in) its heavy set when
    * it is held here, so that a probe of one part never reads the rows of the other's keys (a
@@ -206,8 +219,10 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
     q.sides(i).columns.map(c => q.sides(i).plan.output.indexWhere(_.exprId == c.exprId))
 
   /** The first occurrence defined as i is: a self-join's occurrences share resident rows. */
-  private lazy val group: IndexedSeq[Int] = sides.map(i => sides.find(k => k == i ||
-    (q.sides(k).plan.canonicalized == q.sides(i).plan.canonicalized && positions(k) == positions(i))).get)
+  private lazy val group: IndexedSeq[Int] = sides.map(i =>
+    sides.find(k =>
+      k == i ||
+        (q.sides(k).plan.canonicalized == q.sides(i).plan.canonicalized && positions(k) == positions(i))).get)
 
   /**
    * Occurrence i at Post from the executors' memory, laid out by its column `layout` ("a" or
@@ -262,8 +277,10 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
     val probes = filters.collect { case (c, Some(v)) if c == s"a$k" || c == s"b$k" => (c, v) }
     // A point lookup by both columns reads the layout whose keys have fewer rows (a heavy key's
     // rows by a, its few in-edges by b), when both are kept here to count.
-    val sized = if (probes.size < 2) Nil else probes.map { case (c, v) =>
-      residentEntry(k, c.take(1)).flatMap(_.base.sizeInPlace(v)) }
+    val sized = if (probes.size < 2) Nil
+    else probes.map { case (c, v) =>
+      residentEntry(k, c.take(1)).flatMap(_.base.sizeInPlace(v))
+    }
     val chosen =
       if (sized.nonEmpty && sized.forall(_.isDefined)) Some(probes.zip(sized).minBy(_._2.get)._1)
       else probes.headOption
@@ -292,7 +309,8 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
         val set = values.toSet
         rows.where(c, set)
       case (rows, (_, None)) => rows
-    } else LocalDelta.there(probe(d.frame, filters: _*))
+    }
+    else LocalDelta.there(probe(d.frame, filters: _*))
 
   private def keysOf(rows: Seq[Row], c: String, schema: StructType): Option[Seq[Any]] = {
     val idx = schema.fieldIndex(c)
@@ -334,8 +352,8 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
           done(i) = local(df.schema, rows.map(r => toRow(r).asInstanceOf[Row]))
         }
       case _ => remote.foreach { case (df, i) =>
-        done(i) = LocalDelta.there(df.localCheckpoint(eager = true))
-      }
+          done(i) = LocalDelta.there(df.localCheckpoint(eager = true))
+        }
     }
     dfs.indices.map(done)
   }
@@ -373,6 +391,7 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
   // ---- one refresh ----
 
   private val pending = Array.fill(3)(Seq.empty[LocalDelta])
+
   /** What each step ran, for the report and EXPLAIN. */
   val notes: mutable.ArrayBuffer[String] = mutable.ArrayBuffer[String]()
 
@@ -406,11 +425,14 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
       val aKeys = keysOf(d, s"a$j")
       val bKeys = keysOf(d, s"b$j")
       val allHeavy = heavy(p).allHeavy
-      val f1 = if (allHeavy) None else Some(Hop(d,
-        lightPart(side(p, p < j, s"a$p" -> lightOnly(heavy(p), bKeys)), p, heavy(p)), Seq(s"b$j" -> s"a$p")))
+      val f1 = if (allHeavy) None
+      else Some(Hop(d,
+          lightPart(side(p, p < j, s"a$p" -> lightOnly(heavy(p), bKeys)), p, heavy(p)), Seq(s"b$j" -> s"a$p")))
       val needF2 = !heavy(prev).empty && (!heavy(p).empty || !allHeavy)
-      val f2 = if (!needF2) None else Some(Hop(d, heavyPart(side(prev, prev < j, s"b$prev" -> aKeys), prev,
-        heavy(prev)), Seq(s"a$j" -> s"b$prev")))
+      val f2 = if (!needF2) None
+      else Some(Hop(d,
+          heavyPart(side(prev, prev < j, s"b$prev" -> aKeys), prev,
+            heavy(prev)), Seq(s"a$j" -> s"b$prev")))
       (j, d, f1, f2)
     }
     val firsts = hopsAll(hops.flatMap { case (_, _, f1, f2) => f1.toSeq ++ f2.toSeq }).iterator
@@ -431,8 +453,9 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
       // Heavy C-values pointing at each A-value (HH), then point lookups in X_p^H.
       f2.filter(_ => !heavy(p).empty).foreach { second =>
         val heavyB = if (types(s"b$j") == types(s"a$p")) heavyOnly(heavy(p), bKeys) else bKeys
-        seconds += Hop(second, heavyPart(side(p, p < j, s"a$p" -> heavyB, s"b$p" -> keysOf(second, s"a$prev")), p,
-          heavy(p)), Seq(s"b$j" -> s"a$p", s"a$prev" -> s"b$p")) -> complete
+        seconds += Hop(second,
+          heavyPart(side(p, p < j, s"a$p" -> heavyB, s"b$p" -> keysOf(second, s"a$prev")), p,
+            heavy(p)), Seq(s"b$j" -> s"a$p", s"a$prev" -> s"b$p")) -> complete
       }
       // The auxiliary view V_p = X_p^H x X_q^L as of this step (HL): a lookup.
       if (!allHeavy && !heavy(p).empty) {
@@ -467,10 +490,11 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
    * job of its own to broadcast the left side. Otherwise Spark joins them.
    */
   private def hopsAll(hops: Seq[Hop]): Seq[LocalDelta] = {
-    val here: Seq[Boolean] = hops.map(h => h.left.local && h.on.forall { case (l, r) =>
-      val lt = h.left.schema(l).dataType
-      lt == h.right.schema(r).dataType && KeyProbe.equalsAsJvm(lt)
-    })
+    val here: Seq[Boolean] = hops.map(h =>
+      h.left.local && h.on.forall { case (l, r) =>
+        val lt = h.left.schema(l).dataType
+        lt == h.right.schema(r).dataType && KeyProbe.equalsAsJvm(lt)
+      })
     val done = smallAll(hops.zip(here).map { case (h, driver) =>
       if (driver) h.right else LocalDelta.there(join(h.left.frame, h.right.frame, h.on))
     })
@@ -510,10 +534,11 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
    * heavy. Returns the keys turning heavy and light per occurrence.
    */
   def moves(state: EpsilonState, heavy: IndexedSeq[HeavySet]): IndexedSeq[(Set[Any], Set[Any])] = {
-    val touched = sides.map(i => deltas(i).filter(_ => !state.allHeavy).map { d =>
-      keysOf(d, s"a$i").getOrElse(
-        d.frame.select(s"a$i").where(col(s"a$i").isNotNull).distinct().collect().map(_.get(0)).toSeq)
-    })
+    val touched = sides.map(i =>
+      deltas(i).filter(_ => !state.allHeavy).map { d =>
+        keysOf(d, s"a$i").getOrElse(
+          d.frame.select(s"a$i").where(col(s"a$i").isNotNull).distinct().collect().map(_.get(0)).toSeq)
+      })
     // The degrees after the refresh of every touched key: from the resident rows' index where
     // they are kept (a sum per key, no shuffle), else of all occurrences in one job.
     val queried = sides.filter(touched(_).isDefined)
@@ -595,6 +620,7 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
 object TriangleMaintenance {
   val W = "w"
   val KeyColumn = "key"
+
   /** Heavy sets up to this many keys are broadcast to split rows into parts. */
   val BroadcastKeys = 2000000L
 

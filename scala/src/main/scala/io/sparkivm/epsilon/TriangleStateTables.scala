@@ -9,13 +9,13 @@ import io.sparkivm.conf.IvmConf
 import io.sparkivm.errors.IvmErrors
 import io.sparkivm.execution.{DriverWrite, ResidentState, StateConflictException}
 import io.sparkivm.state.{Arrangement, StateId, StateKind, StatePlace, StateRegistry, StateSize}
-import org.apache.spark.sql.{DataFrame, Row, SaveMode, SparkSession}
 import org.apache.spark.sql.catalyst.{CatalystTypeConverters, InternalRow, TableIdentifier}
-import org.apache.spark.sql.delta.{DeltaHistoryManager, DeltaLog, DeltaOperations}
 import org.apache.spark.sql.delta.util.FileNames
+import org.apache.spark.sql.delta.{DeltaHistoryManager, DeltaLog, DeltaOperations}
 import org.apache.spark.sql.functions.col
 import org.apache.spark.sql.ivm.{PartitionedRows, SessionInternals}
 import org.apache.spark.sql.types.DataType
+import org.apache.spark.sql.{DataFrame, Row, SaveMode, SparkSession}
 
 /**
  * The Delta tables holding a triangle view's IVM^eps state (heavy keys and auxiliary views,
@@ -34,8 +34,10 @@ class TriangleStateTables(spark: SparkSession, meta: ViewMetadata, attempt: Stri
   def version(i: Int): Long = log(i).update().version
 
   private val ids = mutable.Map[Int, String]()
+
   /** Table i's Delta id (kept by appends, overwrites and RESTORE; new if it is re-created). */
   private def id(i: Int): String = ids.synchronized(ids.getOrElseUpdate(i, log(i).update().metadata.id))
+
   /** This instance of the view's state: the Delta id of its first state table (new when re-created). */
   def instance: String = id(0)
 
@@ -46,7 +48,7 @@ class TriangleStateTables(spark: SparkSession, meta: ViewMetadata, attempt: Stri
 
   /** Table i as of a recorded version (resolved once per refresh: it loads a Delta snapshot). */
   def read(i: Int, version: Long): DataFrame = reads.synchronized(reads.getOrElseUpdate((i, version),
-    DeltaSources.snapshot(spark, names(i), version)))
+      DeltaSources.snapshot(spark, names(i), version)))
 
   /**
    * The heavy keys in table i as of a version, read once per JVM: a version of a Delta table
@@ -69,17 +71,20 @@ class TriangleStateTables(spark: SparkSession, meta: ViewMetadata, attempt: Stri
    */
   def restore(state: EpsilonState): Seq[Long] = names.indices.map { i =>
     val recorded = state.versions(i)
-    val current = try version(i) catch {
-      case NonFatal(e) => throw IvmErrors.backingAltered(meta.viewName,
-        s"its IVM^eps state table ${names(i).quotedString} cannot be read (${e.getMessage}); " +
-          "run REFRESH MATERIALIZED VIEW ... FULL to rebuild it")
-    }
+    val current =
+      try version(i)
+      catch {
+        case NonFatal(e) => throw IvmErrors.backingAltered(meta.viewName,
+            s"its IVM^eps state table ${names(i).quotedString} cannot be read (${e.getMessage}); " +
+              "run REFRESH MATERIALIZED VIEW ... FULL to rebuild it")
+      }
     if (current > recorded) {
       spark.sql(s"RESTORE TABLE ${names(i).quotedString} TO VERSION AS OF $recorded")
       version(i)
     } else if (current < recorded) {
-      throw IvmErrors.backingAltered(meta.viewName, s"its IVM^eps state table " +
-        s"${names(i).quotedString} is at version $current, older than the recorded $recorded")
+      throw IvmErrors.backingAltered(meta.viewName,
+        s"its IVM^eps state table " +
+          s"${names(i).quotedString} is at version $current, older than the recorded $recorded")
     } else current
   }
 
@@ -90,7 +95,8 @@ class TriangleStateTables(spark: SparkSession, meta: ViewMetadata, attempt: Stri
    */
   def aux(i: Int, version: Long, rows: Long, keyColumn: String, keys: Option[Seq[Any]],
       where: Seq[(String, Seq[Any])] = Nil): LocalDelta =
-    if (!resident) LocalDelta.there(read(3 + i, version)) else {
+    if (!resident) LocalDelta.there(read(3 + i, version))
+    else {
       val table = ResidentState.tableName(names(3 + i))
       val entry = ResidentState.get(spark, table, stamp(3 + i, version)).getOrElse {
         val parts = ResidentState.partitions(spark, rows / ResidentState.RowsPerPartition + 1)
@@ -124,14 +130,17 @@ class TriangleStateTables(spark: SparkSession, meta: ViewMetadata, attempt: Stri
     val txn = log(i).startTransaction(Some(SessionInternals.catalog(spark).getTableMetadata(names(i))), None)
     val table = txn.metadata.schema
     // Rows held here whose columns have the table's types are written here, without a job.
-    val here = if (!rows.local || !table.fields.forall(f => rows.schema.fieldNames.contains(f.name) &&
-      DataType.equalsIgnoreNullability(rows.schema(f.name).dataType, f.dataType))) None
-    else {
-      val at = table.fieldNames.map(rows.schema.fieldIndex)
-      val toInternal = CatalystTypeConverters.createToCatalystConverter(table)
-      DriverWrite.write(spark, txn, table, rows.rows.map(r =>
-        toInternal(Row.fromSeq(at.map(r.get).toSeq)).asInstanceOf[InternalRow]), Some(sortKey))
-    }
+    val here =
+      if (!rows.local || !table.fields.forall(f =>
+          rows.schema.fieldNames.contains(f.name) &&
+            DataType.equalsIgnoreNullability(rows.schema(f.name).dataType, f.dataType))) None
+      else {
+        val at = table.fieldNames.map(rows.schema.fieldIndex)
+        val toInternal = CatalystTypeConverters.createToCatalystConverter(table)
+        DriverWrite.write(spark, txn, table,
+          rows.rows.map(r =>
+            toInternal(Row.fromSeq(at.map(r.get).toSeq)).asInstanceOf[InternalRow]), Some(sortKey))
+      }
     val adds = here.getOrElse {
       // The table's columns, in its order and types (a transaction writes rows as they are).
       val columns = table.fields.map(f => col(f.name).cast(f.dataType).as(f.name))
@@ -150,8 +159,9 @@ class TriangleStateTables(spark: SparkSession, meta: ViewMetadata, attempt: Stri
     val followed = for {
       entry <- ResidentState.get(spark, table, stamp(3 + i, from)) if change.local && to == from + 1
       schema = entry.base.schema
-      next <- entry.plus(stamp(3 + i, to), PartitionedRows.toInternal(schema,
-        change.rows.map(r => Row.fromSeq(schema.fieldNames.toSeq.map(n => r.getAs[Any](n))))))
+      next <- entry.plus(stamp(3 + i, to),
+        PartitionedRows.toInternal(schema,
+          change.rows.map(r => Row.fromSeq(schema.fieldNames.toSeq.map(n => r.getAs[Any](n))))))
     } yield next
     followed match {
       case Some(entry) => ResidentState.put(table, entry)
@@ -180,6 +190,7 @@ class TriangleStateTables(spark: SparkSession, meta: ViewMetadata, attempt: Stri
 }
 
 object TriangleStateTables {
+
   /** The heavy keys of a state table at one version (held by its Delta id, stamped by the version). */
   private final case class HeavyKeys(keys: Set[Any]) extends Arrangement {
     override def place: StatePlace = StatePlace.Driver

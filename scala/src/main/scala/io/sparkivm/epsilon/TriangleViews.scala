@@ -6,12 +6,12 @@ import io.sparkivm.errors.IvmErrors
 import io.sparkivm.execution.AnalyzedView
 import io.sparkivm.planner.{Branch, DeltaRules, TriangleQuery}
 import org.apache.spark.internal.Logging
-import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, Cast, Literal, NamedExpression}
 import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, Project}
 import org.apache.spark.sql.functions.{col, lit, sum}
 import org.apache.spark.sql.ivm.{Parallel, SparkInternals}
 import org.apache.spark.sql.types.IntegerType
+import org.apache.spark.sql.{DataFrame, SparkSession}
 
 /**
  * The IVM^eps life cycle of a triangle view: building its state (at CREATE, on a full refresh,
@@ -19,6 +19,7 @@ import org.apache.spark.sql.types.IntegerType
  * paper's invariants (in test mode, `spark.ivm.epsilon.checkInvariants`).
  */
 object TriangleViews extends Logging {
+
   /** Appended auxiliary-view rows are folded back (compacted) past this many, or the view's size. */
   val CompactMinRows = 100000L
 
@@ -74,8 +75,9 @@ object TriangleViews extends Logging {
    */
   def blockDelta(engine: TriangleMaintenance, tables: TriangleStateTables, state: EpsilonState)(
       heavy: IndexedSeq[engine.HeavySet]): DataFrame =
-    engine.blockDelta(state, heavy, (i, keys, where) =>
-      tables.aux(i, state.versions(3 + i), state.auxRows(i), s"b${(i + 1) % 3}", keys, where))
+    engine.blockDelta(state, heavy,
+      (i, keys, where) =>
+        tables.aux(i, state.versions(3 + i), state.auxRows(i), s"b${(i + 1) % 3}", keys, where))
 
   /**
    * The state after a refresh whose block delta `engine` computed: auxiliary-view changes
@@ -104,32 +106,34 @@ object TriangleViews extends Logging {
       val auxCompact = state.auxCompact.toArray
       val compacted = Array.fill(3)(false)
       // The three occurrences' writes are independent: side by side.
-      Parallel.run(spark, (0 until 3).map(i => () => {
-        val (turnHeavy, turnLight) = moves(i)
-        if (turnHeavy.nonEmpty || turnLight.nonEmpty) {
-          val kept = tables.read(i, state.versions(i))
-          val after = (if (turnLight.isEmpty) kept else kept.where(!col(KeyColumn).isin(turnLight.toSeq: _*)))
-            .unionByName(engine.keyFrame(i, turnHeavy)).localCheckpoint(eager = true)
-          versions(i) = tables.overwrite(i, after, KeyColumn)
-          heavyCounts(i) = after.count()
-        }
-        Seq(dataChanges(i), rebalance(i)).flatten.reduceOption(_ unionByName _).foreach { change =>
-          val rows = engine.settled(change, engine.auxCols(i))
-          if (!rows.isEmpty) {
-            versions(3 + i) = tables.appendAux(i, versions(3 + i), rows, s"a$i")
-            auxRows(i) += rows.count
-          }
-        }
-        if (auxRows(i) - auxCompact(i) > math.max(auxCompact(i), CompactMinRows)) {
-          val current = tables.read(3 + i, versions(3 + i))
-          val folded = current.groupBy(engine.auxCols(i).map(col): _*).agg(sum(W).as(W))
-            .filter(col(W) =!= 0).localCheckpoint(eager = true)
-          versions(3 + i) = tables.overwrite(3 + i, folded, s"a$i")
-          auxRows(i) = folded.count()
-          auxCompact(i) = auxRows(i)
-          compacted(i) = true
-        }
-      }))
+      Parallel.run(spark,
+        (0 until 3).map(i =>
+          () => {
+            val (turnHeavy, turnLight) = moves(i)
+            if (turnHeavy.nonEmpty || turnLight.nonEmpty) {
+              val kept = tables.read(i, state.versions(i))
+              val after = (if (turnLight.isEmpty) kept else kept.where(!col(KeyColumn).isin(turnLight.toSeq: _*)))
+                .unionByName(engine.keyFrame(i, turnHeavy)).localCheckpoint(eager = true)
+              versions(i) = tables.overwrite(i, after, KeyColumn)
+              heavyCounts(i) = after.count()
+            }
+            Seq(dataChanges(i), rebalance(i)).flatten.reduceOption(_ unionByName _).foreach { change =>
+              val rows = engine.settled(change, engine.auxCols(i))
+              if (!rows.isEmpty) {
+                versions(3 + i) = tables.appendAux(i, versions(3 + i), rows, s"a$i")
+                auxRows(i) += rows.count
+              }
+            }
+            if (auxRows(i) - auxCompact(i) > math.max(auxCompact(i), CompactMinRows)) {
+              val current = tables.read(3 + i, versions(3 + i))
+              val folded = current.groupBy(engine.auxCols(i).map(col): _*).agg(sum(W).as(W))
+                .filter(col(W) =!= 0).localCheckpoint(eager = true)
+              versions(3 + i) = tables.overwrite(3 + i, folded, s"a$i")
+              auxRows(i) = folded.count()
+              auxCompact(i) = auxRows(i)
+              compacted(i) = true
+            }
+          }))
       (0 until 3).foreach { i =>
         val (turnHeavy, turnLight) = moves(i)
         if (turnHeavy.nonEmpty || turnLight.nonEmpty) {
@@ -164,8 +168,9 @@ object TriangleViews extends Logging {
     }
     val sign = Alias(Cast(byName(W), IntegerType), m.name)(exprId = m.exprId)
     val units = Project(unitAttrs :+ sign, plan)
-    Branch(Project(q.block.outputs :+ m, units), Seq("IVM^eps: D(R) x (S^L x T + S^H x T^H + V_ST), " +
-      "D(S) x (T^L x R + T^H x R^H + V_TR), D(T) x (R^L x S + R^H x S^H + V_RS)"))
+    Branch(Project(q.block.outputs :+ m, units),
+      Seq("IVM^eps: D(R) x (S^L x T + S^H x T^H + V_ST), " +
+        "D(S) x (T^L x R + T^H x R^H + V_TR), D(T) x (R^L x S + R^H x S^H + V_RS)"))
   }
 
   /** DESCRIBE lines for the state. */
@@ -174,10 +179,14 @@ object TriangleViews extends Logging {
     ("Epsilon", state.eps.toString, "ALTER MATERIALIZED VIEW ... SET TBLPROPERTIES ('ivm.epsilon' = ...)"),
     ("Threshold base N", state.n.toString, s"|D| = ${state.size} rows; floor(N/4) <= |D| < N"),
     ("Heavy threshold", f"${state.threshold}%.2f", "N^eps")) ++
-    (0 until 3).map(i => ("Heavy keys", s"${q.sides(i).name}: ${
-      if (state.allHeavy) "all (eps = 0)" else state.heavy(i).toString}", "")) ++
-    (0 until 3).map(i => ("Auxiliary view", s"${EpsilonState.Views(i)}: ${state.auxRows(i)} rows",
-      s"${state.auxRows(i) - state.auxCompact(i)} appended since last compaction"))
+    (0 until 3).map(i =>
+      ("Heavy keys",
+        s"${q.sides(i).name}: ${
+            if (state.allHeavy) "all (eps = 0)" else state.heavy(i).toString
+          }", "")) ++
+    (0 until 3).map(i =>
+      ("Auxiliary view", s"${EpsilonState.Views(i)}: ${state.auxRows(i)} rows",
+        s"${state.auxRows(i) - state.auxCompact(i)} appended since last compaction"))
 
   /**
    * The paper's invariants over the state and Post (Kara et al. 2020, Definition 13 and the
@@ -193,7 +202,7 @@ object TriangleViews extends Logging {
     def checkSide(i: Int): Long = {
       val degrees = engine.post(i).groupBy(s"a$i").agg(sum(W).as("deg"))
       val joined = (if (heavy(i).allHeavy) degrees.withColumn("heavy", lit(true))
-        else degrees.join(heavy(i).table.withColumn("heavy", lit(true)), Seq(s"a$i"), "full_outer")).collect()
+                    else degrees.join(heavy(i).table.withColumn("heavy", lit(true)), Seq(s"a$i"), "full_outer")).collect()
       if (!heavy(i).allHeavy) {
         val heavyCount = joined.count(_.getAs[Any]("heavy") != null)
         if (heavyCount != state.heavy(i)) fail(s"${engine.sideName(i)} has $heavyCount heavy keys, " +
@@ -218,16 +227,18 @@ object TriangleViews extends Logging {
     val size = Parallel.run(spark, (0 until 3).map(i => () => checkSide(i))).sum
     if (size != state.size) fail(s"|D| is $size, the state says ${state.size}")
     if (!(state.n / 4 <= size && size < state.n)) fail(s"|D| = $size outside [floor(N/4), N)")
-    Parallel.run(spark, (0 until 3).map(i => () => {
-      // The stored view minus its definition, folded per row: empty when they are equal.
-      val cols = engine.auxCols(i).map(col)
-      val stored = tables.read(3 + i, state.versions(3 + i)).select(cols :+ col(W): _*)
-      val defined = engine.auxFromScratch(i, heavy)
-      val differing = stored.unionByName(defined.withColumn(W, -col(W))).groupBy(cols: _*)
-        .agg(sum(W).as(W)).filter(col(W) =!= 0).limit(5).collect()
-      if (differing.nonEmpty) {
-        fail(s"${EpsilonState.Views(i)} differs from its definition, e.g. by ${differing.mkString(", ")}")
-      }
-    }))
+    Parallel.run(spark,
+      (0 until 3).map(i =>
+        () => {
+          // The stored view minus its definition, folded per row: empty when they are equal.
+          val cols = engine.auxCols(i).map(col)
+          val stored = tables.read(3 + i, state.versions(3 + i)).select(cols :+ col(W): _*)
+          val defined = engine.auxFromScratch(i, heavy)
+          val differing = stored.unionByName(defined.withColumn(W, -col(W))).groupBy(cols: _*)
+            .agg(sum(W).as(W)).filter(col(W) =!= 0).limit(5).collect()
+          if (differing.nonEmpty) {
+            fail(s"${EpsilonState.Views(i)} differs from its definition, e.g. by ${differing.mkString(", ")}")
+          }
+        }))
   }
 }

@@ -17,9 +17,9 @@ class IvmException(
     val condition: String,
     val parameters: Map[String, String],
     cause: Option[Throwable] = None)
-  extends AnalysisException(
-    IvmErrors.message(condition, parameters), None, None, cause, Some(condition), parameters,
-    Array.empty) {
+    extends AnalysisException(
+      IvmErrors.message(condition, parameters), None, None, cause, Some(condition), parameters,
+      Array.empty) {
   override def getSqlState: String = IvmErrors.reader.getSqlState(condition)
   override def getMessageParameters: java.util.Map[String, String] = parameters.asJava
 }
@@ -34,9 +34,10 @@ object IvmErrors {
   lazy val conditions: Seq[String] = {
     val source = scala.io.Source.fromURL(url, "UTF-8")
     try org.json4s.jackson.JsonMethods.parse(source.mkString) match {
-      case org.json4s.JObject(fields) => fields.map(_._1).sorted
-      case other => throw new IllegalStateException(s"$Resource is not an object: $other")
-    } finally source.close()
+        case org.json4s.JObject(fields) => fields.map(_._1).sorted
+        case other => throw new IllegalStateException(s"$Resource is not an object: $other")
+      }
+    finally source.close()
   }
 
   /** `[CONDITION] message SQLSTATE: s`, as Spark formats its own errors. */
@@ -81,14 +82,15 @@ object IvmErrors {
 
   /** At CREATE (`view` None) spark-ivm may turn the feed on; a refresh never changes a table. */
   def changeFeedDisabled(table: String, view: Option[String] = None): IvmException =
-    of("IVM_CHANGE_FEED_DISABLED", "table" -> table, "hint" -> (view match {
-      case None => s"Run ALTER TABLE $table SET TBLPROPERTIES (delta.enableChangeDataFeed = true), or set " +
-        "spark.ivm.autoEnableChangeDataFeed=true to let spark-ivm do it."
-      case Some(v) => s"The change data feed was turned off after materialized view $v was created, and a " +
-        s"refresh never changes a base table's properties. Run ALTER TABLE $table SET TBLPROPERTIES " +
-        s"(delta.enableChangeDataFeed = true), then REFRESH MATERIALIZED VIEW $v FULL (changes made while it " +
-        "was off were not recorded)."
-    }))
+    of("IVM_CHANGE_FEED_DISABLED", "table" -> table,
+      "hint" -> (view match {
+        case None => s"Run ALTER TABLE $table SET TBLPROPERTIES (delta.enableChangeDataFeed = true), or set " +
+            "spark.ivm.autoEnableChangeDataFeed=true to let spark-ivm do it."
+        case Some(v) => s"The change data feed was turned off after materialized view $v was created, and a " +
+            s"refresh never changes a base table's properties. Run ALTER TABLE $table SET TBLPROPERTIES " +
+            s"(delta.enableChangeDataFeed = true), then REFRESH MATERIALIZED VIEW $v FULL (changes made while it " +
+            "was off were not recorded)."
+      }))
 
   def viewNotWritable(name: String, statement: String): IvmException =
     of("IVM_VIEW_NOT_WRITABLE", "name" -> name, "statement" -> statement)
@@ -174,8 +176,9 @@ object IvmErrors {
    */
   private def oneLine(t: Throwable): String = {
     val message = Option(t.getMessage).getOrElse(t.toString)
-    val lines = message.linesIterator.takeWhile(l => !l.startsWith("'") && !l.startsWith("+-") &&
-      !l.startsWith("== ")).map(_.trim).filter(_.nonEmpty).toSeq
+    val lines = message.linesIterator.takeWhile(l =>
+      !l.startsWith("'") && !l.startsWith("+-") &&
+        !l.startsWith("== ")).map(_.trim).filter(_.nonEmpty).toSeq
     val joined = lines.mkString(" ").stripSuffix(";")
     if (joined.length <= 600) joined else joined.take(597) + "..."
   }

@@ -5,11 +5,11 @@ import java.util.Locale
 import io.sparkivm.catalog.ViewMetadata
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.planner.ViewMaintenance
-import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.catalyst.expressions.RowOrdering
 import org.apache.spark.sql.delta.DeltaOptions
 import org.apache.spark.sql.functions.col
 import org.apache.spark.sql.internal.SQLConf
+import org.apache.spark.sql.{DataFrame, SparkSession}
 
 /**
  * How a backing table's rows lie in its files: ordered by one column, the view's first
@@ -43,6 +43,7 @@ case class BackingLayout(column: String, ranged: Boolean) {
 }
 
 object BackingLayout {
+
   /** The layout of a view's backing table, if the view has any column to order by. */
   def of(meta: ViewMetadata, maintenance: ViewMaintenance): Option[BackingLayout] = {
     val columns = maintenance.backingColumns

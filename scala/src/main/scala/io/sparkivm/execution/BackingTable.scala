@@ -6,13 +6,13 @@ import io.sparkivm.conf.IvmConf
 import io.sparkivm.planner.ViewMaintenance
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.AttributeReference
-import org.apache.spark.sql.catalyst.types.DataTypeUtils
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
-import org.apache.spark.sql.ivm.SparkInternals
+import org.apache.spark.sql.catalyst.types.DataTypeUtils
 import org.apache.spark.sql.delta.{DeltaLog, Snapshot}
+import org.apache.spark.sql.functions.{col, lit}
+import org.apache.spark.sql.ivm.SparkInternals
 import org.apache.spark.sql.types.BooleanType
 import org.apache.spark.sql.{DataFrame, SparkSession}
-import org.apache.spark.sql.functions.{col, lit}
 
 /** Rows a commit changed in a backing table. */
 case class MergeMetrics(inserted: Long, updated: Long, deleted: Long) {
@@ -38,10 +38,11 @@ object BackingTable {
       UserMetadata -> ViewCatalog.renderRecord(record))
     val previous = confs.keys.map(k => k -> spark.conf.getOption(k)).toMap
     confs.foreach { case (k, v) => spark.conf.set(k, v) }
-    try body finally previous.foreach {
-      case (k, Some(v)) => spark.conf.set(k, v)
-      case (k, None) => spark.conf.unset(k)
-    }
+    try body
+    finally previous.foreach {
+        case (k, Some(v)) => spark.conf.set(k, v)
+        case (k, None) => spark.conf.unset(k)
+      }
   }
 
   def create(spark: SparkSession, meta: ViewMetadata, rows: DataFrame, record: RefreshRecord,
@@ -50,9 +51,9 @@ object BackingTable {
       // No change data feed unless a materialized view comes to read this one (ViewAnalysis.pin).
       // A view rebuilt by ALTER keeps its history.
       val earlier = if (meta.history.isEmpty) Map.empty[String, String]
-        else Map(RefreshHistory.Property -> RefreshHistory.render(meta.history))
+      else Map(RefreshHistory.Property -> RefreshHistory.render(meta.history))
       val props = RefreshHistory.recorded(ViewCatalog.properties(meta) ++ earlier +
-        (ViewCatalog.RecordProperty -> ViewCatalog.renderRecord(record)), record.entry) ++
+          (ViewCatalog.RecordProperty -> ViewCatalog.renderRecord(record)), record.entry) ++
         (if (IvmConf.ApplyDeletionVectors.get(spark)) Map(DeletionVectorsProperty -> "true") else Map.empty)
       val writer = BackingLayout.writeOptions(spark).foldLeft(
         BackingLayout.full(rows, layout).writeTo(meta.backing.quotedString).using("delta")) {
@@ -92,8 +93,9 @@ object BackingTable {
       case None =>
         val df = DeltaSources.snapshot(spark, meta.backing, snapshot.version)
         val Seq(file, row, version) = ViewMaintenance.PositionColumns
-        SparkInternals.analyzed(if (!positions) df else df.select(col("*"), col("_metadata.file_path").as(file),
-          col("_metadata.row_index").as(row), lit(snapshot.version).as(version)))
+        SparkInternals.analyzed(if (!positions) df
+          else df.select(col("*"), col("_metadata.file_path").as(file),
+            col("_metadata.row_index").as(row), lit(snapshot.version).as(version)))
     }
   }
 

@@ -7,6 +7,7 @@ import org.apache.spark.sql.ivm.SessionInternals
 
 /** The catalog view of a materialized view: a view over its backing table, with its definition. */
 object CatalogViews {
+
   /** The user-facing catalog view over the backing table. */
   def create(spark: SparkSession, meta: ViewMetadata, maintenance: ViewMaintenance,
       replace: Boolean): Unit = {
@@ -14,7 +15,8 @@ object CatalogViews {
     // ACCESS BY is mirrored on the catalog view: a lookup reads it without touching the backing table.
     // So is the definition, when it fits a metastore's property value: REFRESH ... FULL rebuilds
     // a view from it whose backing table (and with it the full metadata) was lost.
-    val definition = if (meta.queryText.length > MirroredQueryMaxChars) Nil else
+    val definition = if (meta.queryText.length > MirroredQueryMaxChars) Nil
+    else
       Seq(ViewCatalog.QueryProperty -> meta.queryText, ViewCatalog.DatabaseProperty -> meta.database,
         ViewCatalog.PolicyProperty -> meta.policy.name) ++
         meta.sqlConf.map { case (k, v) => (ViewCatalog.SqlConfPrefix + k) -> v }
@@ -25,7 +27,7 @@ object CatalogViews {
       .map { case (k, v) => s"${ViewCatalog.sqlString(k)} = ${ViewCatalog.sqlString(v)}" }
       .mkString(", ")
     CatalogGuard.internal(spark.sql(s"CREATE ${if (replace) "OR REPLACE " else ""}VIEW " +
-      s"${meta.view.quotedString}$comment TBLPROPERTIES ($props) AS ${maintenance.viewSql(meta.backing.quotedString)}"))
+        s"${meta.view.quotedString}$comment TBLPROPERTIES ($props) AS ${maintenance.viewSql(meta.backing.quotedString)}"))
   }
 
   /**
@@ -37,7 +39,8 @@ object CatalogViews {
     val view = SessionInternals.catalog(spark).getTableMetadata(meta.view)
     val types = analyzed.plan.output.map(_.dataType)
     if (view.schema.length != types.length || view.schema.fields.zip(types).exists { case (f, t) =>
-        !org.apache.spark.sql.types.DataType.equalsIgnoreNullability(f.dataType, t) }) {
+        !org.apache.spark.sql.types.DataType.equalsIgnoreNullability(f.dataType, t)
+      }) {
       create(spark, meta, analyzed.maintenance, replace = true)
     }
   }

@@ -2,13 +2,13 @@ package io.sparkivm.execution
 
 import java.util.UUID
 
-import org.apache.spark.sql.delta.{DeltaLog, Snapshot}
 import org.apache.spark.sql.delta.actions.{AddFile, DeletionVectorDescriptor, FileAction}
 import org.apache.spark.sql.delta.commands.DeletionVectorUtils
 import org.apache.spark.sql.delta.deletionvectors.{RoaringBitmapArray, RoaringBitmapArrayFormat}
 import org.apache.spark.sql.delta.ivm.DeltaInternals
 import org.apache.spark.sql.delta.storage.dv.DeletionVectorStore
 import org.apache.spark.sql.delta.util.PathWithFileSystem
+import org.apache.spark.sql.delta.{DeltaLog, Snapshot}
 
 /**
  * Removes rows from a backing table's files with Delta's deletion vectors (merge-on-read), as
@@ -19,6 +19,7 @@ import org.apache.spark.sql.delta.util.PathWithFileSystem
  * keys, the whole table.
  */
 object DeletionVectorApply {
+
   /** A file losing more than this fraction of its rows is rewritten instead (it compacts). */
   val MaxDeletedFraction = 0.5
 
@@ -52,7 +53,9 @@ object DeletionVectorApply {
     val target = store.generateFileNameInTable(PathWithFileSystem.withConf(log.dataPath, log.newDeltaHadoopConf()),
       id, "")
     val writer = store.createWriter(target)
-    val range = try writer.write(bitmap.serializeAsByteArray(RoaringBitmapArrayFormat.Portable)) finally writer.close()
+    val range =
+      try writer.write(bitmap.serializeAsByteArray(RoaringBitmapArrayFormat.Portable))
+      finally writer.close()
     val dv = DeletionVectorDescriptor.onDiskWithRelativePath(id, "", range.length, bitmap.cardinality,
       Some(range.offset), None)
     val (added, removed) = file.removeRows(dv, true)

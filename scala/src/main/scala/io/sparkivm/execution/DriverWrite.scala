@@ -4,29 +4,29 @@ import scala.jdk.CollectionConverters._
 import scala.util.control.NonFatal
 
 import io.sparkivm.errors.IvmErrors
-
 import org.apache.hadoop.fs.Path
-import org.apache.hadoop.mapreduce.{Job, JobID, TaskAttemptID, TaskID, TaskType}
 import org.apache.hadoop.mapreduce.lib.output.FileOutputFormat
 import org.apache.hadoop.mapreduce.task.TaskAttemptContextImpl
+import org.apache.hadoop.mapreduce.{Job, JobID, TaskAttemptID, TaskID, TaskType}
 import org.apache.parquet.hadoop.ParquetFileReader
 import org.apache.parquet.hadoop.util.HadoopInputFile
 import org.apache.spark.internal.Logging
 import org.apache.spark.internal.io.FileNameSpec
-import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.RowOrdering
 import org.apache.spark.sql.catalyst.types.DataTypeUtils
 import org.apache.spark.sql.catalyst.util.{CharVarcharUtils, TypeUtils}
-import org.apache.spark.sql.delta.{ColumnWithDefaultExprUtils, DeltaOptions, GeneratedColumn, NoMapping,
-  OptimisticTransaction}
 import org.apache.spark.sql.delta.actions.AddFile
 import org.apache.spark.sql.delta.constraints.Constraints
 import org.apache.spark.sql.delta.files.DelayedCommitProtocol
 import org.apache.spark.sql.delta.sources.DeltaSQLConf
 import org.apache.spark.sql.delta.stats.DeltaJobStatisticsTracker
+import org.apache.spark.sql.delta.{
+  ColumnWithDefaultExprUtils, DeltaOptions, GeneratedColumn, NoMapping, OptimisticTransaction
+}
 import org.apache.spark.sql.ivm.SparkInternals
 import org.apache.spark.sql.types.{DataType, StructType}
+import org.apache.spark.sql.{DataFrame, SparkSession}
 
 /**
  * Writes a few rows held on the driver into a new data file of a Delta table, in the driver's
@@ -44,6 +44,7 @@ import org.apache.spark.sql.types.{DataType, StructType}
  * rows whose columns are not the table's.
  */
 object DriverWrite extends Logging {
+
   /**
    * The files holding `rows` (Catalyst rows of the table's columns, in its order), at most
    * `rowsPerFile` rows each (0: one file), sorted by column `sortBy` if given; written but not
@@ -64,20 +65,23 @@ object DriverWrite extends Logging {
     // column non-null that holds NULL (an emptied group's state), and Parquet writes no value
     // for a NULL in a required column, which makes the file unreadable.
     val fileSchema = SparkInternals.nullable(schema)
-    val statsTracker = try statsTrackerOf(spark, txn) catch {
-      case NonFatal(e) =>
-        logWarning(s"Delta's statistics tracker is not reachable (${e.getMessage}); writing by a Spark job")
-        return None
-    }
-    val ordered = sortBy.filter(c => schema.fieldNames.contains(c) && RowOrdering.isOrderable(schema(c).dataType)).map { c =>
-      val at = schema.fieldIndex(c)
-      val t = schema(at).dataType
-      val ordering = TypeUtils.getInterpretedOrdering(t)
-      rows.sortWith { (l, r) =>
-        if (l.isNullAt(at)) !r.isNullAt(at)
-        else !r.isNullAt(at) && ordering.lt(l.get(at, t), r.get(at, t))
+    val statsTracker =
+      try statsTrackerOf(spark, txn)
+      catch {
+        case NonFatal(e) =>
+          logWarning(s"Delta's statistics tracker is not reachable (${e.getMessage}); writing by a Spark job")
+          return None
       }
-    }.getOrElse(rows)
+    val ordered =
+      sortBy.filter(c => schema.fieldNames.contains(c) && RowOrdering.isOrderable(schema(c).dataType)).map { c =>
+        val at = schema.fieldIndex(c)
+        val t = schema(at).dataType
+        val ordering = TypeUtils.getInterpretedOrdering(t)
+        rows.sortWith { (l, r) =>
+          if (l.isNullAt(at)) !r.isNullAt(at)
+          else !r.isNullAt(at) && ordering.lt(l.get(at, t), r.get(at, t))
+        }
+      }.getOrElse(rows)
     val chunks = if (rowsPerFile > 0) ordered.grouped(rowsPerFile.toInt).toSeq else Seq(ordered).filter(_.nonEmpty)
     Some(chunks.zipWithIndex.map { case (chunk, i) => writeFile(spark, txn, fileSchema, chunk, i, statsTracker) -> chunk })
   }
@@ -87,12 +91,13 @@ object DriverWrite extends Logging {
     val metadata = txn.metadata
     val table = metadata.schema
     metadata.partitionColumns.isEmpty && metadata.columnMappingMode == NoMapping &&
-      sameColumns(table, schema) &&
-      Constraints.getAll(metadata, spark).isEmpty && !GeneratedColumn.hasGeneratedColumns(table) &&
-      !ColumnWithDefaultExprUtils.hasIdentityColumn(table) &&
-      !ColumnWithDefaultExprUtils.tableHasDefaultExpr(txn.protocol, metadata, false) && !CharVarcharUtils.hasCharVarchar(table) &&
-      !metadata.configuration.exists { case (k, v) => k.startsWith("delta.enableIcebergCompat") && v == "true" } &&
-      !txn.protocol.writerFeatureNames.exists(_.toLowerCase(java.util.Locale.ROOT).contains("clustering"))
+    sameColumns(table, schema) &&
+    Constraints.getAll(metadata, spark).isEmpty && !GeneratedColumn.hasGeneratedColumns(table) &&
+    !ColumnWithDefaultExprUtils.hasIdentityColumn(table) &&
+    !ColumnWithDefaultExprUtils.tableHasDefaultExpr(txn.protocol, metadata, false) && !CharVarcharUtils.hasCharVarchar(
+      table) &&
+    !metadata.configuration.exists { case (k, v) => k.startsWith("delta.enableIcebergCompat") && v == "true" } &&
+    !txn.protocol.writerFeatureNames.exists(_.toLowerCase(java.util.Locale.ROOT).contains("clustering"))
   }
 
   /** True if two schemas have the same columns, by name and type, in order (nullability aside). */
@@ -110,8 +115,9 @@ object DriverWrite extends Logging {
     val method = txn.getClass.getMethod("getOptionalStatsTrackerAndStatsCollection",
       classOf[Seq[_]], classOf[Path], classOf[StructType], classOf[org.apache.spark.sql.Dataset[_]])
     val output = DataTypeUtils.toAttributes(txn.metadata.schema).map(_.withNullability(true))
-    val (tracker, _) = method.invoke(txn, output, txn.deltaLog.dataPath, new StructType(), spark.emptyDataFrame: DataFrame)
-      .asInstanceOf[(Option[DeltaJobStatisticsTracker], Option[_])]
+    val (tracker, _) =
+      method.invoke(txn, output, txn.deltaLog.dataPath, new StructType(), spark.emptyDataFrame: DataFrame)
+        .asInstanceOf[(Option[DeltaJobStatisticsTracker], Option[_])]
     tracker
   }
 
@@ -122,13 +128,16 @@ object DriverWrite extends Logging {
    */
   private[execution] def verify(conf: org.apache.hadoop.conf.Configuration, path: Path, rows: Long): Unit = {
     val reader = ParquetFileReader.open(HadoopInputFile.fromPath(path, conf))
-    val footer = try reader.getFooter finally reader.close()
+    val footer =
+      try reader.getFooter
+      finally reader.close()
     val blocks = footer.getBlocks.asScala.toSeq
     val written = blocks.map(_.getRowCount).sum
     val required = footer.getFileMetaData.getSchema.getFields.asScala
       .filter(_.isRepetition(org.apache.parquet.schema.Type.Repetition.REQUIRED)).map(_.getName)
-    val short = blocks.flatMap(b => b.getColumns.asScala.filter(c => c.getPath.size == 1 && c.getValueCount < b.getRowCount)
-      .map(_.getPath.toDotString))
+    val short = blocks.flatMap(b =>
+      b.getColumns.asScala.filter(c => c.getPath.size == 1 && c.getValueCount < b.getRowCount)
+        .map(_.getPath.toDotString))
     if (written != rows || required.nonEmpty || short.nonEmpty) {
       scala.util.Try(path.getFileSystem(conf).delete(path, false))
       throw IvmErrors.internal(s"the driver wrote a file that would not read back ($path: $written of $rows rows, " +

@@ -19,6 +19,7 @@ import org.apache.spark.sql.SparkSession
  * before-commit, after-commit (REFRESH) and create-after-backing (CREATE).
  */
 object FaultInjection {
+
   /** Test mode, fixed for the life of the application. */
   def enabled(spark: SparkSession): Boolean =
     spark.sparkContext.getConf.getBoolean(IvmConf.Testing.key, defaultValue = false) ||

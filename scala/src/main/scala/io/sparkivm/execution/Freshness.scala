@@ -4,8 +4,8 @@ import scala.util.control.NonFatal
 
 import io.sparkivm.catalog.{RefreshRecord, ViewCatalog, ViewMetadata}
 import org.apache.spark.sql.SparkSession
-import org.apache.spark.sql.delta.{DeltaHistoryManager, DeltaLog}
 import org.apache.spark.sql.delta.util.FileNames
+import org.apache.spark.sql.delta.{DeltaHistoryManager, DeltaLog}
 
 /** A base table's commits that a view has not applied yet. */
 case class SourceLag(table: String, consumedVersion: Long, currentVersion: Long,
@@ -28,16 +28,18 @@ object Freshness {
   def of(spark: SparkSession, meta: ViewMetadata, last: RefreshRecord): Freshness = {
     val now = System.currentTimeMillis()
     Freshness(meta.sources.map { s =>
-      val consumed = last.sourceVersions.getOrElse(s.table, -1L)
-      try {
-        val log = DeltaLog.forTable(spark, ViewCatalog.qualify(spark, s.table.split('.').toSeq.takeRight(2)))
-        val current = log.update().version
-        val oldest = if (current <= consumed) None else try {
-          DeltaHistoryManager.getCommitInfoOpt(log.store, FileNames.unsafeDeltaFile(log.logPath, consumed + 1),
-            log.newDeltaHadoopConf()).map(_.timestamp.getTime)
-        } catch { case NonFatal(_) => None }
-        SourceLag(s.table, consumed, current, oldest)
-      } catch { case NonFatal(_) => SourceLag(s.table, consumed, -1L, None) }
-    }, now)
+        val consumed = last.sourceVersions.getOrElse(s.table, -1L)
+        try {
+          val log = DeltaLog.forTable(spark, ViewCatalog.qualify(spark, s.table.split('.').toSeq.takeRight(2)))
+          val current = log.update().version
+          val oldest = if (current <= consumed) None
+          else
+            try {
+              DeltaHistoryManager.getCommitInfoOpt(log.store, FileNames.unsafeDeltaFile(log.logPath, consumed + 1),
+                log.newDeltaHadoopConf()).map(_.timestamp.getTime)
+            } catch { case NonFatal(_) => None }
+          SourceLag(s.table, consumed, current, oldest)
+        } catch { case NonFatal(_) => SourceLag(s.table, consumed, -1L, None) }
+      }, now)
   }
 }

@@ -12,6 +12,7 @@ import org.apache.spark.sql.SparkSession
  * (shared with other views that read them).
  */
 object HeldState {
+
   /** One arrangement: its kind, what it is of, where, its bytes, the view it serves and its stamp. */
   final case class Line(kind: String, of: String, place: String, bytes: Long, view: Option[String], stamp: String)
 
@@ -24,10 +25,13 @@ object HeldState {
   /** What is held for `meta`'s view. */
   def of(spark: SparkSession, meta: ViewMetadata): Seq[Line] = {
     val paths = (meta.backing +: meta.sources.map(s => ViewCatalog.qualify(spark, s.table.split('.').toSeq.takeRight(2))))
-      .flatMap(t => try Some(ViewCatalog.deltaLog(spark, t).dataPath.toString) catch { case NonFatal(_) => None })
+      .flatMap(t =>
+        try Some(ViewCatalog.deltaLog(spark, t).dataPath.toString)
+        catch { case NonFatal(_) => None })
     val view = meta.view.unquotedString
-    StateRegistry.held.filter(h => h.view.contains(view) || h.table.exists(paths.contains) ||
-      paths.exists(p => isOf(h.id.name, p))).map(line)
+    StateRegistry.held.filter(h =>
+      h.view.contains(view) || h.table.exists(paths.contains) ||
+        paths.exists(p => isOf(h.id.name, p))).map(line)
   }
 
   /** True if a state name names the table at `path` (names embed the path or its log's path). */

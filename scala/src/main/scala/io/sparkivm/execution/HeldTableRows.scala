@@ -3,11 +3,10 @@ package io.sparkivm.execution
 import io.sparkivm.changes.{DeltaSources, KnownFiles}
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.planner.{RowCounts, SharedScans}
-import io.sparkivm.state.{Arrangement, StateId, StateKind, StatePlace, StateRegistry, StateSize, TableCommit,
-  TableStamp}
+import io.sparkivm.state.{Arrangement, StateId, StateKind, StatePlace, StateRegistry, StateSize, TableCommit, TableStamp}
 import org.apache.spark.sql.SparkSession
-import org.apache.spark.sql.catalyst.{InternalRow, TableIdentifier}
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow
+import org.apache.spark.sql.catalyst.{InternalRow, TableIdentifier}
 import org.apache.spark.sql.delta.Snapshot
 import org.apache.spark.sql.ivm.LocalRows
 import org.apache.spark.sql.types.StructType
@@ -29,12 +28,15 @@ import org.apache.spark.sql.types.StructType
  * table in a few files is read once, by one job, when a refresh asks for it.
  */
 object HeldTableRows {
+
   /** Tables with more rows (`spark.ivm.heldTables.maxRows`), or more bytes, are not held. */
   val MaxBytes: Long = 2L << 20
+
   /** Nor are tables in more files than this per core, unless an apply's rows make them held. */
   val MaxFilesPerCore = 2
   private case class Held(id: String, version: Long, schema: StructType, rows: IndexedSeq[InternalRow],
-      maxRows: Long) extends Arrangement {
+      maxRows: Long)
+      extends Arrangement {
     override def place: StatePlace = StatePlace.Driver
     override lazy val bytes: Long = StateSize.of(rows)
 
@@ -44,7 +46,7 @@ object HeldTableRows {
      */
     override def committed(c: TableCommit): Option[Arrangement] = {
       def kept = if (c.replacesAll) Some(IndexedSeq.empty)
-        else c.removedKeys.map(keys => without(schema, rows, c.keyColumns.map(c.schema.fieldIndex), keys))
+      else c.removedKeys.map(keys => without(schema, rows, c.keyColumns.map(c.schema.fieldIndex), keys))
       for {
         added <- c.added if c.follows(version) && DriverWrite.sameColumns(schema, c.schema)
         k <- kept
@@ -100,7 +102,7 @@ object HeldTableRows {
       val files = KnownFiles.matching(snapshot.deltaLog, snapshot, Nil)
       val records = files.map(_.numLogicalRecords)
       files.size <= MaxFilesPerCore * spark.sparkContext.defaultParallelism && files.map(_.size).sum <= MaxBytes &&
-        records.forall(_.isDefined) && records.flatten.sum <= maxRows
+      records.forall(_.isDefined) && records.flatten.sum <= maxRows
     }
   }
 
@@ -154,7 +156,8 @@ object HeldTableRows {
   }
 
   /** `rows` (of `schema`) less those whose columns at `keyAt` hold one of `keys`. */
-  def without(schema: StructType, rows: Seq[InternalRow], keyAt: Seq[Int], keys: Set[InternalRow]): IndexedSeq[InternalRow] =
+  def without(schema: StructType, rows: Seq[InternalRow], keyAt: Seq[Int], keys: Set[InternalRow])
+      : IndexedSeq[InternalRow] =
     rows.iterator.filterNot { r =>
       keys(new GenericInternalRow(keyAt.map(i => r.get(i, schema(i).dataType)).toArray))
     }.toIndexedSeq

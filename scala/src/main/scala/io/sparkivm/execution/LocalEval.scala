@@ -4,14 +4,17 @@ import scala.util.control.NonFatal
 
 import io.sparkivm.errors.IvmErrors
 import org.apache.spark.sql.catalyst.InternalRow
-import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, AttributeReference, BindReferences,
-  EmptyRow, Expression, GenericInternalRow, If, InterpretedMutableProjection, InterpretedUnsafeProjection,
-  JoinedRow, NamedExpression, Predicate, RuntimeReplaceable, UnsafeRow}
 import org.apache.spark.sql.catalyst.expressions.aggregate.{AggregateExpression, Complete, DeclarativeAggregate}
+import org.apache.spark.sql.catalyst.expressions.{
+  Alias, Attribute, AttributeReference, BindReferences, EmptyRow, Expression, GenericInternalRow, If,
+  InterpretedMutableProjection, InterpretedUnsafeProjection, JoinedRow, NamedExpression, Predicate, RuntimeReplaceable,
+  UnsafeRow
+}
 import org.apache.spark.sql.catalyst.planning.ExtractEquiJoinKeys
+import org.apache.spark.sql.catalyst.plans.logical.{
+  Aggregate, Distinct, Filter, Join, LocalRelation, LogicalPlan, Project, SubqueryAlias, Union, View
+}
 import org.apache.spark.sql.catalyst.plans.{ExistenceJoin, Inner, LeftAnti, LeftOuter, LeftSemi}
-import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, Distinct, Filter, Join, LocalRelation,
-  LogicalPlan, Project, SubqueryAlias, Union, View}
 
 /**
  * Evaluates a small plan (analyzed or optimized) on the driver, without a Spark job, when it
@@ -26,8 +29,10 @@ import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, Distinct, Filter,
  * deterministic or cannot be interpreted.
  */
 object LocalEval {
+
   /** The most rows an aggregate with functions is folded over here. */
   val FoldMaxRows = 50000
+
   /** The most pairs of rows a join without equi-join keys tests here. */
   val NestedLoopMaxPairs = 1000000L
 
@@ -36,7 +41,9 @@ object LocalEval {
     // rewriting first (an analyzed plan's BETWEEN), is not evaluated at all (not even in part).
     if (!plan.collectLeaves().forall(_.isInstanceOf[LocalRelation]) ||
       plan.exists(_.expressions.exists(_.exists(_.isInstanceOf[RuntimeReplaceable])))) None
-    else try eval(plan, maxRows) catch { case NonFatal(_) => None }
+    else
+      try eval(plan, maxRows)
+      catch { case NonFatal(_) => None }
 
   private def eval(plan: LogicalPlan, maxRows: Int): Option[Seq[InternalRow]] = plan match {
     case l: LocalRelation => Some(l.data).filter(_.size <= maxRows)
@@ -59,9 +66,9 @@ object LocalEval {
     case Aggregate(groups, outputs, child, _) if (groups ++ outputs).forall(_.deterministic) =>
       eval(child, maxRows).flatMap(aggregate(groups, outputs, child.output, _)).filter(_.size <= maxRows)
     case j: Join if j.condition.forall(_.deterministic) && (j.joinType match {
-        case Inner | LeftOuter | LeftSemi | LeftAnti | ExistenceJoin(_) => true
-        case _ => false
-      }) =>
+          case Inner | LeftOuter | LeftSemi | LeftAnti | ExistenceJoin(_) => true
+          case _ => false
+        }) =>
       for {
         left <- eval(j.left, maxRows)
         right <- eval(j.right, maxRows)
@@ -97,9 +104,9 @@ object LocalEval {
     Some(j.joinType match {
       case Inner => left.flatMap(l => matches(l).map(r => new JoinedRow(l, r)))
       case LeftOuter => left.flatMap { l =>
-        val found = matches(l).map(r => new JoinedRow(l, r): InternalRow).toSeq
-        if (found.isEmpty) Seq(new JoinedRow(l, padding)) else found
-      }
+          val found = matches(l).map(r => new JoinedRow(l, r): InternalRow).toSeq
+          if (found.isEmpty) Seq(new JoinedRow(l, padding)) else found
+        }
       case LeftSemi => left.filter(matches(_).hasNext)
       case LeftAnti => left.filterNot(matches(_).hasNext)
       case ExistenceJoin(_) => left.map(l => new JoinedRow(l, InternalRow(matches(l).hasNext)))
@@ -144,9 +151,10 @@ object LocalEval {
     val finish = InterpretedUnsafeProjection.createProjection(results.map(BindReferences.bindReference(_, buffer)))
     val keyAttrs = named.map(_.toAttribute)
     val byId = declared.map(_._1).zip(resultAttrs).toMap
-    val outputExprs = outputs.map(o => rebind(o, groups, keyAttrs).transformDown {
-      case ae: AggregateExpression => byId(ae)
-    })
+    val outputExprs = outputs.map(o =>
+      rebind(o, groups, keyAttrs).transformDown {
+        case ae: AggregateExpression => byId(ae)
+      })
     val joined = folded.toSeq.map { case (key, buf) => new JoinedRow(key, finish(buf).copy()) }
     Some(project(outputExprs, keyAttrs ++ resultAttrs, joined))
   }

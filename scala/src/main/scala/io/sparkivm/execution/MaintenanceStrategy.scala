@@ -20,22 +20,29 @@ case class RefreshContext(spark: SparkSession, meta: ViewMetadata, analyzed: Ana
  * refreshes, which it writes before the view's commit and which that commit records.
  */
 trait MaintenanceStrategy {
+
   /** In words, for reports, DESCRIBE and EXPLAIN. */
   def name: String
+
   /** Builds the strategy's state from Post (CREATE, REFRESH ... FULL, a changed eps). */
   def build(ctx: RefreshContext): Option[EpsilonState] = None
+
   /** Starts one incremental refresh. */
   def begin(ctx: RefreshContext): StrategyRefresh
+
   /** True if the state recorded with the last refresh cannot be advanced (it must be rebuilt). */
   def stale(meta: ViewMetadata, last: RefreshRecord): Boolean = false
 }
 
 /** One incremental refresh of a strategy. */
 trait StrategyRefresh {
+
   /** The delta rules of this refresh (the view's delta is the union of their branches). */
   def rules: DeltaRules
+
   /** Writes the state for the next refresh, after the delta; returns what the commit records. */
   def advance(notes: mutable.Buffer[String]): Option[EpsilonState] = None
+
   /** What the strategy decided, in words (FK graph, guards, IVM^eps steps). */
   def notes: Seq[String] = rules.fk.notes
 }

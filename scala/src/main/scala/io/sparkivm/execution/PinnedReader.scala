@@ -3,18 +3,19 @@ package io.sparkivm.execution
 import io.sparkivm.changes.{DeltaSources, KnownFiles, LocalChange, PinnedSource, TableChange}
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.errors.IvmErrors
-import io.sparkivm.planner.{Branch, CountedTable, DeltaRules, KeyCounts, LeafReader, LocalDeltaRows, PlanOnly,
-  PlanSteps, SourceLeaf, ViewMaintenance}
-import org.apache.spark.sql.{DataFrame, SparkSession}
-import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, AttributeReference, Expression, LessThan,
-  Literal}
+import io.sparkivm.planner.{
+  Branch, CountedTable, DeltaRules, KeyCounts, LeafReader, LocalDeltaRows, PlanOnly, PlanSteps, SourceLeaf,
+  ViewMaintenance
+}
+import org.apache.spark.sql.catalyst.InternalRow
+import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, AttributeReference, Expression, LessThan, Literal}
 import org.apache.spark.sql.catalyst.plans.logical.{Filter, LocalRelation, LogicalPlan, Project, Union}
 import org.apache.spark.sql.catalyst.types.DataTypeUtils
 import org.apache.spark.sql.catalyst.util.CharVarcharUtils
 import org.apache.spark.sql.delta.DeltaLog
 import org.apache.spark.sql.ivm.SparkInternals
-import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.types.{IntegerType, StructField, StructType}
+import org.apache.spark.sql.{DataFrame, SparkSession}
 
 /**
  * Reads each table occurrence at the versions pinned at the start of a refresh: Pre at the
@@ -23,7 +24,8 @@ import org.apache.spark.sql.types.{IntegerType, StructField, StructType}
  */
 class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
     pinned: Map[String, PinnedSource], view: String, steps: PlanSteps = PlanOnly,
-    changes: Map[String, TableChange] = Map.empty) extends LeafReader {
+    changes: Map[String, TableChange] = Map.empty)
+    extends LeafReader {
 
   /** The sign column of delta rows, shared by this reader's deltas and its rules. */
   private val m: Attribute =
@@ -65,8 +67,9 @@ class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
     post <- local.zip(consumed.get(leaf.name)).flatMap { case ((schema, data), from) =>
       HeldTableRows.at(spark, snapshot).orElse(HeldTableRows.advanced(spark, snapshot, from, schema, data))
     }.orElse(HeldTableRows.rows(spark, leaf.table, snapshot))
-    rows <- if (version == p.version) Some(post) else derivedPre.synchronized(derivedPre.getOrElseUpdate(leaf.name,
-      local.flatMap { case (schema, data) => HeldTableRows.plus(snapshot.metadata.schema, post, schema, data, -1) }))
+    rows <- if (version == p.version) Some(post)
+    else derivedPre.synchronized(derivedPre.getOrElseUpdate(leaf.name,
+        local.flatMap { case (schema, data) => HeldTableRows.plus(snapshot.metadata.schema, post, schema, data, -1) }))
   } yield LocalRelation(DataTypeUtils.toAttributes(snapshot.metadata.schema), rows)
 
   /** Pre's rows of held tables, derived once per refresh (a plan reads Pre in several branches). */

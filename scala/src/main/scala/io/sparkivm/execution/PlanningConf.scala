@@ -22,12 +22,15 @@ object PlanningConf {
   def fk(spark: SparkSession, steps: PlanSteps): FkSettings = {
     val cache = mutable.Map[String, TableKeys]()
     def keys(leaf: SourceLeaf): TableKeys = cache.synchronized(cache.getOrElseUpdate(leaf.name, {
-      // A table whose constraints cannot be read has none as far as planning goes.
-      val declared = try KeyConstraints.of(spark, leaf.table) catch { case NonFatal(_) => Nil }
-      TableKeys(declared.collectFirst { case p: PrimaryKey => p.columns },
-        declared.collect { case f: ForeignKey =>
-          ForeignKeyRef(f.name, f.columns, f.parent.unquotedString, f.parentColumns, f.rely) })
-    }))
+        // A table whose constraints cannot be read has none as far as planning goes.
+        val declared =
+          try KeyConstraints.of(spark, leaf.table)
+          catch { case NonFatal(_) => Nil }
+        TableKeys(declared.collectFirst { case p: PrimaryKey => p.columns },
+          declared.collect { case f: ForeignKey =>
+            ForeignKeyRef(f.name, f.columns, f.parent.unquotedString, f.parentColumns, f.rely)
+          })
+      }))
     FkSettings(pruning(spark), probe(spark), keys, steps,
       sharedReadMinBytes = IvmConf.SharedReadMinBytes.get(spark))
   }

@@ -21,20 +21,21 @@ object RefreshFailures {
    * does not is the caller's to see, not history). */
   def record(spark: SparkSession, name: Seq[String], trigger: String, startMs: Long, error: Throwable): Unit =
     try if (ViewCatalog.isMaterializedView(spark, name)) {
-      val key = ViewCatalog.qualify(spark, name).unquotedString
-      val message = error match {
-        case e: IvmException => e.getMessage
-        case e => s"${e.getClass.getSimpleName}: ${Option(e.getMessage).getOrElse("")}"
+        val key = ViewCatalog.qualify(spark, name).unquotedString
+        val message = error match {
+          case e: IvmException => e.getMessage
+          case e => s"${e.getClass.getSimpleName}: ${Option(e.getMessage).getOrElse("")}"
+        }
+        val entry = HistoryEntry(-1, startMs, System.currentTimeMillis() - startMs, "failed",
+          "the refresh failed; nothing was committed", -1, Map.empty, -1, -1, trigger,
+          Some(message.linesIterator.toSeq.headOption.getOrElse(message)))
+        failures.synchronized {
+          val q = failures.getOrElseUpdate(key, mutable.Queue[HistoryEntry]())
+          q.enqueue(entry)
+          while (q.size > PerView) q.dequeue()
+        }
       }
-      val entry = HistoryEntry(-1, startMs, System.currentTimeMillis() - startMs, "failed",
-        "the refresh failed; nothing was committed", -1, Map.empty, -1, -1, trigger,
-        Some(message.linesIterator.toSeq.headOption.getOrElse(message)))
-      failures.synchronized {
-        val q = failures.getOrElseUpdate(key, mutable.Queue[HistoryEntry]())
-        q.enqueue(entry)
-        while (q.size > PerView) q.dequeue()
-      }
-    } catch { case NonFatal(_) => }
+    catch { case NonFatal(_) => }
 
   /** The failures seen for a view (by its qualified name), oldest first. */
   def of(viewKey: String): Seq[HistoryEntry] =

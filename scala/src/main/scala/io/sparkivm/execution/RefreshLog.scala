@@ -13,7 +13,8 @@ object RefreshLog {
       case Some(n) => Seq(ViewCatalog.lookup(spark, n))
       case None =>
         ViewCatalog.list(spark, spark.catalog.currentDatabase).flatMap { case (id, _) =>
-          try Some(ViewCatalog.lookup(spark, Seq(id.database.get, id.table))) catch { case NonFatal(_) => None }
+          try Some(ViewCatalog.lookup(spark, Seq(id.database.get, id.table)))
+          catch { case NonFatal(_) => None }
         }
     }
     val all = views.flatMap { m =>

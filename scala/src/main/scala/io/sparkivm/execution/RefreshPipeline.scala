@@ -5,8 +5,9 @@ import java.util.UUID
 import scala.annotation.tailrec
 import scala.collection.mutable
 
-import io.sparkivm.catalog.{HistoryEntry, RefreshHistory, RefreshMode, RefreshPolicy, RefreshRecord, ViewCatalog,
-  ViewMetadata}
+import io.sparkivm.catalog.{
+  HistoryEntry, RefreshHistory, RefreshMode, RefreshPolicy, RefreshRecord, ViewCatalog, ViewMetadata
+}
 import io.sparkivm.changes.{ChangeFeed, ChangeRequest, DeltaSources, KnownFiles, LocalChange, PinnedSource}
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.errors.IvmErrors
@@ -44,10 +45,11 @@ object RefreshSession {
   def active[T](spark: SparkSession)(body: => T): T = {
     val previous = SparkSession.getActiveSession
     SparkSession.setActiveSession(spark)
-    try body finally previous match {
-      case Some(p) => SparkSession.setActiveSession(p)
-      case None => SparkSession.clearActiveSession()
-    }
+    try body
+    finally previous match {
+        case Some(p) => SparkSession.setActiveSession(p)
+        case None => SparkSession.clearActiveSession()
+      }
   }
 
   def forSmallWork(spark: SparkSession): Unit = spark.conf.set("spark.sql.adaptive.enabled", "false")
@@ -64,7 +66,8 @@ object RefreshSession {
   def forSmallInputs(spark: SparkSession, inputBytes: => Long): Option[String] = {
     val max = IvmConf.InterpretedMaxBytes.get(spark)
     lazy val bytes = inputBytes // sized only when the switch is on
-    if (max <= 0 || bytes > max) None else {
+    if (max <= 0 || bytes > max) None
+    else {
       spark.conf.set("spark.sql.codegen.wholeStage", "false")
       Some(s"queries without whole-stage code generation: ${CostModel.bytes(bytes)} of " +
         s"inputs, at most ${CostModel.bytes(max)} (${IvmConf.InterpretedMaxBytes.key})")
@@ -109,7 +112,8 @@ object RefreshPipeline extends Logging {
       reason: Option[String] = None): RefreshReport = {
     // State is made between refreshes, never during one (StateBuilds).
     StateBuilds.refreshStarted(user)
-    try refreshVerified(user, name, full, trigger, reason) finally StateBuilds.refreshEnded()
+    try refreshVerified(user, name, full, trigger, reason)
+    finally StateBuilds.refreshEnded()
   }
 
   private def refreshVerified(user: SparkSession, name: Seq[String], full: Boolean, trigger: String,
@@ -140,14 +144,15 @@ object RefreshPipeline extends Logging {
     val timer = new PhaseTimer
     // Active for the refresh: Delta's commands read their settings from the active session.
     def run() = RefreshSession.active(spark)(attempt(spark, user, name, full, 1, timer, trigger, because))
-    val ((report, work), joined) = try {
-      if (measureJoins) JoinMetrics.measure(spark)(ReadMetrics.measure(spark)(run()))
-      else (ReadMetrics.measure(spark)(run()), 0L)
-    } catch {
-      case e: Throwable =>
-        RefreshFailures.record(user, name, trigger, timer.startedAtMs, e)
-        throw e
-    }
+    val ((report, work), joined) =
+      try {
+        if (measureJoins) JoinMetrics.measure(spark)(ReadMetrics.measure(spark)(run()))
+        else (ReadMetrics.measure(spark)(run()), 0L)
+      } catch {
+        case e: Throwable =>
+          RefreshFailures.record(user, name, trigger, timer.startedAtMs, e)
+          throw e
+      }
     report.copy(rowsRead = work.rowsRead, rowsJoined = joined, sparkJobs = work.jobs, sparkTasks = work.tasks,
       phasesJobs = timer.jobsPerPhase(work.jobStarts))
   }
@@ -155,11 +160,13 @@ object RefreshPipeline extends Logging {
   @tailrec
   private def attempt(spark: SparkSession, user: SparkSession, name: Seq[String], full: Boolean, n: Int,
       timer: PhaseTimer, trigger: String, because: Option[String]): RefreshReport = {
-    val result = try Right(refreshOnce(spark, user, name, full, timer, trigger, because)) catch {
-      case e: Exception if n < MaxAttempts && isConflict(e) =>
-        logWarning(s"spark-ivm: refresh of ${name.mkString(".")} lost a commit race; retrying", e)
-        Left(e)
-    }
+    val result =
+      try Right(refreshOnce(spark, user, name, full, timer, trigger, because))
+      catch {
+        case e: Exception if n < MaxAttempts && isConflict(e) =>
+          logWarning(s"spark-ivm: refresh of ${name.mkString(".")} lost a commit race; retrying", e)
+          Left(e)
+      }
     result match {
       case Right(report) => report
       case Left(_) =>
@@ -191,7 +198,8 @@ object RefreshPipeline extends Logging {
     // Pin from the recorded sources first: with nothing new there is nothing to analyze.
     if (!recompute && last.epsilon.forall(_.eps == meta.eps) && unchanged(spark, meta, last)) {
       timer.mark("pin")
-      return RefreshReport(meta.viewName, "noop", last.number, meta.sources.map { s =>
+      return RefreshReport(meta.viewName, "noop", last.number,
+        meta.sources.map { s =>
           val v = last.sourceVersions.getOrElse(s.table, -1L)
           SourceReport(s.table, v, v, 0L)
         }, Nil, Nil, 0, 0, 0, timer.result, last.backingVersion, "no base table changed since the last refresh",
@@ -211,12 +219,13 @@ object RefreshPipeline extends Logging {
     def context(reader: PinnedReader) = RefreshContext(spark, meta, analyzed, last, reader, attemptId)
     def entry(mode: String, decision: PolicyDecision, rows: Long, changeBytes: Long, tableBytes: Long) =
       Some(HistoryEntry(number, timer.startedAtMs, -1, mode, decision.reason, rows, versions, changeBytes,
-        tableBytes, trigger))
+          tableBytes, trigger))
 
     // The mode: fixed by the request, the view's layout or stale state; else by the policy.
     val fixed = RefreshPolicies.fixedMode(meta, full, strategy.stale(meta, last))
       .map(d => because.map(r => d.copy(reason = r)).getOrElse(d))
-    val (changed, sizes) = if (fixed.isDefined) (Nil, Map.empty[String, Long]) else {
+    val (changed, sizes) = if (fixed.isDefined) (Nil, Map.empty[String, Long])
+    else {
       checkSources(meta, last, pinned)
       val changed = pinned.values.filter(p => last.sourceVersions(p.name) != p.version).toSeq
       if (changed.isEmpty) {
@@ -229,7 +238,7 @@ object RefreshPipeline extends Logging {
       (changed, changed.map(p => p.name -> ChangeFeed.changeBytes(spark, meta.viewName, request(p, last))).toMap)
     }
     val decision = fixed.getOrElse(RefreshPolicies.choose(spark, meta, sizes.values.sum,
-      pinned.values.map(_.sizeInBytes).sum))
+        pinned.values.map(_.sizeInBytes).sum))
     FaultInjection.point(user, "after-pin")
     // Read from the backing table's Delta log at most once, and only by those that need it.
     lazy val backingBytes = BackingTable.sizeInBytes(spark, meta)
@@ -280,17 +289,18 @@ object RefreshPipeline extends Logging {
       // The backing table's version, read once for both ways of reading its old rows.
       lazy val backingNow = BackingTable.latest(spark, meta)
       val old = () => BackingTable.at(spark, meta, backingNow, positions = true)
-      val rows = analyzed.maintenance.mergeSource(rules, old, steps, markExisting = true, keys => {
-        var made = false
-        val kept = BackingTable.oldOfKeys(spark, meta, backingNow, analyzed.maintenance, keys, attemptId,
-          () => made = true)
-        kept.map { plan =>
-          lookedUp = Some(s"old rows of the ${keys.size} changed groups looked up in the view's rows kept in " +
-            "memory by key (spark.ivm.state.executorMaxBytes)" +
-            (if (made) ", read from the table now to be kept" else ", not read from the table"))
-          plan
-        }
-      }).map(steps.materialize)
+      val rows = analyzed.maintenance.mergeSource(rules, old, steps, markExisting = true,
+        keys => {
+          var made = false
+          val kept = BackingTable.oldOfKeys(spark, meta, backingNow, analyzed.maintenance, keys, attemptId,
+            () => made = true)
+          kept.map { plan =>
+            lookedUp = Some(s"old rows of the ${keys.size} changed groups looked up in the view's rows kept in " +
+              "memory by key (spark.ivm.state.executorMaxBytes)" +
+              (if (made) ", read from the table now to be kept" else ", not read from the table"))
+            plan
+          }
+        }).map(steps.materialize)
       timer.mark("delta")
       val notes = mutable.ArrayBuffer[String]() ++= run.notes ++= interpreted ++= lookedUp
       val epsilon = run.advance(notes)
@@ -309,7 +319,8 @@ object RefreshPipeline extends Logging {
       FaultInjection.point(user, "after-commit")
       val done = report(spark, meta, number, attemptId, "incremental", last, pinned, counts, branches, notes.toSeq,
         metrics, timer, decision)
-      if (done.mode != "incremental") done else {
+      if (done.mode != "incremental") done
+      else {
         // The committed rows as any reader reads them, from the files (not rows held in memory,
         // which are what the check is to check).
         def committed() = SparkInternals.analyzed(DeltaSources.snapshot(spark, meta.backing, done.backingVersion))
@@ -335,7 +346,8 @@ object RefreshPipeline extends Logging {
     meta.sources.nonEmpty && meta.sources.forall { s =>
       last.sourceVersions.get(s.table).exists { v =>
         val id = ViewCatalog.qualify(spark, s.table.split('.').toSeq.takeRight(2))
-        try DeltaSources.current(spark, id) == (s.tableId, v) catch { case _: Exception => false }
+        try DeltaSources.current(spark, id) == (s.tableId, v)
+        catch { case _: Exception => false }
       }
     }
 
@@ -346,7 +358,7 @@ object RefreshPipeline extends Logging {
       meta.sources.find(_.table == p.name) match {
         case Some(before) => DeltaSources.checkUnchangedShape(meta.viewName, before, p)
         case None => throw IvmErrors.sourceChanged(meta.viewName, p.name,
-          "the query now reads it but the view never did (was a view it reads redefined?)")
+            "the query now reads it but the view never did (was a view it reads redefined?)")
       }
       if (!last.sourceVersions.contains(p.name)) {
         throw IvmErrors.sourceChanged(meta.viewName, p.name, "no consumed version is recorded")
@@ -369,13 +381,14 @@ object RefreshPipeline extends Logging {
     val skipped = committed.attempt != attemptId
     if (!skipped) RefreshHistory.measuredAfterCommit(meta.id, number, System.currentTimeMillis() - timer.startedAtMs)
     val (ins, upd, del) = if (metrics.inserted >= 0) (metrics.inserted, metrics.updated, metrics.deleted)
-      else (SparkInternals.dataFrame(spark, BackingTable.current(spark, meta)).count(), 0L, 0L)
+    else (SparkInternals.dataFrame(spark, BackingTable.current(spark, meta)).count(), 0L, 0L)
     timer.mark("report")
     RefreshReport(meta.viewName, if (skipped) "skipped" else mode, committed.number,
       sourceReports(last, pinned, counts), branches, notes, ins, upd, del, timer.result,
       committed.backingVersion,
       if (skipped) s"refresh ${committed.number} was committed by a concurrent refresh; " +
-        "nothing was applied twice" else s"refresh $number committed",
+        "nothing was applied twice"
+      else s"refresh $number committed",
       policy = meta.policy.sql, reason = decision.reason, candidates = decision.candidates)
   }
 }

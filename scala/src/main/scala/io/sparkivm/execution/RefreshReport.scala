@@ -48,27 +48,28 @@ case class RefreshReport(
   def totalMs: Long = phasesMs.map(_._2).sum
 
   def toJson: String = compact(render(JObject(
-    "view" -> JString(view),
-    "mode" -> JString(mode),
-    "refresh_number" -> JLong(refreshNumber),
-    "sources" -> JArray(sources.toList.map(s => JObject(
-      "table" -> JString(s.table), "from_version" -> JLong(s.fromVersion),
-      "to_version" -> JLong(s.toVersion), "changed_rows" -> JLong(s.changedRows)))),
-    "branches" -> JArray(branches.toList.map(JString(_))),
-    "plan_notes" -> JArray(planNotes.toList.map(JString(_))),
-    "rows_inserted" -> JLong(rowsInserted),
-    "rows_updated" -> JLong(rowsUpdated),
-    "rows_deleted" -> JLong(rowsDeleted),
-    "phases_ms" -> JObject(phasesMs.toList.map { case (k, v) => k -> JLong(v) }),
-    "backing_version" -> JLong(backingVersion),
-    "message" -> JString(message),
-    "rows_read" -> JLong(rowsRead), "rows_joined" -> JLong(rowsJoined),
-    "spark_jobs" -> JLong(sparkJobs), "spark_tasks" -> JLong(sparkTasks),
-    "phases_jobs" -> JObject(phasesJobs.toList.map { case (k, v) => k -> JLong(v) }),
-    "policy" -> JString(policy), "reason" -> JString(reason),
-    "candidates" -> JArray(candidates.toList.map(c =>
-      JObject("mode" -> JString(c.mode), "estimated_ms" -> JLong(c.ms), "basis" -> JString(c.basis)))),
-    "verify" -> verify.map(_.toJson).getOrElse(JNull))))
+        "view" -> JString(view),
+        "mode" -> JString(mode),
+        "refresh_number" -> JLong(refreshNumber),
+        "sources" -> JArray(sources.toList.map(s =>
+            JObject(
+              "table" -> JString(s.table), "from_version" -> JLong(s.fromVersion),
+              "to_version" -> JLong(s.toVersion), "changed_rows" -> JLong(s.changedRows)))),
+        "branches" -> JArray(branches.toList.map(JString(_))),
+        "plan_notes" -> JArray(planNotes.toList.map(JString(_))),
+        "rows_inserted" -> JLong(rowsInserted),
+        "rows_updated" -> JLong(rowsUpdated),
+        "rows_deleted" -> JLong(rowsDeleted),
+        "phases_ms" -> JObject(phasesMs.toList.map { case (k, v) => k -> JLong(v) }),
+        "backing_version" -> JLong(backingVersion),
+        "message" -> JString(message),
+        "rows_read" -> JLong(rowsRead), "rows_joined" -> JLong(rowsJoined),
+        "spark_jobs" -> JLong(sparkJobs), "spark_tasks" -> JLong(sparkTasks),
+        "phases_jobs" -> JObject(phasesJobs.toList.map { case (k, v) => k -> JLong(v) }),
+        "policy" -> JString(policy), "reason" -> JString(reason),
+        "candidates" -> JArray(candidates.toList.map(c =>
+            JObject("mode" -> JString(c.mode), "estimated_ms" -> JLong(c.ms), "basis" -> JString(c.basis)))),
+        "verify" -> verify.map(_.toJson).getOrElse(JNull))))
 }
 
 /** Wall time per named phase, and when each phase ended (to attribute jobs to phases). */

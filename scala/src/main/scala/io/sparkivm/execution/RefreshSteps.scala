@@ -2,11 +2,11 @@ package io.sparkivm.execution
 
 import io.sparkivm.planner.{PlanSteps, ProbeSettings}
 import org.apache.spark.sql.SparkSession
-import org.apache.spark.sql.catalyst.{CatalystTypeConverters, InternalRow}
 import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, IsNotNull}
 import org.apache.spark.sql.catalyst.plans.logical.{Filter, LocalRelation, LogicalPlan, Project}
 import org.apache.spark.sql.catalyst.types.DataTypeUtils
 import org.apache.spark.sql.catalyst.util.TypeUtils
+import org.apache.spark.sql.catalyst.{CatalystTypeConverters, InternalRow}
 import org.apache.spark.sql.ivm.{LocalRows, SparkInternals}
 
 /**
@@ -14,8 +14,7 @@ import org.apache.spark.sql.ivm.{LocalRows, SparkInternals}
  * most `maxLocalRows` rows (every later use is then free of Spark jobs, and a decision such as
  * "is it empty" is a look at the rows), else as a local checkpoint on the executors.
  */
-class RefreshSteps(spark: SparkSession, override val probe: ProbeSettings, maxLocalRows: Int)
-  extends PlanSteps {
+class RefreshSteps(spark: SparkSession, override val probe: ProbeSettings, maxLocalRows: Int) extends PlanSteps {
 
   def materialize(plan: LogicalPlan): LogicalPlan = {
     val df = SparkInternals.dataFrame(spark, plan)
@@ -69,14 +68,15 @@ class RefreshSteps(spark: SparkSession, override val probe: ProbeSettings, maxLo
       case Some(values) =>
         if (values.size > max) None
         else Some(values.toSeq.sorted(TypeUtils.getInterpretedOrdering(key.dataType))
-          .map(CatalystTypeConverters.convertToScala(_, key.dataType)))
+            .map(CatalystTypeConverters.convertToScala(_, key.dataType)))
       case None =>
         BackingTable.distinctValues(SparkInternals.dataFrame(spark,
-          Project(Seq(key), Filter(IsNotNull(key), plan))), max)
+            Project(Seq(key), Filter(IsNotNull(key), plan))), max)
     }
 }
 
 object RefreshSteps {
+
   /** Rows held on the driver, under the attributes of the plan they were computed from. */
   def local(output: Seq[Attribute], rows: Seq[InternalRow]): LogicalPlan = {
     val fresh = DataTypeUtils.toAttributes(DataTypeUtils.fromAttributes(output))

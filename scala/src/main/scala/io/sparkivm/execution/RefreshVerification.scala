@@ -7,15 +7,16 @@ import io.sparkivm.changes.{DeltaSources, PinnedSource}
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.planner.{RowsShape, ViewMaintenance}
 import org.apache.spark.internal.Logging
-import org.apache.spark.sql.{DataFrame, Row, SparkSession}
 import org.apache.spark.sql.catalyst.InternalRow
-import org.apache.spark.sql.catalyst.expressions.{And, AttributeReference, EqualNullSafe, Expression, In, IsNull,
-  Literal, Or}
+import org.apache.spark.sql.catalyst.expressions.{
+  And, AttributeReference, EqualNullSafe, Expression, In, IsNull, Literal, Or
+}
 import org.apache.spark.sql.catalyst.plans.LeftSemi
 import org.apache.spark.sql.catalyst.plans.logical.{Filter, Join, JoinHint, LogicalPlan}
 import org.apache.spark.sql.functions.{col, format_string, lit}
 import org.apache.spark.sql.ivm.SparkInternals
 import org.apache.spark.sql.types.{DoubleType, FloatType}
+import org.apache.spark.sql.{DataFrame, Row, SparkSession}
 import org.json4s._
 
 /** What the check of one refresh found (`spark.ivm.verify`). */
@@ -26,7 +27,8 @@ case class VerifyReport(level: String, keysChecked: Long, rowsChecked: Long, dif
     "differences" -> JLong(differences), "sample" -> JArray(sample.map(JString(_)).toList),
     "ms" -> JLong(ms), "repaired_by" -> repairedBy.map(JLong(_)).getOrElse(JNull))
 
-  def describe: String = if (sample.exists(_.startsWith("not checked"))) s"verify ($level): ${sample.head}" else
+  def describe: String = if (sample.exists(_.startsWith("not checked"))) s"verify ($level): ${sample.head}"
+  else
     s"verified ($level): $rowsChecked rows of ${if (keysChecked < 0) "the whole view" else s"$keysChecked keys"} " +
       (if (differences == 0) "equal to the query" else s"$differences differ from the query") + s" ($ms ms)"
 }
@@ -47,8 +49,10 @@ case class VerifyReport(level: String, keysChecked: Long, rowsChecked: Long, dif
  * multisets (collect_list gathers in the order rows arrive).
  */
 object RefreshVerification extends Logging {
+
   /** Rows of differences kept for the report. */
   private val SampleRows = 3
+
   /** Candidate differences collected to the driver, at most. */
   private val MaxCandidates = 10000
 
@@ -63,7 +67,8 @@ object RefreshVerification extends Logging {
     if (level == "off") return None
     val startMs = System.currentTimeMillis()
     // The refresh is committed: a check that cannot run says so, and fails nothing.
-    try check(spark, view, committed, maintenance, pinned, changed, level, startMs) catch {
+    try check(spark, view, committed, maintenance, pinned, changed, level, startMs)
+    catch {
       case NonFatal(e) =>
         logWarning(s"spark-ivm: the check of a refresh of $view could not run", e)
         val why = Option(e.getMessage).flatMap(_.linesIterator.toSeq.headOption).getOrElse(e.toString)
@@ -82,11 +87,13 @@ object RefreshVerification extends Logging {
     // `sample`, only where its tables are small enough for that to cost little.
     lazy val inputBytes = pinned.values.map(_.sizeInBytes).foldLeft(0L)(safeAdd)
     if (level != "all" && keyNames.isEmpty && inputBytes > IvmConf.VerifyWholeMaxBytes.get(spark)) {
-      return Some(VerifyReport(level, 0, 0, 0, Seq(s"not checked: the view has no keys to read by, and its " +
-        s"tables are over ${IvmConf.VerifyWholeMaxBytes.key}; spark.ivm.verify = all checks it whole"), 0))
+      return Some(VerifyReport(level, 0, 0, 0,
+          Seq(s"not checked: the view has no keys to read by, and its " +
+            s"tables are over ${IvmConf.VerifyWholeMaxBytes.key}; spark.ivm.verify = all checks it whole"), 0))
     }
     // The changed keys, as Catalyst values (of any type a key may have: structs, arrays, binary).
-    val keys: Option[Seq[InternalRow]] = if (!keyed) None else changed match {
+    val keys: Option[Seq[InternalRow]] = if (!keyed) None
+    else changed match {
       case None => return done(0, 0, 0, Nil)
       case Some(plan) =>
         val at = keyNames.map(k => plan.output.indexWhere(_.name == k))
@@ -99,22 +106,24 @@ object RefreshVerification extends Logging {
     }
     if (keys.exists(_.isEmpty)) return done(0, 0, 0, Nil)
     val compared = (keyNames ++ (maintenance.shape match {
-        case _: RowsShape => Nil // its keys are its columns
-        case _ => maintenance.outputStorage
-      }) ++
+      case _: RowsShape => Nil // its keys are its columns
+      case _ => maintenance.outputStorage
+    }) ++
       Seq(ViewMaintenance.CountColumn) ++ (if (maintenance.hasHaving) Seq(ViewMaintenance.HavingColumn) else Nil))
       .distinct
     // Both sides read from storage: base-table rows held in memory between refreshes are part of
     // what is checked, so the recomputation does not use them.
     val small = inputBytes <= IvmConf.InterpretedMaxBytes.get(spark)
-    withConf(spark, Seq(IvmConf.HeldTableMaxRows.key -> Some("0"),
+    withConf(spark,
+      Seq(IvmConf.HeldTableMaxRows.key -> Some("0"),
         "spark.sql.shuffle.partitions" -> (if (small) Some("1") else None))) {
       compare(spark, view, committed, maintenance, pinned, keys, keyNames, compared)
-    } match { case (missing, extra, rows) =>
-      val diffs = missing.size + extra.size
-      val sample = missing.take(SampleRows).map(r => s"expected ${render(compared, r)}") ++
-        extra.take(SampleRows).map(r => s"committed ${render(compared, r)}")
-      done(keys.map(_.size.toLong).getOrElse(-1L), rows, diffs, sample.take(SampleRows))
+    } match {
+      case (missing, extra, rows) =>
+        val diffs = missing.size + extra.size
+        val sample = missing.take(SampleRows).map(r => s"expected ${render(compared, r)}") ++
+          extra.take(SampleRows).map(r => s"committed ${render(compared, r)}")
+        done(keys.map(_.size.toLong).getOrElse(-1L), rows, diffs, sample.take(SampleRows))
     }
   }
 
@@ -140,7 +149,8 @@ object RefreshVerification extends Logging {
       // finds candidates are the exact rows that differ collected, for the driver to pair those
       // that differ only in the last digits.
       val (en, an) = (normalized(expected), normalized(actual))
-      if (en.exceptAll(an).isEmpty && an.exceptAll(en).isEmpty) (Nil, Nil, -1L) else {
+      if (en.exceptAll(an).isEmpty && an.exceptAll(en).isEmpty) (Nil, Nil, -1L)
+      else {
         val e = expected.exceptAll(actual).limit(MaxCandidates).collect().toSeq
         val a = actual.exceptAll(expected).limit(MaxCandidates).collect().toSeq
         (minus(e, a), minus(a, e), -1L)
@@ -163,11 +173,14 @@ object RefreshVerification extends Logging {
       if (values.contains(null)) Or(in, IsNull(a)) else in
     }
     val filtered: LogicalPlan = Filter(filters.reduce(And), plan)
-    SparkInternals.dataFrame(spark, if (attrs.size == 1) filtered else {
-      val tuples = RefreshSteps.local(attrs.map(a => AttributeReference(a.name, a.dataType)()), keys)
-      Join(filtered, tuples, LeftSemi,
-        Some(attrs.zip(tuples.output).map { case (a, t) => EqualNullSafe(a, t): Expression }.reduce(And)), JoinHint.NONE)
-    })
+    SparkInternals.dataFrame(spark,
+      if (attrs.size == 1) filtered
+      else {
+        val tuples = RefreshSteps.local(attrs.map(a => AttributeReference(a.name, a.dataType)()), keys)
+        Join(filtered, tuples, LeftSemi,
+          Some(attrs.zip(tuples.output).map { case (a, t) => EqualNullSafe(a, t): Expression }.reduce(And)),
+          JoinHint.NONE)
+      })
   }
 
   private def normalized(df: DataFrame): DataFrame = df.select(df.schema.fields.toSeq.map { f =>
@@ -183,7 +196,8 @@ object RefreshVerification extends Logging {
     val left = scala.collection.mutable.ArrayBuffer(b: _*)
     a.filter { r =>
       val at = left.indexWhere(same(r, _))
-      if (at >= 0) { left.remove(at); false } else true
+      if (at >= 0) { left.remove(at); false }
+      else true
     }
   }
 
@@ -198,7 +212,9 @@ object RefreshVerification extends Logging {
     case (x: scala.collection.Seq[_], y: scala.collection.Seq[_]) =>
       x.length == y.length && minus(x.toSeq.map(Row(_)), y.toSeq.map(Row(_))).isEmpty
     case (x: scala.collection.Map[_, _], y: scala.collection.Map[_, _]) =>
-      x.size == y.size && x.forall { case (k, v) => y.asInstanceOf[scala.collection.Map[Any, Any]].get(k).exists(same(v, _)) }
+      x.size == y.size && x.forall { case (k, v) =>
+        y.asInstanceOf[scala.collection.Map[Any, Any]].get(k).exists(same(v, _))
+      }
     case (x: Array[Byte], y: Array[Byte]) => java.util.Arrays.equals(x, y)
     case _ => a == b
   }
@@ -210,10 +226,11 @@ object RefreshVerification extends Logging {
       case (k, Some(v)) => spark.conf.set(k, v)
       case _ =>
     }
-    try body finally before.foreach {
-      case (k, Some(v)) => spark.conf.set(k, v)
-      case (k, None) => spark.conf.unset(k)
-    }
+    try body
+    finally before.foreach {
+        case (k, Some(v)) => spark.conf.set(k, v)
+        case (k, None) => spark.conf.unset(k)
+      }
   }
 
   private def safeAdd(a: Long, b: Long): Long = if (a > Long.MaxValue - b) Long.MaxValue else a + b
@@ -222,8 +239,10 @@ object RefreshVerification extends Logging {
     x == y || (x.isNaN && y.isNaN) || math.abs(x - y) <= 1e-9 * math.max(math.abs(x), math.abs(y))
 
   private def render(columns: Seq[String], r: Row): String =
-    columns.zipWithIndex.map { case (c, i) => s"$c=${r.get(i) match {
-      case b: Array[Byte] => b.map("%02x".format(_)).mkString("X'", "", "'")
-      case v => String.valueOf(v)
-    }}" }.mkString("(", ", ", ")")
+    columns.zipWithIndex.map { case (c, i) =>
+      s"$c=${r.get(i) match {
+          case b: Array[Byte] => b.map("%02x".format(_)).mkString("X'", "", "'")
+          case v => String.valueOf(v)
+        }}"
+    }.mkString("(", ", ", ")")
 }

@@ -6,8 +6,9 @@ import io.sparkivm.catalog.ViewMetadata
 import io.sparkivm.changes.DeltaSources
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.planner.{KeyProbe, SharedScans, ViewMaintenance}
-import io.sparkivm.state.{Arrangement, StateBuilds, StateId, StateKind, StatePlace, StateRegistry, StateSize,
-  TableCommit, TableStamp}
+import io.sparkivm.state.{
+  Arrangement, StateBuilds, StateId, StateKind, StatePlace, StateRegistry, StateSize, TableCommit, TableStamp
+}
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.{Attribute, GenericInternalRow}
@@ -44,12 +45,15 @@ import org.apache.spark.unsafe.types.UTF8String
  * where they fit the executors' state budget (`spark.ivm.state.executorMaxBytes`).
  */
 object ResidentBackingRows {
+
   /** Rows recorded on top of the rows first read, past which the entry is made again. */
   private val MaxOverlayRows = 200000
 
   private final case class Arranged(id: String, version: Long, schema: StructType, keyCount: Int,
-      base: PartitionedRows, baseBytes: Long, overlay: Map[InternalRow, Option[InternalRow]]) extends Arrangement {
+      base: PartitionedRows, baseBytes: Long, overlay: Map[InternalRow, Option[InternalRow]])
+      extends Arrangement {
     override def place: StatePlace = StatePlace.Executors
+
     /** The kept rows as their block managers report them, and the overlay on the driver. */
     override def bytes: Long = baseBytes + overlay.size * OverlayRowBytes
     override def alive: Boolean = base.alive
@@ -82,8 +86,10 @@ object ResidentBackingRows {
     }
 
     val types: Array[DataType] = schema.fields.map(_.dataType)
+
     /** The kept columns of the table (the schema ends with the places). */
     def columns: Seq[String] = schema.fieldNames.toSeq.dropRight(2)
+
     /** True if these are the rows of `columns` of the table at the snapshot. */
     def isAt(snapshot: Snapshot, columns: Seq[String]): Boolean =
       id == snapshot.metadata.id && version == snapshot.version && this.columns == columns
@@ -151,13 +157,14 @@ object ResidentBackingRows {
       val Seq(file, row, _) = ViewMaintenance.PositionColumns
       val df = DeltaSources.snapshot(spark, meta.backing, snapshot.version)
         .select(columns.map(c => col(ViewMaintenance.quote(c))) :+ col("_metadata.file_path").as(file) :+
-          col("_metadata.row_index").as(row): _*)
+            col("_metadata.row_index").as(row): _*)
       val base = ResidentState.rows(df, columns.head, ResidentState.partitions(spark, bytes / (4L << 20) + 1))
       // Every partition now, so that lookups read in place from the first.
       base.load()
-      Some(Arranged(snapshot.metadata.id, snapshot.version, StructType(fields.map(_.copy(nullable = true)) ++
-        Seq(StructField(file, StringType), StructField(row, LongType))), keyCount, base,
-        Some(base.storedBytes).filter(_ > 0).getOrElse(bytes * StateSize.ExecutorBytesPerFileByte), Map.empty))
+      Some(Arranged(snapshot.metadata.id, snapshot.version,
+          StructType(fields.map(_.copy(nullable = true)) ++
+            Seq(StructField(file, StringType), StructField(row, LongType))), keyCount, base,
+          Some(base.storedBytes).filter(_ > 0).getOrElse(bytes * StateSize.ExecutorBytesPerFileByte), Map.empty))
     }
   }
 
@@ -171,13 +178,17 @@ object ResidentBackingRows {
     // In place (no job) where the partitions are kept in this JVM; else one job over the
     // partitions the keys hash to, which recomputes any that were evicted from the version's
     // files (gone if vacuumed since: then the table is read as if nothing were kept).
-    val kept = if (firsts.isEmpty) Some(Nil) else try {
-      a.base.rowsOfKeysInPlace(firsts).orElse(
-        LocalRows.collect(spark, Seq(a.base.frameOfKeysByJob(spark, Some(firsts))), Int.MaxValue).map(_.head))
-    } catch { case NonFatal(_) => None }
+    val kept = if (firsts.isEmpty) Some(Nil)
+    else
+      try {
+        a.base.rowsOfKeysInPlace(firsts).orElse(
+          LocalRows.collect(spark, Seq(a.base.frameOfKeysByJob(spark, Some(firsts))), Int.MaxValue).map(_.head))
+      } catch { case NonFatal(_) => None }
     if (kept.isEmpty) StateRegistry.remove(stateId(path), a)
     kept.flatMap { rows =>
-      val fromBase = rows.filter { r => val k = a.keyOf(r); wanted(k) && !a.overlay.contains(k) }
+      val fromBase = rows.filter { r =>
+        val k = a.keyOf(r); wanted(k) && !a.overlay.contains(k)
+      }
       val fromOverlay = keys.distinct.flatMap(k => a.overlay.get(k).flatten)
       val all = fromBase ++ fromOverlay
       if (all.map(a.keyOf).distinct.size != all.size) {

@@ -7,10 +7,10 @@ import io.sparkivm.conf.IvmConf
 import io.sparkivm.planner.{CountedTable, KeyCounts, KeyProbe}
 import io.sparkivm.state.{StateBuilds, StatePlace, StateRegistry}
 import org.apache.spark.sql.SparkSession
-import org.apache.spark.sql.catalyst.{CatalystTypeConverters, InternalRow}
-import org.apache.spark.sql.catalyst.expressions.{Alias, And, AttributeReference, Literal}
 import org.apache.spark.sql.catalyst.expressions.aggregate.Count
+import org.apache.spark.sql.catalyst.expressions.{Alias, And, AttributeReference, Literal}
 import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, Filter, LocalRelation, LogicalPlan, Project}
+import org.apache.spark.sql.catalyst.{CatalystTypeConverters, InternalRow}
 import org.apache.spark.sql.delta.DeltaLog
 import org.apache.spark.sql.ivm.SparkInternals
 import org.apache.spark.sql.types.StructType
@@ -45,14 +45,18 @@ object ResidentKeyCounts {
       case None => Some(Map.empty)
       // A filter the driver cannot evaluate: the table is read instead.
       case Some(LocalChange(schema, data)) =>
-        try changeCounts(spark, t, schema, data) catch { case NonFatal(_) => None }
+        try changeCounts(spark, t, schema, data)
+        catch { case NonFatal(_) => None }
       case Some(_) => None
     }
-    if (!kept) None else delta.flatMap { d =>
+    if (!kept) None
+    else delta.flatMap { d =>
       val keyType = t.key.dataType
       val wanted = keys.filter(_ != null)
-      val dOut = d.iterator.collect { case (k, n) if k != null && n != 0 =>
-        CatalystTypeConverters.convertToScala(k, keyType) -> n }.toMap
+      val dOut = d.iterator.collect {
+        case (k, n) if k != null && n != 0 =>
+          CatalystTypeConverters.convertToScala(k, keyType) -> n
+      }.toMap
       def plus(counts: Map[Any, Long], sign: Int): Map[Any, Long] = wanted.iterator.map { k =>
         k -> (counts.getOrElse(k, 0L) + sign * dOut.getOrElse(k, 0L))
       }.filter(_._2 != 0).toMap
@@ -63,44 +67,44 @@ object ResidentKeyCounts {
       ResidentState.get(spark, name, postStamp) match {
         case Some(e) => e.sums(spark, wanted, CountColumn).map(p => KeyCounts(plus(p, -1), p))
         case None => ResidentState.get(spark, name, preStamp) match {
-          case Some(e) =>
-            val counted = e.sums(spark, wanted, CountColumn).map(p => KeyCounts(p, plus(p, 1)))
-            // The entry moves on to Post: the change's counts appended, as a refresh appends.
-            val rows = d.iterator.map { case (k, n) => InternalRow(k, n) }.toSeq
-            e.plus(postStamp, rows) match {
-              case Some(next) => ResidentState.put(name, next)
-              case None => ResidentState.remove(name)
-            }
-            counted
-          // Counted the second time a refresh in this application asks: an application that
-          // refreshes once (a scheduled job) reads the rows of its keys and never pays for counting.
-          case None if !askedBefore => None
-          // Counts take at most the table's rows (one per key), about their bytes in its files.
-          case None if !StateRegistry.admits(spark, StatePlace.Executors, source.sizeInBytes) => None
-          case None =>
-            val plan = post
-            def make(): ResidentState.Entry = {
-              val filtered = t.filters.reduceOption(And).map(Filter(_, plan)).getOrElse(plan)
-              val counts = Aggregate(Seq(t.key),
-                Seq(t.key, Alias(Count(Literal(1)).toAggregateExpression(), CountColumn)()), filtered)
-              val parts = ResidentState.partitions(spark, source.sizeInBytes / (16L << 20) + 1)
-              ResidentState.Entry(postStamp,
-                ResidentState.rows(SparkInternals.dataFrame(spark, counts), t.key.name, parts), Vector.empty)
-            }
-            if (IvmConf.StateBuildInBackground.get(spark)) {
-              // Counted after this refresh, at its Post: the next refresh's Pre (StateBuilds).
-              StateBuilds.submit(spark, ResidentState.idOf(name)) {
-                val entry = make()
-                entry.base.load()
-                ResidentState.put(name, entry)
+            case Some(e) =>
+              val counted = e.sums(spark, wanted, CountColumn).map(p => KeyCounts(p, plus(p, 1)))
+              // The entry moves on to Post: the change's counts appended, as a refresh appends.
+              val rows = d.iterator.map { case (k, n) => InternalRow(k, n) }.toSeq
+              e.plus(postStamp, rows) match {
+                case Some(next) => ResidentState.put(name, next)
+                case None => ResidentState.remove(name)
               }
-              None
-            } else {
-              val entry = make()
-              ResidentState.put(name, entry)
-              entry.sums(spark, wanted, CountColumn).map(p => KeyCounts(plus(p, -1), p))
-            }
-        }
+              counted
+            // Counted the second time a refresh in this application asks: an application that
+            // refreshes once (a scheduled job) reads the rows of its keys and never pays for counting.
+            case None if !askedBefore => None
+            // Counts take at most the table's rows (one per key), about their bytes in its files.
+            case None if !StateRegistry.admits(spark, StatePlace.Executors, source.sizeInBytes) => None
+            case None =>
+              val plan = post
+              def make(): ResidentState.Entry = {
+                val filtered = t.filters.reduceOption(And).map(Filter(_, plan)).getOrElse(plan)
+                val counts = Aggregate(Seq(t.key),
+                  Seq(t.key, Alias(Count(Literal(1)).toAggregateExpression(), CountColumn)()), filtered)
+                val parts = ResidentState.partitions(spark, source.sizeInBytes / (16L << 20) + 1)
+                ResidentState.Entry(postStamp,
+                  ResidentState.rows(SparkInternals.dataFrame(spark, counts), t.key.name, parts), Vector.empty)
+              }
+              if (IvmConf.StateBuildInBackground.get(spark)) {
+                // Counted after this refresh, at its Post: the next refresh's Pre (StateBuilds).
+                StateBuilds.submit(spark, ResidentState.idOf(name)) {
+                  val entry = make()
+                  entry.base.load()
+                  ResidentState.put(name, entry)
+                }
+                None
+              } else {
+                val entry = make()
+                ResidentState.put(name, entry)
+                entry.sums(spark, wanted, CountColumn).map(p => KeyCounts(plus(p, -1), p))
+              }
+          }
       }
     }
   }
@@ -113,9 +117,10 @@ object ResidentKeyCounts {
    */
   private def changeCounts(spark: SparkSession, t: CountedTable, schema: StructType,
       data: Seq[InternalRow]): Option[Map[Any, Long]] = {
-    val attrs = schema.fields.toSeq.map(f => t.leaf.output.collectFirst {
-      case a: AttributeReference if a.name.equalsIgnoreCase(f.name) && a.dataType == f.dataType => a
-    }.getOrElse(AttributeReference(f.name, f.dataType)()))
+    val attrs = schema.fields.toSeq.map(f =>
+      t.leaf.output.collectFirst {
+        case a: AttributeReference if a.name.equalsIgnoreCase(f.name) && a.dataType == f.dataType => a
+      }.getOrElse(AttributeReference(f.name, f.dataType)()))
     val key = attrs(schema.fieldNames.indexWhere(_.equalsIgnoreCase(t.key.name)))
     val rows = LocalRelation(attrs, data)
     val passing = Project(Seq(key, attrs.last), t.filters.reduceOption(And).map(Filter(_, rows)).getOrElse(rows))

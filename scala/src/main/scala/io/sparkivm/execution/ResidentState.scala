@@ -2,10 +2,9 @@ package io.sparkivm.execution
 
 import io.sparkivm.planner.KeyProbe
 import io.sparkivm.state.{Arrangement, StateId, StateKind, StatePlace, StateRegistry}
-
-import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.catalyst.{InternalRow, TableIdentifier}
 import org.apache.spark.sql.ivm.{LocalRows, PartitionedRows}
+import org.apache.spark.sql.{DataFrame, SparkSession}
 
 /**
  * IVM^eps state kept resident between refreshes: the relation occurrences and the auxiliary
@@ -25,8 +24,10 @@ import org.apache.spark.sql.ivm.{LocalRows, PartitionedRows}
  * of [[io.sparkivm.execution]]'s resident tables, named under their own prefixes.
  */
 object ResidentState {
+
   /** Appended rows held on the driver past this many: the entry is dropped and rebuilt. */
   val MaxAppendedRows = 200000
+
   /** Rows per partition of an auxiliary view, bytes per partition of a table occurrence. */
   val RowsPerPartition = 50000L
   val BytesPerPartition: Long = 1L << 20
@@ -48,6 +49,7 @@ object ResidentState {
 
   final case class Entry(version: String, base: PartitionedRows, appended: Vector[InternalRow]) extends Arrangement {
     override def place: StatePlace = StatePlace.Executors
+
     /** Measured when held, and again while it measures 0 (rows first read by a later lookup). */
     override def bytes: Long = base.storedBytes + appended.size * AppendedRowBytes
     override def alive: Boolean = base.alive
@@ -86,14 +88,15 @@ object ResidentState {
      * rows left out), without reading other rows; None when the rows are not indexed.
      */
     def sums(spark: SparkSession, keys: Seq[Any], weight: String): Option[Map[Any, Long]] =
-      if (!base.indexed) None else {
+      if (!base.indexed) None
+      else {
         val w = base.schema.fieldIndex(weight)
         val wanted = keys.toSet
         val added = appended.iterator.map(r => base.keyOf(r) -> r.getLong(w)).filter(p => wanted(p._1))
           .toSeq.groupMapReduce(_._1)(_._2)(_ + _)
         val kept = base.sums(spark, keys, w)
         Some((kept.keySet ++ added.keySet).iterator
-          .map(k => k -> (kept.getOrElse(k, 0L) + added.getOrElse(k, 0L))).toMap)
+            .map(k => k -> (kept.getOrElse(k, 0L) + added.getOrElse(k, 0L))).toMap)
       }
 
     /** The entry of the next version, with rows added (in the base's column order). */

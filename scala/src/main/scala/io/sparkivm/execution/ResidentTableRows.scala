@@ -5,9 +5,9 @@ import io.sparkivm.conf.IvmConf
 import io.sparkivm.planner.{KeyProbe, RowCounts, SharedScans}
 import io.sparkivm.state.{StateBuilds, StatePlace, StateRegistry, StateSize}
 import org.apache.spark.sql.SparkSession
-import org.apache.spark.sql.catalyst.{CatalystTypeConverters, InternalRow, TableIdentifier}
 import org.apache.spark.sql.catalyst.expressions.{Alias, Expression, GenericInternalRow, Literal, Predicate}
 import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, Project}
+import org.apache.spark.sql.catalyst.{CatalystTypeConverters, InternalRow, TableIdentifier}
 import org.apache.spark.sql.delta.DeltaLog
 import org.apache.spark.sql.ivm.{LocalRows, SparkInternals}
 import org.apache.spark.sql.types.StructField
@@ -73,31 +73,31 @@ object ResidentTableRows {
       case Some(e) => rowsOf(e)
       case None if !atPost => None
       case None => ResidentState.get(spark, name, preStamp).flatMap(e => moved(e, change, columns, postStamp)) match {
-        case Some(next) =>
-          ResidentState.put(name, next)
-          rowsOf(next)
-        case None if !askedBefore => None
-        case None =>
-          val plan = all
-          def make(): ResidentState.Entry = {
-            val named = Project(plan.output.zip(columns).map { case (a, c) => Alias(a, c.name)() } :+
-              Alias(Literal(1L), WeightColumn)(), plan)
-            val parts = ResidentState.partitions(spark, source.sizeInBytes / (16L << 20) + 1)
-            val base = ResidentState.rows(SparkInternals.dataFrame(spark, named), key, parts)
-            // Every partition now, so that lookups read in place from the first.
-            base.load()
-            ResidentState.Entry(postStamp, base, Vector.empty)
-          }
-          if (IvmConf.StateBuildInBackground.get(spark)) {
-            // Made after this refresh, at its Post: the next refresh's Pre (StateBuilds).
-            StateBuilds.submit(spark, ResidentState.idOf(name))(ResidentState.put(name, make()))
-            None
-          } else {
-            val entry = make()
-            ResidentState.put(name, entry)
-            rowsOf(entry)
-          }
-      }
+          case Some(next) =>
+            ResidentState.put(name, next)
+            rowsOf(next)
+          case None if !askedBefore => None
+          case None =>
+            val plan = all
+            def make(): ResidentState.Entry = {
+              val named = Project(plan.output.zip(columns).map { case (a, c) => Alias(a, c.name)() } :+
+                  Alias(Literal(1L), WeightColumn)(), plan)
+              val parts = ResidentState.partitions(spark, source.sizeInBytes / (16L << 20) + 1)
+              val base = ResidentState.rows(SparkInternals.dataFrame(spark, named), key, parts)
+              // Every partition now, so that lookups read in place from the first.
+              base.load()
+              ResidentState.Entry(postStamp, base, Vector.empty)
+            }
+            if (IvmConf.StateBuildInBackground.get(spark)) {
+              // Made after this refresh, at its Post: the next refresh's Pre (StateBuilds).
+              StateBuilds.submit(spark, ResidentState.idOf(name))(ResidentState.put(name, make()))
+              None
+            } else {
+              val entry = make()
+              ResidentState.put(name, entry)
+              rowsOf(entry)
+            }
+        }
     }
   }
 
@@ -141,14 +141,16 @@ object ResidentTableRows {
     case None => Some(e.copy(version = next))
     case Some(LocalChange(schema, data)) =>
       val at = columns.map(c => schema.fieldNames.indexWhere(_.equalsIgnoreCase(c.name)))
-      if (at.contains(-1)) None else {
+      if (at.contains(-1)) None
+      else {
         val sign = schema.length - 1
-        e.plus(next, data.map { r =>
-          val values = new Array[Any](columns.length + 1)
-          columns.indices.foreach(i => values(i) = r.get(at(i), columns(i).dataType))
-          values(columns.length) = r.getInt(sign).toLong
-          new GenericInternalRow(values): InternalRow
-        })
+        e.plus(next,
+          data.map { r =>
+            val values = new Array[Any](columns.length + 1)
+            columns.indices.foreach(i => values(i) = r.get(at(i), columns(i).dataType))
+            values(columns.length) = r.getInt(sign).toLong
+            new GenericInternalRow(values): InternalRow
+          })
       }
     case Some(_) => None
   }

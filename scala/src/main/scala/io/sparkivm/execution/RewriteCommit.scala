@@ -5,20 +5,21 @@ import io.sparkivm.changes.{DeltaSources, KnownFiles}
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.planner.{KeyProbe, ViewMaintenance}
 import io.sparkivm.state.{StateRegistry, TableCommit}
-import org.apache.spark.sql.{Column, DataFrame, SaveMode, SparkSession}
-import org.apache.spark.sql.catalyst.{CatalystTypeConverters, InternalRow}
-import org.apache.spark.sql.catalyst.expressions.{AttributeReference, CreateStruct, Expression,
-  GenericInternalRow, InSet, IsNull, Literal, Not, Or}
+import org.apache.spark.sql.catalyst.expressions.{
+  AttributeReference, CreateStruct, Expression, GenericInternalRow, InSet, IsNull, Literal, Not, Or
+}
 import org.apache.spark.sql.catalyst.plans.logical.{Filter, LogicalPlan}
 import org.apache.spark.sql.catalyst.types.DataTypeUtils
 import org.apache.spark.sql.catalyst.util.TypeUtils
-import org.apache.spark.sql.delta.{DeltaConfigs, DeltaLog, DeltaOperations, OptimisticTransaction}
+import org.apache.spark.sql.catalyst.{CatalystTypeConverters, InternalRow}
 import org.apache.spark.sql.delta.actions.{Action, AddFile, FileAction, SetTransaction}
 import org.apache.spark.sql.delta.commands.DeltaCommand
 import org.apache.spark.sql.delta.util.DeltaFileOperations
+import org.apache.spark.sql.delta.{DeltaConfigs, DeltaLog, DeltaOperations, OptimisticTransaction}
 import org.apache.spark.sql.functions.{col, input_file_name, lit, sum, when}
 import org.apache.spark.sql.ivm.{LocalRows, SessionInternals, SparkInternals}
 import org.apache.spark.sql.types.StructType
+import org.apache.spark.sql.{Column, DataFrame, SaveMode, SparkSession}
 
 /**
  * The commits that write a view's rows to its backing table. Each is one Delta commit that
@@ -44,8 +45,10 @@ import org.apache.spark.sql.types.StructType
  * real change.
  */
 object RewriteCommit extends DeltaCommand {
+
   /** Size of the files written when the rows to write are known to be few. */
   private val TargetFileBytes = 128L << 20
+
   /** Ranges of changed keys tested against each file's min and max. */
   private val SkippingRanges = 64
 
@@ -64,7 +67,7 @@ object RewriteCommit extends DeltaCommand {
     val layout = BackingLayout.of(meta, maintenance)
     val changed = RefreshSteps.localRows(plan) match {
       case Some(rows) => new LocalChangedRows(spark, DataTypeUtils.fromAttributes(plan.output), rows, maintenance,
-        BackingLayout.skippingKey(layout, maintenance))
+          BackingLayout.skippingKey(layout, maintenance))
       case None => new DistributedChangedRows(spark, SparkInternals.dataFrame(spark, plan), maintenance)
     }
     // The new rows, where they are held here (projected to the table's columns once).
@@ -91,12 +94,13 @@ object RewriteCommit extends DeltaCommand {
           scala.util.Try(file(p)).isSuccess
         })
         lazy val holding = changed.holdingKeys(log.createDataFrame(txn.snapshot, candidates))
-        if (!(changed.onDriver && IvmConf.ApplyDeletionVectors.get(spark) && DeletionVectorApply.usable(txn.snapshot))) {
+        if (!(changed.onDriver && IvmConf.ApplyDeletionVectors.get(spark) && DeletionVectorApply.usable(
+            txn.snapshot))) {
           (known.map(_.keys.toSeq).getOrElse(holding.select(input_file_name()).distinct().collect().toSeq
-            .map(_.getString(0))).map(file), Nil)
+                .map(_.getString(0))).map(file), Nil)
         } else {
           val positions = known.getOrElse(holding.select(input_file_name(), col("_metadata.row_index")).collect()
-            .toSeq.groupBy(_.getString(0)).map { case (path, rows) => path -> rows.map(_.getLong(1)) })
+              .toSeq.groupBy(_.getString(0)).map { case (path, rows) => path -> rows.map(_.getLong(1)) })
             .map { case (path, rows) => file(path) -> rows }
           val (rewrite, mark) = positions.partition { case (f, rows) =>
             small.contains(f.path) || DeletionVectorApply.rewrite(f, rows.size)
@@ -110,7 +114,8 @@ object RewriteCommit extends DeltaCommand {
     val foundPaths = found.iterator.map(_.path).toSet
     val touched = found ++ small.values.filter(f => !foundPaths(f.path))
     val columns = maintenance.backingColumns.map(c => col(ViewMaintenance.quote(c)))
-    lazy val kept = if (touched.isEmpty) None else {
+    lazy val kept = if (touched.isEmpty) None
+    else {
       val scan = log.createDataFrame(txn.snapshot, touched)
       Some((if (maintenance.keyNames.isEmpty) scan.limit(0) else changed.withoutKeys(scan)).select(columns: _*))
     }
@@ -129,7 +134,7 @@ object RewriteCommit extends DeltaCommand {
       // the write adds a file, and small files make every later read and rewrite dearer.
       val files = math.max(1L, touched.map(_.size).sum / TargetFileBytes)
       txn.writeFiles(BackingLayout.sorted(if (changed.onDriver) rows.coalesce(files.toInt) else rows,
-        layout), BackingLayout.deltaOptions(spark))
+          layout), BackingLayout.deltaOptions(spark))
     }
     written()
     val now = System.currentTimeMillis()
@@ -148,7 +153,7 @@ object RewriteCommit extends DeltaCommand {
     val replacesAll = maintenance.keyNames.isEmpty || whole.isDefined
     val added = whole.map(_._2.map(_ -> Option.empty[(String, Long)])).orElse(placed)
     StateRegistry.committed(TableCommit(path, txn.metadata.id, txn.readVersion, version, replacesAll,
-      maintenance.keyNames, changed.keysHere, whole.orElse(freshHere).map(_._1).getOrElse(new StructType()), added))
+        maintenance.keyNames, changed.keysHere, whole.orElse(freshHere).map(_._1).getOrElse(new StructType()), added))
     // Rows that replaced all others are known whether or not the old ones were held.
     for ((schema, rows) <- whole.orElse(freshHere.filter(_ => replacesAll))) {
       HeldTableRows.replaced(spark, path, txn.metadata.id, version, schema, rows)
@@ -192,7 +197,8 @@ object RewriteCommit extends DeltaCommand {
     val adds = txn.writeFiles(rows, BackingLayout.deltaOptions(spark))
     val now = System.currentTimeMillis()
     commit(txn, meta, record.number, old.map(_.removeWithTimestamp(now, dataChange = true)) ++ adds,
-      DeltaOperations.Write(SaveMode.Overwrite, predicate = Some(s"spark-ivm full refresh ${record.number} of ${meta.viewName}")),
+      DeltaOperations.Write(SaveMode.Overwrite,
+        predicate = Some(s"spark-ivm full refresh ${record.number} of ${meta.viewName}")),
       replacesAll = true)
     true
   }
@@ -232,9 +238,11 @@ object RewriteCommit extends DeltaCommand {
     val layoutRows = IvmConf.LayoutRowsPerFile.get(spark)
     def isSmall(f: AddFile) = f.size < SmallFileBytes &&
       (layoutRows <= 0 || f.numPhysicalRecords.forall(_ < layoutRows / 4))
-    if (min <= 0 || !IvmConf.KnownFiles.get(spark)) Map.empty else {
+    if (min <= 0 || !IvmConf.KnownFiles.get(spark)) Map.empty
+    else {
       val small = KnownFiles.matching(log, txn.snapshot, Nil).filter(isSmall)
-      if (small.size < min) Map.empty else {
+      if (small.size < min) Map.empty
+      else {
         txn.trackFilesRead(small)
         small.map(f => f.path -> f).toMap
       }
@@ -251,8 +259,8 @@ object RewriteCommit extends DeltaCommand {
       schema: Option[StructType]): Unit = {
     val metadata = txn.metadata
     txn.updateMetadata(metadata.copy(schemaString = schema.map(_.json).getOrElse(metadata.schemaString),
-      configuration = RefreshHistory.recorded(metadata.configuration ++ properties +
-        (ViewCatalog.RecordProperty -> ViewCatalog.renderRecord(record)), record.entry)))
+        configuration = RefreshHistory.recorded(metadata.configuration ++ properties +
+            (ViewCatalog.RecordProperty -> ViewCatalog.renderRecord(record)), record.entry)))
   }
 
   /**
@@ -277,20 +285,28 @@ object RewriteCommit extends DeltaCommand {
 
   /** The changed rows of a refresh, as [[apply]] needs them. */
   private sealed trait ChangedRows {
+
     /** True if the changed rows are held on the driver (and so are few). */
     def onDriver: Boolean
+
     /** A filter on one key (the layout's, see [[BackingLayout]]) for Delta's data skipping. */
     def skipping: Option[Expression]
+
     /** The rows of `scan` whose key is a changed key. */
     def holdingKeys(scan: DataFrame): DataFrame
+
     /** The rows of `scan` whose key is not a changed key. */
     def withoutKeys(scan: DataFrame): DataFrame
+
     /** The rows to write: those whose count is not 0 (a global aggregate keeps its one row). */
     def fresh: DataFrame
+
     /** [[fresh]]'s named columns, held here, with their schema; None if the rows are not here. */
     def freshHere(columns: Seq[String]): Option[(StructType, Seq[InternalRow])]
+
     /** The changed keys (rows of the key columns), held here; None if the rows are not here. */
     def keysHere: Option[Set[InternalRow]]
+
     /**
      * The rows of the changed keys in the table at `version`, as row indexes by file path, where
      * the changed rows carry them ([[ViewMaintenance.PositionColumns]]) from a read of that version.
@@ -301,7 +317,8 @@ object RewriteCommit extends DeltaCommand {
 
   /** Rows held on the driver: the keys filter as an InSet of key structs (null-safe). */
   private class LocalChangedRows(spark: SparkSession, schema: StructType, rows: Seq[InternalRow],
-      maintenance: ViewMaintenance, skippingKey: Option[String]) extends ChangedRows {
+      maintenance: ViewMaintenance, skippingKey: Option[String])
+      extends ChangedRows {
     private val countAt = schema.fieldIndex(ViewMaintenance.CountColumn)
     private val existedAt = schema.fieldIndex(ViewMaintenance.ExistedColumn)
     private def keep(r: InternalRow) = maintenance.global || r.getLong(countAt) != 0L
@@ -316,8 +333,9 @@ object RewriteCommit extends DeltaCommand {
         case Seq(file, row, read) if file >= 0 && row >= 0 && read >= 0 =>
           // Every key that existed has its place, and the places are of the version to change.
           val existed = rows.filter(_.getBoolean(existedAt))
-          if (existed.exists(r => r.isNullAt(file) || r.isNullAt(row) || r.isNullAt(read) ||
-              r.getLong(read) != version)) None
+          if (existed.exists(r =>
+              r.isNullAt(file) || r.isNullAt(row) || r.isNullAt(read) ||
+                r.getLong(read) != version)) None
           else Some(existed.groupBy(_.getUTF8String(file).toString).map { case (p, rs) => p -> rs.map(_.getLong(row)) })
         case _ => None
       }
@@ -325,7 +343,8 @@ object RewriteCommit extends DeltaCommand {
     def skipping: Option[Expression] = skippingKey.map { key =>
       val at = schema.fieldIndex(key)
       val t = schema(at).dataType
-      if (!KeyProbe.probeable(t)) Literal.TrueLiteral else {
+      if (!KeyProbe.probeable(t)) Literal.TrueLiteral
+      else {
         val column = AttributeReference(key, t)()
         val values = rows.map(_.get(at, t))
         val sorted = values.filter(_ != null).distinct.sorted(TypeUtils.getInterpretedOrdering(t))
@@ -362,7 +381,7 @@ object RewriteCommit extends DeltaCommand {
 
   /** Rows computed on the executors (already checkpointed): the keys filter as joins. */
   private class DistributedChangedRows(spark: SparkSession, rows: DataFrame, maintenance: ViewMaintenance)
-    extends ChangedRows {
+      extends ChangedRows {
     private val count = rows.col(ViewMaintenance.quote(ViewMaintenance.CountColumn))
     private val existed = rows.col(ViewMaintenance.quote(ViewMaintenance.ExistedColumn))
     private val keep: Column = if (maintenance.global) lit(true) else count =!= 0L

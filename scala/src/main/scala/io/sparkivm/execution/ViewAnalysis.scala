@@ -12,11 +12,13 @@ import org.apache.spark.sql.ivm.{CapturedSqlConf, SessionInternals, SparkInterna
 
 /** A view's query, analyzed now, with what maintaining it takes. */
 case class AnalyzedView(plan: LogicalPlan, leaves: Seq[SourceLeaf], maintenance: ViewMaintenance) {
+
   /** The distinct tables the query reads. */
   def tables: Seq[SourceLeaf] = leaves.groupBy(_.name).values.map(_.head).toSeq.sortBy(_.name)
 }
 
 object ViewAnalysis {
+
   /** Parses and analyzes query text with `database` as the current database. */
   def analyze(spark: SparkSession, queryText: String, database: String): LogicalPlan = {
     val previous = spark.catalog.currentDatabase
@@ -47,8 +49,9 @@ object ViewAnalysis {
       AnalyzedView(rewritten, leaves, new ViewMaintenance(shape, columns))
     } else {
       val leaves = plan.collect { case SourceLeaf(l) if l.provider.exists(_.equalsIgnoreCase("delta")) => l }
-      AnalyzedView(plan, leaves, new ViewMaintenance(
-        RowsShape(plan, plan, distinct = false), columns))
+      AnalyzedView(plan, leaves,
+        new ViewMaintenance(
+          RowsShape(plan, plan, distinct = false), columns))
     }
   }
 
@@ -56,14 +59,17 @@ object ViewAnalysis {
   def reanalyze(user: SparkSession, meta: ViewMetadata, incremental: Boolean): AnalyzedView = {
     // Under the SQL settings the view captured at CREATE, whatever the session's are now.
     val spark = CapturedSqlConf.session(user, meta.sqlConf)
-    val plan = try analyze(spark, meta.queryText, meta.database) catch {
-      case e: IvmException => throw e
-      case NonFatal(e) =>
-        val table = meta.sources.map(_.table).find(t => !ViewCatalog.exists(spark,
-          ViewCatalog.qualify(spark, t.split('.').toSeq.takeRight(2))))
-        if (table.isEmpty) changedShape(spark, meta).foreach(throw _)
-        throw IvmErrors.sourceMissing(meta.viewName, table.getOrElse("of the query"), e)
-    }
+    val plan =
+      try analyze(spark, meta.queryText, meta.database)
+      catch {
+        case e: IvmException => throw e
+        case NonFatal(e) =>
+          val table = meta.sources.map(_.table).find(t =>
+            !ViewCatalog.exists(spark,
+              ViewCatalog.qualify(spark, t.split('.').toSeq.takeRight(2))))
+          if (table.isEmpty) changedShape(spark, meta).foreach(throw _)
+          throw IvmErrors.sourceMissing(meta.viewName, table.getOrElse("of the query"), e)
+      }
     requireRowData(meta.viewName, plan)
     prepare(plan, meta.columns, incremental)
   }
@@ -77,8 +83,9 @@ object ViewAnalysis {
     meta.sources.iterator.flatMap { s =>
       try {
         val id = ViewCatalog.qualify(spark, s.table.split('.').toSeq.takeRight(2))
-        DeltaSources.checkUnchangedShape(meta.viewName, s, DeltaSources.pin(spark, id,
-          requireChangeFeed = false, autoEnable = false))
+        DeltaSources.checkUnchangedShape(meta.viewName, s,
+          DeltaSources.pin(spark, id,
+            requireChangeFeed = false, autoEnable = false))
         None
       } catch {
         case e: IvmException => Some(e)

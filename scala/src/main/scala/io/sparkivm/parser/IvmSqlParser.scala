@@ -3,13 +3,14 @@ package io.sparkivm.parser
 import io.sparkivm.catalog.{CatalogGuard, ViewCatalog}
 import io.sparkivm.commands.{KeyConstraintCommands, MaterializedViewCommands}
 import io.sparkivm.errors.IvmErrors
-import org.apache.spark.sql.catalyst.analysis.UnresolvedRelation
 import org.apache.spark.sql.SparkSession
-import org.apache.spark.sql.catalyst.{FunctionIdentifier, TableIdentifier}
+import org.apache.spark.sql.catalyst.analysis.UnresolvedRelation
 import org.apache.spark.sql.catalyst.expressions.Expression
 import org.apache.spark.sql.catalyst.parser.{ParameterContext, ParserInterface}
-import org.apache.spark.sql.catalyst.plans.logical.{DeleteFromTable, LogicalPlan, MergeIntoTable, SubqueryAlias,
-  UpdateTable}
+import org.apache.spark.sql.catalyst.plans.logical.{
+  DeleteFromTable, LogicalPlan, MergeIntoTable, SubqueryAlias, UpdateTable
+}
+import org.apache.spark.sql.catalyst.{FunctionIdentifier, TableIdentifier}
 import org.apache.spark.sql.types.{DataType, StructType}
 
 /** Spark's parser, with spark-ivm's statements recognised first (see [[IvmStatementParser]]). */

@@ -58,7 +58,8 @@ object IvmStatementParser {
     var stop = false
     while (count < n && !stop) {
       // A malformed token ends the head; the statement's own parser reports it if it is ours.
-      (try Some(Tokenizer.next(sql, pos)) catch { case _: TokenizeError => None }) match {
+      (try Some(Tokenizer.next(sql, pos))
+      catch { case _: TokenizeError => None }) match {
         case Some((Word(w, false, _), p)) =>
           out += w.toUpperCase(java.util.Locale.ROOT); pos = p; count += 1
         case _ => stop = true
@@ -70,13 +71,17 @@ object IvmStatementParser {
   private class StatementParser(sql: String) {
     private var pos = 0
 
-    private def peek: Token = try Tokenizer.next(sql, pos)._1 catch {
-      case e: TokenizeError => fail(e.offset, s"'${sql.substring(e.offset).take(10)}'", e.message)
-    }
-    private def advance(): Token = {
-      val (t, p) = try Tokenizer.next(sql, pos) catch {
+    private def peek: Token =
+      try Tokenizer.next(sql, pos)._1
+      catch {
         case e: TokenizeError => fail(e.offset, s"'${sql.substring(e.offset).take(10)}'", e.message)
       }
+    private def advance(): Token = {
+      val (t, p) =
+        try Tokenizer.next(sql, pos)
+        catch {
+          case e: TokenizeError => fail(e.offset, s"'${sql.substring(e.offset).take(10)}'", e.message)
+        }
       pos = p
       t
     }
@@ -86,7 +91,8 @@ object IvmStatementParser {
       case _ => false
     }
     private def acceptKeyword(kw: String): Boolean =
-      if (isKeyword(peek, kw)) { advance(); true } else false
+      if (isKeyword(peek, kw)) { advance(); true }
+      else false
     private def expectKeyword(kw: String): Unit =
       if (!acceptKeyword(kw)) unexpected(peek, s"expected $kw")
     private def acceptSymbol(s: String): Boolean = peek match {
@@ -163,7 +169,8 @@ object IvmStatementParser {
             parts.mkString(".")
           case t => unexpected(t, "expected a property key")
         }
-        val value = if (!withValues) "" else {
+        val value = if (!withValues) ""
+        else {
           acceptSymbol("=")
           peek match {
             case StringLit(_, _) => stringLiteral("a value")
@@ -258,7 +265,8 @@ object IvmStatementParser {
           RefreshMaterializedView(name, full, cascade)
         case "DROP" =>
           expectKeyword("MATERIALIZED"); expectKeyword("VIEW")
-          val ifExists = if (acceptKeyword("IF")) { expectKeyword("EXISTS"); true } else false
+          val ifExists = if (acceptKeyword("IF")) { expectKeyword("EXISTS"); true }
+          else false
           val name = multipartName()
           expectEnd()
           DropMaterializedView(name, ifExists)
@@ -283,7 +291,8 @@ object IvmStatementParser {
         case "DESCRIBE" | "DESC" =>
           expectKeyword("MATERIALIZED"); expectKeyword("VIEW")
           val name = multipartName()
-          val asJson = if (acceptKeyword("AS")) { expectKeyword("JSON"); true } else false
+          val asJson = if (acceptKeyword("AS")) { expectKeyword("JSON"); true }
+          else false
           expectEnd()
           DescribeMaterializedView(name, asJson)
         case "EXPLAIN" =>
@@ -314,18 +323,21 @@ object IvmStatementParser {
           } else if (acceptKeyword("DROP")) {
             if (!acceptKeyword("SCHEDULE") && !acceptKeyword("TRIGGER")) unexpected(peek, "expected SCHEDULE or TRIGGER")
             AlterSchedule(name, "DROP", None)
-          } else unexpected(peek, "expected SET TBLPROPERTIES, UNSET TBLPROPERTIES, SET REFRESH POLICY, " +
-            "ADD SCHEDULE, ALTER SCHEDULE or DROP SCHEDULE")
+          } else unexpected(peek,
+            "expected SET TBLPROPERTIES, UNSET TBLPROPERTIES, SET REFRESH POLICY, " +
+              "ADD SCHEDULE, ALTER SCHEDULE or DROP SCHEDULE")
           expectEnd()
           stmt
       }
     }
 
     private def create(): IvmStatement = {
-      val orReplace = if (acceptKeyword("OR")) { expectKeyword("REPLACE"); true } else false
+      val orReplace = if (acceptKeyword("OR")) { expectKeyword("REPLACE"); true }
+      else false
       expectKeyword("MATERIALIZED"); expectKeyword("VIEW")
       val ifNotExists =
-        if (acceptKeyword("IF")) { expectKeyword("NOT"); expectKeyword("EXISTS"); true } else false
+        if (acceptKeyword("IF")) { expectKeyword("NOT"); expectKeyword("EXISTS"); true }
+        else false
       if (orReplace && ifNotExists) {
         fail(pos, "'IF NOT EXISTS'", "OR REPLACE and IF NOT EXISTS cannot be used together")
       }
@@ -382,8 +394,9 @@ object IvmStatementParser {
           advance()
           done = true
         } else {
-          unexpected(t, "expected COMMENT, TBLPROPERTIES or AS (or REFRESH POLICY, SCHEDULE, TRIGGER ON UPDATE, " +
-            "ACCESS BY)")
+          unexpected(t,
+            "expected COMMENT, TBLPROPERTIES or AS (or REFRESH POLICY, SCHEDULE, TRIGGER ON UPDATE, " +
+              "ACCESS BY)")
         }
       }
       val queryStart = Tokenizer.skipBlank(sql, pos)

@@ -16,6 +16,7 @@ private[parser] class TokenizeError(val offset: Int, val message: String) extend
  * single or double quotes with backslash escapes, as in Spark SQL.
  */
 private[parser] object Tokenizer {
+
   /** Offset of the first character at or after `from` that is not white space or comment. */
   def skipBlank(text: String, from: Int): Int = {
     var i = from

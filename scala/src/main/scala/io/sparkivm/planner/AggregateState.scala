@@ -19,32 +19,42 @@ import org.apache.spark.sql.types._
 sealed trait AggregateState {
   def index: Int
   def expr: AggregateExpression
+
   /** Names and types of the state columns in the backing table. */
   def columns: Seq[(String, DataType)]
+
   /** State of a group computed from all its rows. */
   def full(): Seq[Expression]
+
   /** Change of the state from signed rows. */
   def deltas(m: Expression): Seq[Expression]
+
   /** True if the group must be recomputed, from old state and folded deltas. */
   def needsRecompute(old: Seq[Expression], d: Seq[Expression]): Option[Expression]
+
   /** New state from old state (null for a new group), deltas and, if recomputed, `rec`. */
   def merge(old: Seq[Expression], d: Seq[Expression], rec: Option[Expression]): Seq[Expression]
+
   /** The aggregate input used to recompute a group. */
   def recompute: Option[Expression]
+
   /** The aggregate's value from the state columns. */
   def finish(state: Seq[Expression]): Expression
 
   protected def col(suffix: String) = s"__ivm_a${index}_$suffix"
+
   /** The aggregate's input with its FILTER clause applied. */
   protected def masked(e: Expression): Expression =
     expr.filter.map(f => If(f, e, Literal(null, e.dataType))).getOrElse(e)
+
   /**
    * `e` counted m times. Delta rows carry m = +1 or -1, except rows that stand for many
    * (IVM^eps looks up an auxiliary view that holds a count), whose m is that count.
    */
   protected def signed(m: Expression, e: Expression): Expression =
-    If(EqualTo(m, Literal(1)), e, If(EqualTo(m, Literal(-1)), UnaryMinus(e),
-      Cast(Multiply(e, Cast(m, e.dataType)), e.dataType)))
+    If(EqualTo(m, Literal(1)), e,
+      If(EqualTo(m, Literal(-1)), UnaryMinus(e),
+        Cast(Multiply(e, Cast(m, e.dataType)), e.dataType)))
   protected def countOf(m: Expression, e: Expression): Expression =
     Sum(If(IsNotNull(e), Cast(m, LongType), Literal(0L))).toAggregateExpression()
   protected def plus(a: Expression, b: Expression, t: DataType): Expression =
@@ -70,7 +80,7 @@ object AggregateState {
       case x: SumState if x.avg.isDefined => s"$name: running sum and count"
       case _: SumState => s"$name: running sum and non-null count"
       case e: ExtremeState => s"$name: folds inserts; recomputes a group when its " +
-        s"${if (e.isMin) "minimum" else "maximum"} is deleted"
+          s"${if (e.isMin) "minimum" else "maximum"} is deleted"
       case _: RecomputedState => s"$name: recomputed from Post for the groups whose rows changed"
     }
   }
@@ -93,7 +103,8 @@ case class CountState(index: Int, expr: AggregateExpression, count: Count) exten
 
 /** SUM (avg = None) and AVG: a sum of type `sumType` and a non-null count. */
 case class SumState(index: Int, expr: AggregateExpression, input: Expression, sumType: DataType,
-    avg: Option[Average]) extends AggregateState {
+    avg: Option[Average])
+    extends AggregateState {
   private def x = Cast(masked(input), sumType)
   def columns: Seq[(String, DataType)] = Seq(col("s") -> sumType, col("n") -> LongType)
   def full(): Seq[Expression] = Seq(
@@ -120,8 +131,7 @@ case class SumState(index: Int, expr: AggregateExpression, input: Expression, su
   }
 }
 
-case class ExtremeState(index: Int, expr: AggregateExpression, input: Expression, isMin: Boolean)
-  extends AggregateState {
+case class ExtremeState(index: Int, expr: AggregateExpression, input: Expression, isMin: Boolean) extends AggregateState {
   private def t = input.dataType
   private def fold(e: Expression): Expression =
     (if (isMin) Min(e) else Max(e)).toAggregateExpression()
@@ -132,9 +142,11 @@ case class ExtremeState(index: Int, expr: AggregateExpression, input: Expression
     fold(only(GreaterThan(m, Literal(0)))), // extreme among inserted values
     fold(only(LessThan(m, Literal(0)))), // extreme among deleted values
     countOf(m, masked(input)))
+
   /** The extreme of the old values and the inserted ones (NULLs skipped). */
   private def folded(old: Seq[Expression], d: Seq[Expression]): Expression =
     if (isMin) Least(Seq(old.head, d.head)) else Greatest(Seq(old.head, d.head))
+
   /**
    * A deleted value that reaches the folded extreme may be that extreme: recompute. The
    * comparison is with old *and inserted* values, since one batch can insert and delete the

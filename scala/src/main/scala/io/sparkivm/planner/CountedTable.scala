@@ -13,6 +13,7 @@ import org.apache.spark.sql.catalyst.plans.logical._
  * keys only, at Pre and at Post, instead of scanning the table for those keys.
  */
 final case class CountedTable(leaf: SourceLeaf, filters: Seq[Expression], key: Attribute) {
+
   /**
    * What the counts are of, independent of the plan they were found in (attribute ids left
    * out): two views that count the same table the same way share them.
@@ -30,6 +31,7 @@ final case class CountedTable(leaf: SourceLeaf, filters: Seq[Expression], key: A
 }
 
 object CountedTable {
+
   /**
    * `plan` as one table under deterministic filters and projections, with `key` (an output of
    * `plan`) one of the table's columns passed through: the filters are then over the table's
@@ -38,8 +40,9 @@ object CountedTable {
   def of(plan: LogicalPlan, key: Attribute): Option[CountedTable] = {
     def walk(p: LogicalPlan, key: Attribute, above: Seq[Expression]): Option[CountedTable] = p match {
       case SourceLeaf(leaf) =>
-        leaf.output.find(_.exprId == key.exprId).filter(_ => above.forall(_.references.subsetOf(
-          AttributeSet(leaf.output)))).map(k => CountedTable(leaf, above, k))
+        leaf.output.find(_.exprId == key.exprId).filter(_ =>
+          above.forall(_.references.subsetOf(
+              AttributeSet(leaf.output)))).map(k => CountedTable(leaf, above, k))
       case SubqueryAlias(_, child) => walk(child, key, above)
       case v: View => walk(v.child, key, above)
       case Filter(cond, child) if plain(cond) => walk(child, key, above :+ cond)
@@ -65,10 +68,12 @@ object CountedTable {
    */
   def definition(plan: LogicalPlan): Option[String] =
     // A plan's text leaves out the rows of a VALUES list: such plans get no name either.
-    if (plan.exists(p => p.expressions.exists(e => !plain(e)) || (p match {
-      case l: LocalRelation => l.data.nonEmpty
-      case _ => false
-    }))) None else {
+    if (plan.exists(p =>
+        p.expressions.exists(e => !plain(e)) || (p match {
+          case l: LocalRelation => l.data.nonEmpty
+          case _ => false
+        }))) None
+    else {
       // Canonical plans keep their children's order but drop names: the tables are listed in it.
       val tables = plan.collect { case SourceLeaf(leaf) => leaf.table.unquotedString }
       val unnamed = plan.transformDown { case SourceLeaf(leaf) => LocalRelation(leaf.output) }

@@ -4,33 +4,42 @@ import io.sparkivm.errors.IvmErrors
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions._
 import org.apache.spark.sql.catalyst.planning.ExtractEquiJoinKeys
-import org.apache.spark.sql.catalyst.plans.{ExistenceJoin, Inner, LeftAnti, LeftOuter, LeftSemi}
 import org.apache.spark.sql.catalyst.plans.logical._
+import org.apache.spark.sql.catalyst.plans.{ExistenceJoin, Inner, LeftAnti, LeftOuter, LeftSemi}
 
 /** How each table occurrence is read in one refresh (see [[io.sparkivm.execution.Refresher]]). */
 trait LeafReader {
+
   /** The table at the version the view last consumed; output attributes are `leaf.output`. */
   def pre(leaf: SourceLeaf): LogicalPlan
+
   /** The table at the version pinned for this refresh; output attributes are `leaf.output`. */
   def post(leaf: SourceLeaf): LogicalPlan
+
   /** The net change, output `leaf.output :+ m`; None when the table did not change. */
   def delta(leaf: SourceLeaf): Option[LogicalPlan]
+
   /**
    * Every row the table held since the view's last refresh, PreDel = Post + Del (Svingos et al. 2023
    * section 1.4); output attributes are `leaf.output`.
    */
   def preDel(leaf: SourceLeaf): LogicalPlan
+
   /** The size of the table at the pinned version (Long.MaxValue if unknown). */
   def sizeInBytes(leaf: SourceLeaf): Long = Long.MaxValue
+
   /** The net change as rows on the driver, when it is held there (decisions then run no job). */
   def localDelta(leaf: SourceLeaf): Option[LocalDeltaRows] = None
+
   /** The table's Delta id and the versions read as Pre and as Post, if it is a pinned Delta table. */
   def versions(leaf: SourceLeaf): Option[(String, Long, Long)] = None
+
   /**
    * The counts of `table` for `keys` (external values) at Pre and at Post, when they are kept
    * for it (see [[CountedTable]]); None where the table must be read instead.
    */
   def keyCounts(table: CountedTable, keys: Seq[Any]): Option[KeyCounts] = None
+
   /**
    * The rows of `leaf` at Post (`atPost`) or at Pre whose column `key` holds one of `keys`
    * (Catalyst values), with `columns` (lower-case names) in order, from rows kept between
@@ -39,6 +48,7 @@ trait LeafReader {
    */
   def keyedRows(leaf: SourceLeaf, key: String, columns: Seq[org.apache.spark.sql.types.StructField],
       keys: Iterable[Any], atPost: Boolean, all: => LogicalPlan): Option[Seq[InternalRow]] = None
+
   /**
    * The rows of `leaf` at Post with `columns` (lower-case names) in order, for which
    * `where` (over `columns`, bound by position) holds, from rows kept between refreshes (by
@@ -51,6 +61,7 @@ trait LeafReader {
 /** A net change held on the driver: the table's columns by name, then the sign `m`. */
 case class LocalDeltaRows(schema: org.apache.spark.sql.types.StructType,
     rows: Seq[org.apache.spark.sql.catalyst.InternalRow]) {
+
   /** Column positions of `names` (case-insensitive), and the position of the sign. */
   def positions(names: Seq[String]): Seq[Int] =
     names.map(n => schema.fieldNames.indexWhere(_.equalsIgnoreCase(n)))
@@ -102,9 +113,11 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
    * at Post is the next refresh's value at Pre, so that one is not computed again.
    */
   private def heldAggregates(plan: LogicalPlan, atPre: Boolean): LogicalPlan =
-    if (!fkSettings.steps.collects) plan else plan.transformDown {
-      case a: Aggregate if a.groupingExpressions.isEmpty && a.aggregateExpressions.forall(_.deterministic) &&
-          a.exists { case SourceLeaf(_) => true; case _ => false } =>
+    if (!fkSettings.steps.collects) plan
+    else plan.transformDown {
+      case a: Aggregate
+          if a.groupingExpressions.isEmpty && a.aggregateExpressions.forall(_.deterministic) &&
+            a.exists { case SourceLeaf(_) => true; case _ => false } =>
         globals.getOrElseUpdate((a, atPre), heldAggregate(a, atPre))
     }
 
@@ -127,12 +140,13 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
           val fromPre = if (atPre) None else steps.versioned(kept, pre).flatMap(_.headOption)
           val state = fromPre match {
             case Some(old) if pre != post =>
-              steps.materializeVersioned(running.moved(old, unionAll(delta(a.child).map(_.plan) match {
-                case Nil => Seq(LocalRelation(a.child.output :+ m))
-                case plans => plans
-              }), m), kept, post)
+              steps.materializeVersioned(running.moved(old,
+                  unionAll(delta(a.child).map(_.plan) match {
+                    case Nil => Seq(LocalRelation(a.child.output :+ m))
+                    case plans => plans
+                  }), m), kept, post)
             case _ => steps.materializeVersioned(running.full(substitute(a.child,
-              if (atPre) scans.pre else scans.post)), kept, if (atPre) pre else post)
+                    if (atPre) scans.pre else scans.post)), kept, if (atPre) pre else post)
           }
           steps.materialize(running.value(state))
       }
@@ -171,36 +185,38 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
    */
   def weightedPre(plan: LogicalPlan, where: Option[Expression] = None): Option[(LogicalPlan, Attribute)] =
     plan match {
-    case SourceLeaf(leaf) =>
-      val w = AttributeReference("__ivm_w", m.dataType, nullable = false)()
-      // `where` (a filter the caller keeps above) narrows the Post read where the rows are kept.
-      val read = where.filter(_.references.subsetOf(AttributeSet(leaf.output)))
-        .flatMap(scans.postWhere(leaf, _)).getOrElse(scans.post(leaf))
-      val post = Project(leaf.output :+ Alias(Literal(1), w.name)(exprId = w.exprId), read)
-      Some(reader.delta(leaf) match {
-        case None => (post, w)
-        case Some(d) =>
-          val minus = Project(leaf.output :+ Alias(UnaryMinus(m), w.name)(), d)
-          (Union(post, minus), w)
-      })
-    case SubqueryAlias(_, child) => weightedPre(child, where)
-    case v: View => weightedPre(v.child, where)
-    case Filter(cond, child) => weightedPre(child, where).map { case (p, w) => (Filter(cond, p), w) }
-    // `where` passes a projection that passes the columns it reads.
-    case Project(list, child) =>
-      val passed = where.filter(_.references.subsetOf(AttributeSet(list.collect { case a: Attribute => a })))
-      weightedPre(child, passed).map { case (p, w) => (Project(list :+ w, p), w) }
-    case g: Generate => weightedPre(g.child).map { case (p, w) =>
-      (Project(g.output :+ w, g.copy(unrequiredChildIndex = Nil, child = p)), w) }
-    case e: Expand => weightedPre(e.child).map { case (p, w) =>
-      (Expand(e.projections.map(_ :+ w), e.output :+ w, p), w) }
-    case j: Join if j.joinType == Inner =>
-      for ((l, wl) <- weightedPre(j.left); (r, wr) <- weightedPre(j.right)) yield {
+      case SourceLeaf(leaf) =>
         val w = AttributeReference("__ivm_w", m.dataType, nullable = false)()
-        (Project(j.output :+ Alias(Multiply(wl, wr), w.name)(exprId = w.exprId), j.copy(left = l, right = r)), w)
-      }
-    case _ => None
-  }
+        // `where` (a filter the caller keeps above) narrows the Post read where the rows are kept.
+        val read = where.filter(_.references.subsetOf(AttributeSet(leaf.output)))
+          .flatMap(scans.postWhere(leaf, _)).getOrElse(scans.post(leaf))
+        val post = Project(leaf.output :+ Alias(Literal(1), w.name)(exprId = w.exprId), read)
+        Some(reader.delta(leaf) match {
+          case None => (post, w)
+          case Some(d) =>
+            val minus = Project(leaf.output :+ Alias(UnaryMinus(m), w.name)(), d)
+            (Union(post, minus), w)
+        })
+      case SubqueryAlias(_, child) => weightedPre(child, where)
+      case v: View => weightedPre(v.child, where)
+      case Filter(cond, child) => weightedPre(child, where).map { case (p, w) => (Filter(cond, p), w) }
+      // `where` passes a projection that passes the columns it reads.
+      case Project(list, child) =>
+        val passed = where.filter(_.references.subsetOf(AttributeSet(list.collect { case a: Attribute => a })))
+        weightedPre(child, passed).map { case (p, w) => (Project(list :+ w, p), w) }
+      case g: Generate => weightedPre(g.child).map { case (p, w) =>
+          (Project(g.output :+ w, g.copy(unrequiredChildIndex = Nil, child = p)), w)
+        }
+      case e: Expand => weightedPre(e.child).map { case (p, w) =>
+          (Expand(e.projections.map(_ :+ w), e.output :+ w, p), w)
+        }
+      case j: Join if j.joinType == Inner =>
+        for ((l, wl) <- weightedPre(j.left); (r, wr) <- weightedPre(j.right)) yield {
+          val w = AttributeReference("__ivm_w", m.dataType, nullable = false)()
+          (Project(j.output :+ Alias(Multiply(wl, wr), w.name)(exprId = w.exprId), j.copy(left = l, right = r)), w)
+        }
+      case _ => None
+    }
 
   /**
    * The delta of `plan` as a union of branches (empty when nothing under it changed). Computed
@@ -258,13 +274,14 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
     } yield {
       val types = right.output.map(_.dataType)
       val (ov, nv) = (o.toSeq(types), n.toSeq(types))
-      if (ov == nv) fromLeft else {
+      if (ov == nv) fromLeft
+      else {
         val theta = (filter.toSeq ++ j.condition).reduceOption(And).getOrElse(Literal.TrueLiteral)
         def at(values: Seq[Any]) = Coalesce(Seq(theta.transform {
-          case a: Attribute if right.outputSet.contains(a) =>
-            val i = right.output.indexWhere(_.exprId == a.exprId)
-            Literal(values(i), types(i))
-        }, Literal.FalseLiteral))
+            case a: Attribute if right.outputSet.contains(a) =>
+              val i = right.output.indexWhere(_.exprId == a.exprId)
+              Literal(values(i), types(i))
+          }, Literal.FalseLiteral))
         // Where the value is read above, a row changes with it whatever the condition decides.
         val valueRead = needed.intersect(right.outputSet).nonEmpty
         val decides = if (valueRead) Literal.TrueLiteral else Not(EqualTo(at(ov), at(nv)))
@@ -277,8 +294,9 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
           case None => (pre(j.left), inner)
         }
         fromLeft :+ Branch(filtered(Project(j.output :+ Alias(sign, m.name)(exprId = m.exprId),
-          j.copy(left = Filter(decides, left), right = change))),
-          leafNames(j.left).map(n => if (valueRead) s"Pre($n)"
+              j.copy(left = Filter(decides, left), right = change))),
+          leafNames(j.left).map(n =>
+            if (valueRead) s"Pre($n)"
             else s"Pre($n) where the old and new value decide differently") :+
             s"D(${right.nodeName} over ${leafNames(right).distinct.mkString(", ")})")
       }
@@ -304,10 +322,11 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
           case Some((left, w)) =>
             // Pre(L) = Post(L) - D(L), weighted: a row's sign is its delta sign times its weight.
             val inner = AttributeReference("__ivm_m_in", m.dataType, nullable = false)()
-            val right = Project(b.plan.output.filterNot(_.exprId == m.exprId) :+ Alias(m, inner.name)(exprId = inner.exprId),
-              b.plan)
+            val right =
+              Project(b.plan.output.filterNot(_.exprId == m.exprId) :+ Alias(m, inner.name)(exprId = inner.exprId),
+                b.plan)
             Branch(Project(j.output :+ Alias(Multiply(inner, w), m.name)(exprId = m.exprId),
-              j.copy(left = left, right = right)),
+                j.copy(left = left, right = right)),
               leafNames(j.left).map(n => s"Pre($n)") ++ b.terms)
           case None =>
             Branch(Project(out, j.copy(left = pre(j.left), right = b.plan)),
@@ -319,7 +338,8 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
         delta(child).map { b =>
           if (i == 0) b
           else b.copy(plan = Project(child.output.zip(u.output).map { case (c, o) =>
-            Alias(c, o.name)(exprId = o.exprId) } :+ m, b.plan))
+              Alias(c, o.name)(exprId = o.exprId)
+            } :+ m, b.plan))
         }
       }
     case a: Aggregate => onChangedKeys(a, Some(Seq(a.groupingExpressions)), "groups")
@@ -332,10 +352,11 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
     // Outer, semi, anti and existence joins: the output for an equi-join key depends only on
     // the rows of both sides with that key (Larson & Zhou 2007 maintain outer joins by key the
     // same way); with no equi-join key, on all of them.
-    case j: Join => onChangedKeys(j, j match {
-      case ExtractEquiJoinKeys(_, lk, rk, _, _, _, _, _) => Some(Seq(lk, rk))
-      case _ => None
-    }, "keys")
+    case j: Join => onChangedKeys(j,
+        j match {
+          case ExtractEquiJoinKeys(_, lk, rk, _, _, _, _, _) => Some(Seq(lk, rk))
+          case _ => None
+        }, "keys")
     case w: Window if w.partitionSpec.nonEmpty => onChangedKeys(w, Some(Seq(w.partitionSpec)), "partitions")
     case other => throw IvmErrors.internal(s"no delta rule for ${other.nodeName}")
   }
@@ -456,17 +477,18 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
         val ks = keys.map(KeyRestriction.substitute(_, KeyRestriction.aliases(list)))
         if (ks.forall(_.references.subsetOf(c.outputSet))) sameKeysBelow(c, ks) else None
       case n => changedKeysOf.get(n).flatMap { case (perChild, affected) =>
-        val outputKeys = n match {
-          case j: Join if j.joinType == LeftOuter || j.joinType == LeftSemi || j.joinType == LeftAnti ||
-            j.joinType.isInstanceOf[ExistenceJoin] => Some(keys)
-          case a: Aggregate =>
-            val ks = keys.map(KeyRestriction.substitute(_, KeyRestriction.groups(a)))
-            Some(ks).filter(_.forall(_.references.subsetOf(a.child.outputSet)))
-          case _: Window | _: Distinct => Some(keys)
-          case _ => None
+          val outputKeys = n match {
+            case j: Join
+                if j.joinType == LeftOuter || j.joinType == LeftSemi || j.joinType == LeftAnti ||
+                  j.joinType.isInstanceOf[ExistenceJoin] => Some(keys)
+            case a: Aggregate =>
+              val ks = keys.map(KeyRestriction.substitute(_, KeyRestriction.groups(a)))
+              Some(ks).filter(_.forall(_.references.subsetOf(a.child.outputSet)))
+            case _: Window | _: Distinct => Some(keys)
+            case _ => None
+          }
+          outputKeys.filter(same(_, perChild.head)).map(_ => affected())
         }
-        outputKeys.filter(same(_, perChild.head)).map(_ => affected())
-      }
     }
   }
 
@@ -481,7 +503,8 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
    */
   def stamps(plan: LogicalPlan): Option[(String, String)] = {
     val versions = plan.collect { case SourceLeaf(leaf) => reader.versions(leaf) }
-    if (versions.isEmpty || versions.exists(_.isEmpty)) None else {
+    if (versions.isEmpty || versions.exists(_.isEmpty)) None
+    else {
       def stamp(v: ((String, Long, Long)) => Long) =
         versions.flatten.map(t => s"${t._1}@${v(t)}").distinct.sorted.mkString(",")
       Some((stamp(_._2), stamp(_._3)))

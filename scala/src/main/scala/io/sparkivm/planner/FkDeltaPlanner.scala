@@ -5,8 +5,8 @@ import scala.collection.mutable
 import io.sparkivm.errors.IvmErrors
 import org.apache.spark.sql.catalyst.expressions._
 import org.apache.spark.sql.catalyst.expressions.aggregate.{Max, Min}
-import org.apache.spark.sql.catalyst.plans.{Inner, LeftSemi}
 import org.apache.spark.sql.catalyst.plans.logical._
+import org.apache.spark.sql.catalyst.plans.{Inner, LeftSemi}
 import org.apache.spark.sql.catalyst.{CatalystTypeConverters, InternalRow}
 import org.apache.spark.sql.types.{IntegerType, LongType}
 
@@ -118,21 +118,25 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
 
     // The guard per dimension, then integrity per edge, for dimensions that changed.
     val guardFails = declared.edges.map(_.to).distinct.filter { y =>
-      guard(block, y).exists { why => lines += s"FK-Guard fails on ${name(y)}: $why; its " +
-        "incoming edges fall back to the generic rule for this refresh"; true }
+      guard(block, y).exists { why =>
+        lines += s"FK-Guard fails on ${name(y)}: $why; its " +
+          "incoming edges fall back to the generic rule for this refresh"; true
+      }
     }.toSet
     // RELY: the referencing rows are trusted to be valid (no scan of the referencing table).
     declared.edges.filter(e => e.rely && !guardFails(e.to) && changed(block, e.to)).foreach { e =>
       lines += s"integrity of ${edgeName(e)} relied on (FOREIGN KEY ... RELY), not re-checked"
     }
     val integrityFails = declared.edges.filterNot(e => guardFails(e.to) || e.rely).filter { e =>
-      integrity(block, e).exists { why => lines += s"integrity fails on ${edgeName(e)}: $why; the " +
-        "edge falls back to the generic rule for this refresh"; true }
+      integrity(block, e).exists { why =>
+        lines += s"integrity fails on ${edgeName(e)}: $why; the " +
+          "edge falls back to the generic rule for this refresh"; true
+      }
     }.toSet
     declared.edges.map(_.to).distinct.filterNot(guardFails).filterNot(y => integrityFails.exists(_.to == y))
       .filter(y => changed(block, y)).foreach { y =>
-      lines += s"FK-Guard and integrity hold on ${name(y)}"
-    }
+        lines += s"FK-Guard and integrity hold on ${name(y)}"
+      }
     val graph = declared.without(e => guardFails(e.to) || integrityFails(e))
     val components = graph.components
     components.filter(_.order.size > 1).foreach { c =>
@@ -196,21 +200,25 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
         case EqualTo(a: Attribute, b: Attribute) if acc.outputSet.contains(a) && unitOut.contains(b) => (a, b)
         case EqualTo(b: Attribute, a: Attribute) if acc.outputSet.contains(a) && unitOut.contains(b) => (a, b)
       }
-      val covered = if (!isPreDel || !settings.steps.collects) None else {
+      val covered = if (!isPreDel || !settings.steps.collects) None
+      else {
         // Computed once: its keys decide what of the dimension is read.
         acc = settings.steps.materialize(acc)
         coveredPreDel(block, u, equi, acc, term)
       }
       val raw = covered.getOrElse(preDel)
-      val probed = if (covered.isDefined || equi.isEmpty) raw else if (restricts(block, u)) {
+      val probed = if (covered.isDefined || equi.isEmpty) raw
+      else if (restricts(block, u)) {
         // Computed once: its join keys restrict the unit, down to the unit's scans.
         acc = settings.steps.materialize(acc)
         val keys = settings.steps.materialize(Distinct(Project(equi.zipWithIndex.map { case ((a, _), i) =>
-          Alias(a, s"__ivm_j$i")() }, acc)))
+            Alias(a, s"__ivm_j$i")()
+          }, acc)))
         lines += s"$term restricted to the keys joined so far (${equi.map(_._2.name).mkString(", ")}), " +
           "down to its scans"
         rules.restriction(raw, equi.map(_._2), keys)
-      } else if (!probes(block, u)) raw else {
+      } else if (!probes(block, u)) raw
+      else {
         // The keys are read from what is joined so far, which the join reads again: compute it once.
         acc = settings.steps.materialize(acc)
         probe(acc, equi, raw, term)
@@ -263,21 +271,22 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
     lines += s"$term read for the ${needed.size} keys joined so far: $fromChange from its changed rows " +
       s"(${needed.count(deleted)} deleted), ${fromPost.size} from Post(${leaf.table.table})" +
       kept.map(_ => " kept in memory").getOrElse("")
-    rules.withLeaves(block.units(u), l => {
-      // All of D(y) without its signs: Del(y), and Post(y)'s rows of the inserted keys (it is
-      // small, and rows not referenced drop out in the join). Without a change held on the
-      // driver (`inserted` is empty), Del(y) alone.
-      val changedRows = reader.delta(l).map { d =>
-        Project(l.output, if (inserted.isEmpty) Filter(LessThan(rules.m, Literal(0)), d) else d)
-      }
-      val post = if (fromPost.isEmpty) None
+    rules.withLeaves(block.units(u),
+      l => {
+        // All of D(y) without its signs: Del(y), and Post(y)'s rows of the inserted keys (it is
+        // small, and rows not referenced drop out in the join). Without a change held on the
+        // driver (`inserted` is empty), Del(y) alone.
+        val changedRows = reader.delta(l).map { d =>
+          Project(l.output, if (inserted.isEmpty) Filter(LessThan(rules.m, Literal(0)), d) else d)
+        }
+        val post = if (fromPost.isEmpty) None
         else kept.orElse(Some(Filter(InSet(pkAttr, fromPost), reader.post(l))))
-      (changedRows.toSeq ++ post.toSeq) match {
-        case Seq() => LocalRelation(l.output)
-        case Seq(one) => one
-        case both => Union(both)
-      }
-    })
+        (changedRows.toSeq ++ post.toSeq) match {
+          case Seq() => LocalRelation(l.output)
+          case Seq(one) => one
+          case both => Union(both)
+        }
+      })
   }
 
   /** `large` filtered to the keys `small` has on the first equi-join column, if that pays. */
@@ -322,8 +331,9 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
 
   /** The leaf attributes of the named columns of a unit's table. */
   private def leafAttrs(leaf: SourceLeaf, cols: Seq[String]): Seq[Attribute] =
-    cols.map(c => leaf.output.find(_.name.equalsIgnoreCase(c)).getOrElse(
-      throw IvmErrors.internal(s"${leaf.name} has no column $c")))
+    cols.map(c =>
+      leaf.output.find(_.name.equalsIgnoreCase(c)).getOrElse(
+        throw IvmErrors.internal(s"${leaf.name} has no column $c")))
 
   /** Why the FK-Guard fails on dimension unit y (a key deleted and inserted), if it does. */
   private def guard(block: JoinBlock, y: Int): Option[String] = {
@@ -331,18 +341,19 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
     val pk = settings.keys(leaf).primaryKey.getOrElse(Nil)
     val why = s"a key of ${leaf.name} was both deleted and inserted (an update of the row)"
     reader.delta(leaf).flatMap { d =>
-      checked.getOrElseUpdate((leaf.name, "guard", pk), reader.localDelta(leaf) match {
-        case Some(local) =>
-          // Decided on the driver from the change held there: no Spark job.
-          if (signsPerKey(local, pk).values.exists { case (lo, hi) => lo < 0 && hi > 0 }) Some(why) else None
-        case None =>
-          val keys = leafAttrs(leaf, pk)
-          val lo = Alias(Min(rules.m).toAggregateExpression(), "__ivm_lo")()
-          val hi = Alias(Max(rules.m).toAggregateExpression(), "__ivm_hi")()
-          val both = Filter(And(LessThan(lo.toAttribute, Literal(0)), GreaterThan(hi.toAttribute, Literal(0))),
-            Aggregate(keys, keys ++ Seq(lo, hi), d))
-          if (settings.steps.isEmpty(both)) None else Some(why)
-      })
+      checked.getOrElseUpdate((leaf.name, "guard", pk),
+        reader.localDelta(leaf) match {
+          case Some(local) =>
+            // Decided on the driver from the change held there: no Spark job.
+            if (signsPerKey(local, pk).values.exists { case (lo, hi) => lo < 0 && hi > 0 }) Some(why) else None
+          case None =>
+            val keys = leafAttrs(leaf, pk)
+            val lo = Alias(Min(rules.m).toAggregateExpression(), "__ivm_lo")()
+            val hi = Alias(Max(rules.m).toAggregateExpression(), "__ivm_hi")()
+            val both = Filter(And(LessThan(lo.toAttribute, Literal(0)), GreaterThan(hi.toAttribute, Literal(0))),
+              Aggregate(keys, keys ++ Seq(lo, hi), d))
+            if (settings.steps.isEmpty(both)) None else Some(why)
+        })
     }
   }
 
@@ -372,53 +383,55 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
           lines += s"integrity of ${e.fk} from the counts of ${xLeaf.name} rows per ${fkCols.head}"
           Some(why).filter(_ => bad)
         }.getOrElse {
-        // The changed keys under fresh names: x and y may be the same table (a self-reference).
-        val pk = leafAttrs(yLeaf, pkCols)
-        // Each changed key of y with its direction (max m: +1 inserted, -1 deleted; the guard
-        // holds, so no key is both), computed on the driver when the change is held there.
-        val (changedKeys, ck, dirAttr) = reader.localDelta(yLeaf) match {
-          case Some(local) =>
-            val attrs = pk.zipWithIndex.map { case (k, i) => AttributeReference(s"__ivm_k$i", k.dataType)() }
-            val d = AttributeReference("__ivm_dir", IntegerType, nullable = false)()
-            val rows = signsPerKey(local, pkCols).toSeq.map { case (k, (_, hi)) =>
-              new GenericInternalRow((k :+ hi).toArray): InternalRow }
-            (LocalRelation(attrs :+ d, rows), attrs, d: Attribute)
-          case None =>
-            val keyAliases = pk.zipWithIndex.map { case (k, i) => Alias(k, s"__ivm_k$i")() }
-            val dir = Alias(Max(rules.m).toAggregateExpression(), "__ivm_dir")()
-            (settings.steps.materialize(Aggregate(pk, keyAliases :+ dir, dy)), keyAliases.map(_.toAttribute),
-              dir.toAttribute)
-        }
-        // Post(x) rows count +1 in both Post and Pre; the net change of x moves Pre by -m.
-        val fk = leafAttrs(xLeaf, fkCols)
-        val postX = reader.post(xLeaf)
-        val probedPost = ck.headOption
-          .filter(k => settings.probe.worth(reader.sizeInBytes(xLeaf)) && KeyProbe.probeable(k.dataType))
-          .flatMap(k => settings.steps.distinctValues(changedKeys, k, settings.probe.maxKeys))
-          .map(keys => KeyProbe.probe(postX, fk.head, keys, settings.probe.maxRanges)).getOrElse(postX)
-        // Only the rows of x that reference a changed key are counted: a (broadcast) semi-join
-        // before the aggregate, so the fact table is scanned but never grouped.
-        val referencing = Join(probedPost, changedKeys, LeftSemi,
-          Some(fk.zip(ck).map { case (f, k) => EqualTo(f, k): Expression }.reduce(And)), JoinHint.NONE)
-        val refs = fk.indices.map(i => s"__ivm_f$i")
-        def counts(p: LogicalPlan, post: Expression, pre: Expression): LogicalPlan =
-          Project(fk.zip(refs).map { case (f, n) => Alias(f, n)() } ++
-            Seq(Alias(post, "__ivm_post")(), Alias(pre, "__ivm_pre")()), p)
-        val fromPost = counts(referencing, Literal(1L), Literal(1L))
-        val fromDelta = reader.delta(xLeaf).map(dx =>
-          counts(dx, Literal(0L), UnaryMinus(Cast(rules.m, LongType)))).toSeq
-        val all = rules.unionAll(fromPost +: fromDelta)
-        val fAttrs = fromPost.output.take(fk.size)
-        val post = Alias(aggregate.Sum(fromPost.output(fk.size)).toAggregateExpression(), "__ivm_np")()
-        val pre = Alias(aggregate.Sum(fromPost.output(fk.size + 1)).toAggregateExpression(), "__ivm_nq")()
-        val perKey = Aggregate(fAttrs, fAttrs ++ Seq(post, pre), all)
-        val on = fAttrs.zip(ck).map { case (f, k) => EqualTo(f, k): Expression }.reduce(And)
-        val bad = Filter(Or(
-            And(LessThan(dirAttr, Literal(0)), GreaterThan(post.toAttribute, Literal(0L))),
-            And(GreaterThan(dirAttr, Literal(0)), GreaterThan(pre.toAttribute, Literal(0L)))),
-          Join(changedKeys, perKey, Inner, Some(on), JoinHint.NONE))
-        if (settings.steps.isEmpty(bad)) None else Some(why)
-      })
+          // The changed keys under fresh names: x and y may be the same table (a self-reference).
+          val pk = leafAttrs(yLeaf, pkCols)
+          // Each changed key of y with its direction (max m: +1 inserted, -1 deleted; the guard
+          // holds, so no key is both), computed on the driver when the change is held there.
+          val (changedKeys, ck, dirAttr) = reader.localDelta(yLeaf) match {
+            case Some(local) =>
+              val attrs = pk.zipWithIndex.map { case (k, i) => AttributeReference(s"__ivm_k$i", k.dataType)() }
+              val d = AttributeReference("__ivm_dir", IntegerType, nullable = false)()
+              val rows = signsPerKey(local, pkCols).toSeq.map { case (k, (_, hi)) =>
+                new GenericInternalRow((k :+ hi).toArray): InternalRow
+              }
+              (LocalRelation(attrs :+ d, rows), attrs, d: Attribute)
+            case None =>
+              val keyAliases = pk.zipWithIndex.map { case (k, i) => Alias(k, s"__ivm_k$i")() }
+              val dir = Alias(Max(rules.m).toAggregateExpression(), "__ivm_dir")()
+              (settings.steps.materialize(Aggregate(pk, keyAliases :+ dir, dy)), keyAliases.map(_.toAttribute),
+                dir.toAttribute)
+          }
+          // Post(x) rows count +1 in both Post and Pre; the net change of x moves Pre by -m.
+          val fk = leafAttrs(xLeaf, fkCols)
+          val postX = reader.post(xLeaf)
+          val probedPost = ck.headOption
+            .filter(k => settings.probe.worth(reader.sizeInBytes(xLeaf)) && KeyProbe.probeable(k.dataType))
+            .flatMap(k => settings.steps.distinctValues(changedKeys, k, settings.probe.maxKeys))
+            .map(keys => KeyProbe.probe(postX, fk.head, keys, settings.probe.maxRanges)).getOrElse(postX)
+          // Only the rows of x that reference a changed key are counted: a (broadcast) semi-join
+          // before the aggregate, so the fact table is scanned but never grouped.
+          val referencing = Join(probedPost, changedKeys, LeftSemi,
+            Some(fk.zip(ck).map { case (f, k) => EqualTo(f, k): Expression }.reduce(And)), JoinHint.NONE)
+          val refs = fk.indices.map(i => s"__ivm_f$i")
+          def counts(p: LogicalPlan, post: Expression, pre: Expression): LogicalPlan =
+            Project(fk.zip(refs).map { case (f, n) => Alias(f, n)() } ++
+                Seq(Alias(post, "__ivm_post")(), Alias(pre, "__ivm_pre")()), p)
+          val fromPost = counts(referencing, Literal(1L), Literal(1L))
+          val fromDelta = reader.delta(xLeaf).map(dx =>
+            counts(dx, Literal(0L), UnaryMinus(Cast(rules.m, LongType)))).toSeq
+          val all = rules.unionAll(fromPost +: fromDelta)
+          val fAttrs = fromPost.output.take(fk.size)
+          val post = Alias(aggregate.Sum(fromPost.output(fk.size)).toAggregateExpression(), "__ivm_np")()
+          val pre = Alias(aggregate.Sum(fromPost.output(fk.size + 1)).toAggregateExpression(), "__ivm_nq")()
+          val perKey = Aggregate(fAttrs, fAttrs ++ Seq(post, pre), all)
+          val on = fAttrs.zip(ck).map { case (f, k) => EqualTo(f, k): Expression }.reduce(And)
+          val bad = Filter(
+            Or(
+              And(LessThan(dirAttr, Literal(0)), GreaterThan(post.toAttribute, Literal(0L))),
+              And(GreaterThan(dirAttr, Literal(0)), GreaterThan(pre.toAttribute, Literal(0L)))),
+            Join(changedKeys, perKey, Inner, Some(on), JoinHint.NONE))
+          if (settings.steps.isEmpty(bad)) None else Some(why)
+        })
     }
   }
 
@@ -434,8 +447,10 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
     fk = leafAttrs(xLeaf, fkCols).head
     pkType = local.schema(local.positions(pkCols).head).dataType if pkType == fk.dataType
     // Each changed key of y with its direction (max m: +1 inserted, -1 deleted; the guard holds).
-    dirs = signsPerKey(local, pkCols).collect { case (Seq(k), (_, hi)) if k != null =>
-      CatalystTypeConverters.convertToScala(k, pkType) -> hi } if dirs.size <= settings.probe.maxKeys
+    dirs = signsPerKey(local, pkCols).collect {
+      case (Seq(k), (_, hi)) if k != null =>
+        CatalystTypeConverters.convertToScala(k, pkType) -> hi
+    } if dirs.size <= settings.probe.maxKeys
     counts <- reader.keyCounts(CountedTable(xLeaf, Nil, fk), dirs.keys.toSeq)
   } yield dirs.exists { case (k, dir) =>
     if (dir < 0) counts.post.getOrElse(k, 0L) > 0 else counts.pre.getOrElse(k, 0L) > 0
@@ -463,7 +478,8 @@ private case class UpdatedKeys(leaf: SourceLeaf, pk: String, keys: Set[Any])
  * Post, and every other table is unchanged at Post.
  */
 private class UpdatesSplitReader(base: LeafReader, splits: Map[String, UpdatedKeys], m: Attribute,
-    updatesOnly: Boolean) extends LeafReader {
+    updatesOnly: Boolean)
+    extends LeafReader {
   private def keyIn(plan: LogicalPlan, s: UpdatedKeys): Expression =
     InSet(plan.output.find(_.name.equalsIgnoreCase(s.pk)).get, s.keys)
 
@@ -508,11 +524,10 @@ private class UpdatesSplitReader(base: LeafReader, splits: Map[String, UpdatedKe
 
   override def localDelta(leaf: SourceLeaf): Option[LocalDeltaRows] = splits.get(leaf.name) match {
     case Some(s) => base.localDelta(leaf).map { local =>
-      val at = local.positions(Seq(s.pk)).head
-      val t = local.schema(at).dataType
-      local.copy(rows = local.rows.filter(r => s.keys.contains(r.get(at, t)) == updatesOnly))
-    }
+        val at = local.positions(Seq(s.pk)).head
+        val t = local.schema(at).dataType
+        local.copy(rows = local.rows.filter(r => s.keys.contains(r.get(at, t)) == updatesOnly))
+      }
     case None => if (updatesOnly) None else base.localDelta(leaf)
   }
 }
-

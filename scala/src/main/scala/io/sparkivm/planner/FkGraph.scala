@@ -67,6 +67,7 @@ case class FkGraph(nodes: Int, edges: Seq[FkEdge]) {
 }
 
 object FkGraph {
+
   /**
    * The edges of a block: unit x has a foreign key to the table unit y reads, y's table has that
    * primary key, and the block's conjuncts equate every FK column of x with its PK column of y
@@ -89,8 +90,9 @@ object FkGraph {
       if pk.map(lower).toSet == fk.parentColumns.map(lower).toSet
       pairs = fk.columns.zip(fk.parentColumns).map { case (fc, pc) =>
         equalities.collectFirst {
-          case (a, b) if xCols.get(a.exprId).exists(n => lower(n) == lower(fc)) &&
-            yCols.get(b.exprId).exists(n => lower(n) == lower(pc)) => a -> b
+          case (a, b)
+              if xCols.get(a.exprId).exists(n => lower(n) == lower(fc)) &&
+                yCols.get(b.exprId).exists(n => lower(n) == lower(pc)) => a -> b
         }
       }
       if pairs.forall(_.isDefined)

@@ -79,12 +79,13 @@ object JoinBlock extends PredicateHelper {
     case SubqueryAlias(_, c) => leafColumns(c)
     case v: View => leafColumns(v.child)
     case Project(list, c) => leafColumns(c).map { case (leaf, cols) =>
-      (leaf, list.flatMap {
-        case a: Attribute => cols.get(a.exprId).map(a.exprId -> _)
-        case al @ Alias(a: Attribute, _) => cols.get(a.exprId).map(al.exprId -> _)
-        case _ => None
-      }.toMap)
-    }
+        (leaf,
+          list.flatMap {
+            case a: Attribute => cols.get(a.exprId).map(a.exprId -> _)
+            case al @ Alias(a: Attribute, _) => cols.get(a.exprId).map(al.exprId -> _)
+            case _ => None
+          }.toMap)
+      }
     case _ => None
   }
 }

@@ -6,6 +6,7 @@ import org.apache.spark.sql.types._
 
 /** How a refresh may probe large inputs with the keys of small ones (docs/architecture.md, "Key probing"). */
 case class ProbeSettings(enabled: Boolean, maxKeys: Int, maxRanges: Int, minTableBytes: Long) {
+
   /**
    * Probing costs a small Spark job or two (collect the keys, compute the small side once);
    * it pays only where it can skip files, so small tables are joined as they are.
@@ -38,7 +39,7 @@ object KeyProbe {
    */
   def equalsAsJvm(t: DataType): Boolean = t match {
     case ByteType | ShortType | IntegerType | LongType | BooleanType | DateType | TimestampType |
-         TimestampNTZType => true
+        TimestampNTZType => true
     case _: DecimalType => true
     case s: StringType => s == StringType
     case _ => false

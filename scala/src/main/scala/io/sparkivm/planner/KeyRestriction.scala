@@ -31,7 +31,8 @@ import org.apache.spark.sql.catalyst.plans.logical._
 class KeyRestriction(steps: PlanSteps,
     /** A restricted table read computed elsewhere (held and shared: [[SharedScans]]), if any. */
     shared: (LogicalPlan, Seq[Expression], LogicalPlan, Option[Expression]) => Option[LogicalPlan] =
-      (_, _, _, _) => None) extends PredicateHelper {
+      (_, _, _, _) => None)
+    extends PredicateHelper {
 
   def apply(plan: LogicalPlan, keys: Seq[Expression], affected: LogicalPlan,
       probe: Option[Expression] = None): LogicalPlan =
@@ -62,8 +63,9 @@ class KeyRestriction(steps: PlanSteps,
         val grouped = KeyRestriction.groups(a)
         if (all.forall(_.references.forall(grouped.contains))) through(grouped, a.child)(c => a.copy(child = c))
         else here
-      case w: Window if within(w.child) &&
-          all.forall(_.references.forall(r => w.partitionSpec.exists(_.semanticEquals(r)))) =>
+      case w: Window
+          if within(w.child) &&
+            all.forall(_.references.forall(r => w.partitionSpec.exists(_.semanticEquals(r)))) =>
         w.copy(child = apply(w.child, keys, affected, probe))
       case u: Union if !u.byName && !u.allowMissingCol =>
         u.withNewChildren(u.children.map { c =>
@@ -71,13 +73,16 @@ class KeyRestriction(steps: PlanSteps,
           apply(c, keys.map(KeyRestriction.substitute(_, byPosition)), affected,
             probe.map(KeyRestriction.substitute(_, byPosition)))
         })
-      case j: Join if j.condition.forall(_.deterministic) && within(j.left) &&
-          (Seq(Inner, LeftOuter, LeftSemi, LeftAnti).contains(j.joinType) || j.joinType.isInstanceOf[ExistenceJoin]) =>
+      case j: Join
+          if j.condition.forall(_.deterministic) && within(j.left) &&
+            (Seq(Inner, LeftOuter, LeftSemi, LeftAnti).contains(j.joinType) || j.joinType.isInstanceOf[
+              ExistenceJoin]) =>
         val (left, right) = reduce(apply(j.left, keys, affected, probe), j.right, equalities(j, fromLeft = true),
           keys, affected)
         j.copy(left = left, right = right)
-      case j: Join if j.condition.forall(_.deterministic) && within(j.right) &&
-          Seq(Inner, RightOuter).contains(j.joinType) =>
+      case j: Join
+          if j.condition.forall(_.deterministic) && within(j.right) &&
+            Seq(Inner, RightOuter).contains(j.joinType) =>
         val (right, left) = reduce(apply(j.right, keys, affected, probe), j.left, equalities(j, fromLeft = false),
           keys, affected)
         j.copy(left = left, right = right)
@@ -89,10 +94,12 @@ class KeyRestriction(steps: PlanSteps,
   private def equalities(j: Join, fromLeft: Boolean): Seq[(Expression, Expression)] = {
     val (mine, theirs) = if (fromLeft) (j.left, j.right) else (j.right, j.left)
     j.condition.toSeq.flatMap(splitConjunctivePredicates).collect {
-      case EqualTo(a, b) if a.references.subsetOf(mine.outputSet) && b.references.subsetOf(theirs.outputSet) &&
-        a.references.nonEmpty && b.references.nonEmpty => (a, b)
-      case EqualTo(b, a) if a.references.subsetOf(mine.outputSet) && b.references.subsetOf(theirs.outputSet) &&
-        a.references.nonEmpty && b.references.nonEmpty => (a, b)
+      case EqualTo(a, b)
+          if a.references.subsetOf(mine.outputSet) && b.references.subsetOf(theirs.outputSet) &&
+            a.references.nonEmpty && b.references.nonEmpty => (a, b)
+      case EqualTo(b, a)
+          if a.references.subsetOf(mine.outputSet) && b.references.subsetOf(theirs.outputSet) &&
+            a.references.nonEmpty && b.references.nonEmpty => (a, b)
     }
   }
 
@@ -110,18 +117,21 @@ class KeyRestriction(steps: PlanSteps,
     val mapped = keys.map(k => eqs.find(_._1.semanticEquals(k)).map(_._2))
     if (eqs.isEmpty) (first, side)
     else if (mapped.forall(_.isDefined)) (first, apply(side, mapped.flatten, affected))
-    else if (!steps.collects || !side.exists(p => p.isInstanceOf[Aggregate] || p.isInstanceOf[Window] ||
-      p.isInstanceOf[Join])) (first, side)
+    else if (!steps.collects || !side.exists(p =>
+        p.isInstanceOf[Aggregate] || p.isInstanceOf[Window] ||
+          p.isInstanceOf[Join])) (first, side)
     else {
       val held = steps.materialize(first)
       val joinKeys = steps.materialize(Distinct(Project(eqs.zipWithIndex.map { case ((e, _), i) =>
-        Alias(e, s"__ivm_j$i")() }, held)))
+          Alias(e, s"__ivm_j$i")()
+        }, held)))
       (held, apply(side, eqs.map(_._2), joinKeys))
     }
   }
 }
 
 object KeyRestriction {
+
   /** A projection's aliased outputs and the expressions they stand for. */
   def aliases(list: Seq[NamedExpression]): AttributeMap[Expression] =
     AttributeMap(list.collect { case a: Alias => (a.toAttribute, a.child) })

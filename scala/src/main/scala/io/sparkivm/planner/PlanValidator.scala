@@ -34,13 +34,13 @@ object PlanValidator {
         case leaf: LeafNode if SourceLeaf.isConstant(leaf) =>
         case v: View if v.isTempView => throw temporary(v)
         case _: View | _: SubqueryAlias | _: Project | _: Filter | _: Distinct | _: Union |
-             _: Aggregate | _: Sort =>
+            _: Aggregate | _: Sort =>
         case _: Join =>
         case w: Window if w.partitionSpec.nonEmpty =>
         case _: Window => throw IvmErrors.unsupported("A window function without PARTITION BY",
-          "Its every row depends on every input row, so any change would recompute the whole view; " +
-            "add PARTITION BY (a refresh then recomputes only the partitions that changed), or compute " +
-            "it when reading the view.")
+            "Its every row depends on every input row, so any change would recompute the whole view; " +
+              "add PARTITION BY (a refresh then recomputes only the partitions that changed), or compute " +
+              "it when reading the view.")
         case g: Generate if g.generator.deterministic =>
         case _: GlobalLimit | _: LocalLimit | _: Tail | _: Offset =>
           throw IvmErrors.unsupported("LIMIT / OFFSET", "Apply it when reading the view.")
@@ -48,10 +48,10 @@ object PlanValidator {
         case _: Expand =>
         case _: Sample => throw IvmErrors.unsupported("TABLESAMPLE", "Sample when reading the view.")
         case _: Deduplicate => throw IvmErrors.unsupported("dropDuplicates on a subset of columns",
-          "Use SELECT DISTINCT or GROUP BY.")
+            "Use SELECT DISTINCT or GROUP BY.")
         case leaf: LeafNode => throw IvmErrors.notDelta(leaf.simpleString(2), leaf.nodeName)
         case other => throw IvmErrors.unsupported(s"The operator ${other.nodeName}",
-          "It is not in the class of queries that spark-ivm maintains (docs/sql.md lists it).")
+            "It is not in the class of queries that spark-ivm maintains (docs/sql.md lists it).")
       }
       p.expressions.foreach(checkExpression)
       p match {
@@ -71,8 +71,8 @@ object PlanValidator {
     case r: RowsShape =>
       r.top.output.zip(columns).find(c => hasMap(c._1.dataType)).foreach {
         case (_, name) => throw IvmErrors.unsupported(s"The MAP column $name of a view without GROUP BY",
-          "Each row of such a view is kept by its value, and Spark cannot compare MAP values; select " +
-            s"map_entries($name) or to_json($name) instead, or group by the other columns.")
+            "Each row of such a view is kept by its value, and Spark cannot compare MAP values; select " +
+              s"map_entries($name) or to_json($name) instead, or group by the other columns.")
       }
     case _ =>
   }
@@ -127,12 +127,13 @@ object PlanValidator {
 
   private def checkExpression(e: Expression): Unit = e.foreach {
     case s: SubqueryExpression => throw IvmErrors.unsupported(
-      s"A subquery expression (${s.prettyName}) where Spark cannot turn it into a join",
-      "Subqueries in WHERE, SELECT and HAVING are maintained as joins; one inside a join " +
-        "condition or under OR with other subqueries is not: rewrite it as a join.")
-    case x if TimeDependent.contains(x.getClass.getSimpleName) => throw IvmErrors.unsupported(
-      s"The time-dependent function ${x.prettyName}()",
-      "Its value would differ between refreshes; store the time in a base table instead.")
+        s"A subquery expression (${s.prettyName}) where Spark cannot turn it into a join",
+        "Subqueries in WHERE, SELECT and HAVING are maintained as joins; one inside a join " +
+          "condition or under OR with other subqueries is not: rewrite it as a join.")
+    case x if TimeDependent.contains(x.getClass.getSimpleName) =>
+      throw IvmErrors.unsupported(
+        s"The time-dependent function ${x.prettyName}()",
+        "Its value would differ between refreshes; store the time in a base table instead.")
     case x if (!x.deterministic && x.children.forall(_.deterministic)) || orderDependent(x) =>
       throw IvmErrors.unsupported(s"The non-deterministic function ${x.prettyName}()",
         "A view must give the same rows each time its query runs on the same data.")

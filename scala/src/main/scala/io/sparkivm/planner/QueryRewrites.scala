@@ -3,9 +3,11 @@ package io.sparkivm.planner
 import io.sparkivm.errors.IvmErrors
 import org.apache.spark.sql.catalyst.analysis.DeduplicateRelations
 import org.apache.spark.sql.catalyst.expressions._
-import org.apache.spark.sql.catalyst.optimizer.{InlineCTE, PullupCorrelatedPredicates, PushDownPredicates,
-  ReplaceExceptWithAntiJoin, ReplaceIntersectWithSemiJoin, RewriteCorrelatedScalarSubquery, RewriteExceptAll,
-  RewriteIntersectAll, RewriteLateralSubquery, RewritePredicateSubquery}
+import org.apache.spark.sql.catalyst.optimizer.{
+  InlineCTE, PullupCorrelatedPredicates, PushDownPredicates, ReplaceExceptWithAntiJoin, ReplaceIntersectWithSemiJoin,
+  RewriteCorrelatedScalarSubquery, RewriteExceptAll, RewriteIntersectAll, RewriteLateralSubquery,
+  RewritePredicateSubquery
+}
 import org.apache.spark.sql.catalyst.plans.Inner
 import org.apache.spark.sql.catalyst.plans.logical._
 

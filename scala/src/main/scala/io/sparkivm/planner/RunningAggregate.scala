@@ -16,6 +16,7 @@ import org.apache.spark.sql.types.{DoubleType, FloatType}
  * in its last bits from the sum recomputation adds up in another order.
  */
 final case class RunningAggregate private (aggregate: Aggregate, states: Seq[AggregateState]) {
+
   /** The state's columns, in the order of `states`. */
   val stateOutput: Seq[Attribute] = states.flatMap(_.columns).map { case (name, t) =>
     AttributeReference(name, t, nullable = true)()
@@ -47,8 +48,8 @@ final case class RunningAggregate private (aggregate: Aggregate, states: Seq[Agg
   def value(state: LogicalPlan): LogicalPlan = {
     val finished = states.indices.map(i => states(i).expr -> states(i).finish(partOf(i, stateOutput))).toMap
     Project(aggregate.aggregateExpressions.map(_.transformDown {
-      case ae: AggregateExpression => finished(ae)
-    }.asInstanceOf[NamedExpression]), state)
+        case ae: AggregateExpression => finished(ae)
+      }.asInstanceOf[NamedExpression]), state)
   }
 
   private def named(exprs: Seq[Expression], as: Seq[Attribute]): Seq[NamedExpression] =
@@ -56,6 +57,7 @@ final case class RunningAggregate private (aggregate: Aggregate, states: Seq[Agg
 }
 
 object RunningAggregate {
+
   /** `a` as a running aggregate, or None if it groups or one of its functions does not qualify. */
   def of(a: Aggregate): Option[RunningAggregate] = {
     val functions = a.aggregateExpressions.flatMap(_.collect { case ae: AggregateExpression => ae }).distinct

@@ -40,8 +40,10 @@ class SharedScans(reader: LeafReader, steps: PlanSteps, minBytes: Long, maxKeys:
 
   /** The key values, the columns (lower case, the table's order) and the rows of one read. */
   private case class Held(keys: Set[Seq[Any]], columns: Seq[StructField], rows: Seq[InternalRow])
+
   /** Held reads by table id, version and key columns. */
   private val held = mutable.Map[(String, Long, Seq[String]), Held]()
+
   /** Reads whose rows were too many to hold on the driver: read as part of their query instead. */
   private val tooLarge = mutable.Set[(String, Long, Seq[String])]()
 
@@ -102,8 +104,9 @@ class SharedScans(reader: LeafReader, steps: PlanSteps, minBytes: Long, maxKeys:
     val read = Option(reads.get(plan)).filter(_ => steps.collects).orNull
     if (read == null || reader.sizeInBytes(read.leaf) < minBytes) return None
     val keyAttrs = keys.zip(affected.output).collect {
-      case (a: Attribute, k) if plan.outputSet.contains(a) && a.dataType == k.dataType &&
-        KeyProbe.equalsAsJvm(a.dataType) => a
+      case (a: Attribute, k)
+          if plan.outputSet.contains(a) && a.dataType == k.dataType &&
+            KeyProbe.equalsAsJvm(a.dataType) => a
     }
     if (keyAttrs.size != keys.size) return None
     (for {
@@ -119,16 +122,20 @@ class SharedScans(reader: LeafReader, steps: PlanSteps, minBytes: Long, maxKeys:
       val version = if (read.post || !changed) postVersion else preVersion
       def lookup(v: Long) = held.get((tableId, v, keyNames))
         .filter(h => h.columns == columns && wanted.subsetOf(h.keys))
-      def compute(from: LogicalPlan, v: Long): Option[Held] = if (tooLarge((tableId, v, keyNames))) None else {
+      def compute(from: LogicalPlan, v: Long): Option[Held] = if (tooLarge((tableId, v, keyNames))) None
+      else {
         val byName = from.output.map(a => lower(a.name) -> a).toMap
-        val rebind: Expression => Expression = _.transform { case a: Attribute if plan.outputSet.contains(a) =>
-          byName(lower(a.name)) }
+        val rebind: Expression => Expression = _.transform {
+          case a: Attribute if plan.outputSet.contains(a) =>
+            byName(lower(a.name))
+        }
         val cond = keyAttrs.zip(affected.output).map { case (k, a) => EqualNullSafe(rebind(k), a): Expression }
           .reduce(And)
         val scan = probe.map(p => Filter(rebind(p), from)).getOrElse(from)
         val query = Project(columns.map(c => byName(c.name)), Join(scan, affected, LeftSemi, Some(cond), JoinHint.NONE))
         // Rows kept between refreshes by this one key, if the reader keeps them; else the query.
-        val kept = if (keyNames.size != 1) None else reader.keyedRows(read.leaf, keyNames.head, columns,
+        val kept = if (keyNames.size != 1) None
+        else reader.keyedRows(read.leaf, keyNames.head, columns,
           wanted.map(_.head), atPost = v == postVersion, Project(columns.map(c => byName(c.name)), from))
         val rows = kept.orElse(steps.localRows(steps.materialize(query)))
         if (rows.isEmpty) tooLarge += ((tableId, v, keyNames))
@@ -159,7 +166,8 @@ class SharedScans(reader: LeafReader, steps: PlanSteps, minBytes: Long, maxKeys:
    * of a table kept in memory (TPC-H Q22's customers whose balance lies between the old and the
    * new average), instead of a scan. None where the rows are not kept.
    */
-  def postWhere(leaf: SourceLeaf, where: Expression): Option[LogicalPlan] = if (!steps.collects) None else {
+  def postWhere(leaf: SourceLeaf, where: Expression): Option[LogicalPlan] = if (!steps.collects) None
+  else {
     val plan = post(leaf)
     for {
       known <- columnsRead.get(leaf.name)
@@ -167,9 +175,10 @@ class SharedScans(reader: LeafReader, steps: PlanSteps, minBytes: Long, maxKeys:
       byName = plan.output.map(a => lower(a.name) -> a).toMap
       leafAt = leaf.output.map(a => a.exprId -> byName.get(lower(a.name))).toMap
       if where.references.forall(r => leafAt.get(r.exprId).flatten.exists(a => known(lower(a.name))))
-      bound = where.transform { case a: Attribute if leafAt.contains(a.exprId) =>
-        val i = columns.indexWhere(_.name == lower(leafAt(a.exprId).get.name))
-        BoundReference(i, columns(i).dataType, columns(i).nullable)
+      bound = where.transform {
+        case a: Attribute if leafAt.contains(a.exprId) =>
+          val i = columns.indexWhere(_.name == lower(leafAt(a.exprId).get.name))
+          BoundReference(i, columns(i).dataType, columns(i).nullable)
       }
       rows <- reader.rowsWhere(leaf, columns, bound)
     } yield relation(plan, Held(Set.empty, columns, rows), Nil, Set.empty, all = true)
@@ -184,7 +193,8 @@ class SharedScans(reader: LeafReader, steps: PlanSteps, minBytes: Long, maxKeys:
    * reader's own conditions (its size, the setting, the first refresh that asks).
    */
   def keptPost(leaf: SourceLeaf, key: Attribute, keys: Set[Any]): Option[LogicalPlan] =
-    if (!steps.collects || reader.sizeInBytes(leaf) < minBytes) None else {
+    if (!steps.collects || reader.sizeInBytes(leaf) < minBytes) None
+    else {
       val plan = reader.post(leaf)
       val keyName = lower(key.name)
       for {
@@ -219,7 +229,8 @@ class SharedScans(reader: LeafReader, steps: PlanSteps, minBytes: Long, maxKeys:
   private def relation(plan: LogicalPlan, h: Held, keyNames: Seq[String], wanted: Set[Seq[Any]],
       all: Boolean = false): LogicalPlan = {
     val types = h.columns.map(_.dataType)
-    val rows = if (all || h.keys == wanted) h.rows else {
+    val rows = if (all || h.keys == wanted) h.rows
+    else {
       val keyAt = keyNames.map(k => h.columns.indexWhere(_.name == k))
       h.rows.filter(r => wanted.contains(keyAt.map(i => r.get(i, types(i)))))
     }
@@ -237,10 +248,11 @@ class SharedScans(reader: LeafReader, steps: PlanSteps, minBytes: Long, maxKeys:
 }
 
 object SharedScans {
+
   /** Types whose Catalyst values compare equal by `equals` (so rows can be counted in a map). */
   def comparable(t: DataType): Boolean = t match {
     case BooleanType | ByteType | ShortType | IntegerType | LongType | FloatType | DoubleType | DateType |
-         TimestampType | TimestampNTZType | _: DecimalType | _: StringType => true
+        TimestampType | TimestampNTZType | _: DecimalType | _: StringType => true
     case _ => false
   }
 }

@@ -15,14 +15,15 @@ case class SourceLeaf(table: TableIdentifier, provider: Option[String], output: 
 }
 
 object SourceLeaf {
+
   /** The catalog table a plan leaf scans, if it is one. */
   def unapply(plan: LogicalPlan): Option[SourceLeaf] = {
     val table: Option[CatalogTable] = plan match {
       case r: LogicalRelation => r.catalogTable
       case r: DataSourceV2Relation => r.table match {
-        case d: DeltaTableV2 => d.catalogTable
-        case _ => None
-      }
+          case d: DeltaTableV2 => d.catalogTable
+          case _ => None
+        }
       case _ => None
     }
     table.map { t =>

@@ -75,10 +75,11 @@ object TriangleQuery extends PredicateHelper {
     // A graph on n nodes with at least n edges has a cycle; fewer may too, so check each component.
     val parent = Array.tabulate(block.units.size)(identity)
     def root(i: Int): Int = if (parent(i) == i) i else root(parent(i))
-    pairs.exists { case Seq(a, b) =>
-      val (ra, rb) = (root(a), root(b))
-      if (ra == rb) true else { parent(ra) = rb; false }
-    case _ => false
+    pairs.exists {
+      case Seq(a, b) =>
+        val (ra, rb) = (root(a), root(b))
+        if (ra == rb) true else { parent(ra) = rb; false }
+      case _ => false
     }
   }
 
@@ -122,13 +123,14 @@ object TriangleQuery extends PredicateHelper {
     // What the view reads of the block, in unit columns (the block's outputs have its
     // projections' aliases inlined).
     val used = AttributeSet(block.outputs.filter(o => above.contains(o.toAttribute))
-      .flatMap(_.references))
+        .flatMap(_.references))
     val sides = order.map { i =>
       val unit = block.units(i)
       val filters = local.filter(c => unitsOf(block, c) == Set(i))
       val plan = filters.reduceOption(And).map(Filter(_, unit)).getOrElse(unit)
-      val payload = unit.output.filter(a => used.contains(a) && a.exprId != xs(i).exprId &&
-        a.exprId != ys(i).exprId)
+      val payload = unit.output.filter(a =>
+        used.contains(a) && a.exprId != xs(i).exprId &&
+          a.exprId != ys(i).exprId)
       val name = JoinBlock.leafColumns(unit).map(_._1.name).getOrElse(s"relation ${i + 1}")
       TriangleSide(s"${Seq("R", "S", "T")(i)}=$name", plan, xs(i), ys(i), payload)
     }

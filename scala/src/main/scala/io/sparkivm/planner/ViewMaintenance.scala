@@ -4,8 +4,8 @@ import io.sparkivm.errors.IvmErrors
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions._
 import org.apache.spark.sql.catalyst.expressions.aggregate._
-import org.apache.spark.sql.catalyst.plans.{LeftOuter, LeftSemi}
 import org.apache.spark.sql.catalyst.plans.logical._
+import org.apache.spark.sql.catalyst.plans.{LeftOuter, LeftSemi}
 import org.apache.spark.sql.types.LongType
 
 /**
@@ -108,8 +108,10 @@ class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String]) {
     val m = rules.m
     val keys = keyAliases()
     val dCount = Alias(Sum(Cast(m, LongType)).toAggregateExpression(), "__ivm_dcount")()
-    val dStates = states.map(s => s.deltas(m).zipWithIndex.map { case (e, i) =>
-      Alias(e, s"__ivm_d${s.index}_$i")() })
+    val dStates = states.map(s =>
+      s.deltas(m).zipWithIndex.map { case (e, i) =>
+        Alias(e, s"__ivm_d${s.index}_$i")()
+      })
     // The delta, folded per key: small. A refresh computes it ahead: its keys select the backing
     // rows to read (and a group's recomputation is decided from it). EXPLAIN keeps it part of the
     // one query that computes the new rows.
@@ -140,7 +142,7 @@ class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String]) {
         arranged.getOrElse {
           if (steps.localRows(probed).isDefined) probed
           else steps.materialize(Project(probed.output.filter(a => read(a.name)),
-            Join(probed, folded, LeftSemi, on(probed), JoinHint.NONE)))
+              Join(probed, folded, LeftSemi, on(probed), JoinHint.NONE)))
         }
       case None => probed
     }
@@ -154,8 +156,9 @@ class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String]) {
     val flags = recomputed.map(s => s.needsRecompute(oldOf(s), dOf(s)).get)
     val rk = keys.zipWithIndex.map { case (k, i) => Alias(k.toAttribute, s"__ivm_rk$i")() }
     // Groups that still have rows and need an extreme (or a general aggregate) recomputed.
-    val need = if (recomputed.isEmpty) None else Some(steps.materialize(Distinct(Project(rk,
-      Filter(And(flags.reduce(Or), GreaterThan(newCount, Literal(0L))), joined)))))
+    val need = if (recomputed.isEmpty) None
+    else Some(steps.materialize(Distinct(Project(rk,
+            Filter(And(flags.reduce(Or), GreaterThan(newCount, Literal(0L))), joined)))))
       .filterNot(steps.isEmpty)
     val (withRec, recOf) = need match {
       case None => (joined, (_: AggregateState) => None)
@@ -179,9 +182,10 @@ class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String]) {
     // The old rows' positions, when the backing read gives them: for the apply, with `markExisting`.
     val positions = if (markExisting) PositionColumns.flatMap(n => backing.output.find(_.name == n)) else Nil
     val rows = finish(Project(keys.map(_.toAttribute) ++ (Alias(newCount, CountColumn)() +: stateCols) ++
-      positions ++ existing, withRec))
+          positions ++ existing, withRec))
     Some(if (markExisting) Project(rows.output.filterNot(_.name == ExistedColumn) ++
-      rows.output.filter(_.name == ExistedColumn), rows) else rows)
+          rows.output.filter(_.name == ExistedColumn), rows)
+      else rows)
   }
 
   /**
@@ -225,8 +229,10 @@ class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String]) {
             val value = s.finish(s.columns.map(c => attr(c._1)))
             // A global aggregate over no rows is what the function gives on empty input
             // (COUNT(DISTINCT x) is 0), whatever its state holds once every row is gone.
-            if (!global) value else If(EqualTo(attr(CountColumn), Literal(0L)),
-              ae.aggregateFunction.defaultResult.filter(_.dataType == ae.dataType).getOrElse(Literal(null, ae.dataType)), value)
+            if (!global) value
+            else If(EqualTo(attr(CountColumn), Literal(0L)),
+              ae.aggregateFunction.defaultResult.filter(_.dataType == ae.dataType).getOrElse(Literal(null, ae.dataType)),
+              value)
           case e if keyExprs.exists(_.semanticEquals(e)) =>
             attr(keyNames(keyExprs.indexWhere(_.semanticEquals(e))))
         }
@@ -271,8 +277,10 @@ class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String]) {
 
 /** How [[ViewMaintenance.mergeSource]] computes its intermediate results. */
 trait PlanSteps {
+
   /** A plan with the same output attributes whose rows are computed now (or not at all). */
   def materialize(plan: LogicalPlan): LogicalPlan
+
   /**
    * `materialize` for a plan whose rows are a function of `definition` (what it computes,
    * independent of attribute ids) at the table versions `stamp`: a refresh may reuse the rows
@@ -280,24 +288,31 @@ trait PlanSteps {
    */
   def materializeVersioned(plan: LogicalPlan, definition: String, stamp: String): LogicalPlan =
     materialize(plan)
+
   /** The rows an earlier `materializeVersioned` computed for `definition` at `stamp`, if held. */
   def versioned(definition: String, stamp: String): Option[Seq[org.apache.spark.sql.catalyst.InternalRow]] = None
+
   /** True if the plan has no rows; a planner that runs nothing answers false. */
   def isEmpty(plan: LogicalPlan): Boolean
+
   /**
    * The distinct non-null values of `key` in `plan`, sorted, or None if there are more than
    * `max` (or the planner runs nothing).
    */
   def distinctValues(plan: LogicalPlan, key: Attribute, max: Int): Option[Seq[Any]] = None
+
   /** False if `distinctValues` never runs anything (EXPLAIN). */
   def collects: Boolean = false
+
   /**
    * The distinct non-null values of `key` (Catalyst's internal representation) if `plan` is
    * held on the driver (see `materialize`), without running anything; None otherwise.
    */
   def localValues(plan: LogicalPlan, key: Attribute): Option[Set[Any]] = None
+
   /** The rows of `plan` (in its output's order) if it is held on the driver (see `materialize`). */
   def localRows(plan: LogicalPlan): Option[Seq[org.apache.spark.sql.catalyst.InternalRow]] = None
+
   /** Whether and how to probe large inputs with the keys of small ones. */
   def probe: ProbeSettings = ProbeSettings.Off
 }
@@ -311,8 +326,10 @@ object PlanOnly extends PlanSteps {
 object ViewMaintenance {
   val CountColumn = "__ivm_count"
   val HavingColumn = "__ivm_having"
+
   /** In a refresh's changed rows only (never stored): the key had a row before the refresh. */
   val ExistedColumn = "__ivm_existed"
+
   /**
    * Where the old row of a changed key lies, when the backing table's read gives it (see
    * `BackingTable.current`): its file's path, its row index in the file and the table version

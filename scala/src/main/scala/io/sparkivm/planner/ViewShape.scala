@@ -10,6 +10,7 @@ import org.apache.spark.sql.catalyst.plans.logical._
  *    distinct output row, with its multiplicity in `__ivm_count`.
  */
 sealed trait ViewShape {
+
   /** The plan whose rows the view shows (top-level ORDER BY removed: a table has no order). */
   def top: LogicalPlan
   def kind: String
@@ -30,9 +31,9 @@ object ViewShape {
     aggregateUnder(top) match {
       case Some(agg) => AggregateShape(top, agg)
       case None => top match {
-        case Distinct(child) => RowsShape(top, child, distinct = true)
-        case other => RowsShape(top, other, distinct = false)
-      }
+          case Distinct(child) => RowsShape(top, child, distinct = true)
+          case other => RowsShape(top, other, distinct = false)
+        }
     }
   }
 

@@ -36,14 +36,19 @@ case class PolicyDecision(mode: String, reason: String, candidates: Seq[Estimate
  * Databricks' AUTO modes learn from their refreshes likewise). Estimates are in ms.
  */
 object CostModel {
+
   /** Fixed cost of a refresh with no history to go by (one small query). */
   val PriorFixedMs = 1000.0
+
   /** Scan rate of a recomputation with no history to go by (bytes per ms). */
   val PriorFullBytesPerMs = 100000.0
+
   /** Entries of each kind the fits look at. */
   private val Recent = 20
+
   /** The smallest change that counts as one of the whole tables. */
   private val WholeMinBytes = 64L << 10
+
   /** How much cheaper a recomputation must be estimated, relatively, to be chosen. */
   private val MinRelativeGain = 1.1
 
@@ -58,7 +63,7 @@ object CostModel {
 
     val measured = if (recomputations.nonEmpty) recomputations else creates
     val fullMs = if (measured.isEmpty) PriorFixedMs + y / PriorFullBytesPerMs
-      else median(measured.map(e => e.durationMs * y / e.tableBytes))
+    else median(measured.map(e => e.durationMs * y / e.tableBytes))
     // What a base-table byte costs a recomputation beyond its fixed part (at most half of it), and
     // at most the prior scan rate's: a recomputation of small tables is nearly all fixed cost.
     val scanned = math.min(math.max(fullMs / 2, fullMs - PriorFixedMs) / y, 1.0 / PriorFullBytesPerMs)
@@ -77,13 +82,15 @@ object CostModel {
       val fixed = math.max(0.0, median(points.map { case (px, d) => d - slope * px }))
       val largest = points.map(_._1).max
       val beyond = if (slopes.isEmpty) math.max(0.0, x - largest) * priorPerByte else 0.0
-      (fixed + slope * x + beyond, s"fitted to ${incs.size} incremental refreshes of this view" +
-        (if (beyond > 0) s" (up to ${bytes(largest.toLong)} of changes; the prior per byte beyond)" else ""))
+      (fixed + slope * x + beyond,
+        s"fitted to ${incs.size} incremental refreshes of this view" +
+          (if (beyond > 0) s" (up to ${bytes(largest.toLong)} of changes; the prior per byte beyond)" else ""))
     }
     val inc = Estimate("incremental", math.round(incMs), s"${bytes(changeBytes)} of changes; $incBasis")
-    val full = Estimate("full", math.round(fullMs), s"${bytes(tableBytes)} of base tables; " +
-      (if (recomputations.nonEmpty) s"${recomputations.size} recomputations measured"
-       else if (creates.nonEmpty) "as long as the view's CREATE took" else "no recomputation measured yet"))
+    val full = Estimate("full", math.round(fullMs),
+      s"${bytes(tableBytes)} of base tables; " +
+        (if (recomputations.nonEmpty) s"${recomputations.size} recomputations measured"
+         else if (creates.nonEmpty) "as long as the view's CREATE took" else "no recomputation measured yet"))
     val cheaper = full.ms * MinRelativeGain < inc.ms && full.ms + minGainMs <= inc.ms
     // The prior alone does not send a small change to a recomputation: its incremental refresh is
     // tried, and measured.
@@ -104,14 +111,16 @@ object CostModel {
       s"; no incremental refresh of this view has been measured, and the change is under " +
         s"${bytes(minChangeBytes)}: AUTO tries one rather than trust the prior"
     } else if (chosen eq full) {
-      if (cheaper) "" else if (whole) "; the change is as large as the base tables, which a recomputation reads"
+      if (cheaper) ""
+      else if (whole) "; the change is as large as the base tables, which a recomputation reads"
       else "; no recomputation measured since CREATE: this one measures it"
     } else if (full.ms < inc.ms) {
       s"; within 10% or ${minGainMs} ms of each other, AUTO stays incremental"
     } else ""
-    PolicyDecision(chosen.mode, s"AUTO chose ${chosen.mode}: estimated ${seconds(chosen.ms)} " +
-      s"against ${seconds(other.ms)} for ${other.mode} (${bytes(changeBytes)} of changes, " +
-      s"${bytes(tableBytes)} of base tables)$why", Seq(inc, full))
+    PolicyDecision(chosen.mode,
+      s"AUTO chose ${chosen.mode}: estimated ${seconds(chosen.ms)} " +
+        s"against ${seconds(other.ms)} for ${other.mode} (${bytes(changeBytes)} of changes, " +
+        s"${bytes(tableBytes)} of base tables)$why", Seq(inc, full))
   }
 
   private def median(xs: Seq[Double]): Double = {

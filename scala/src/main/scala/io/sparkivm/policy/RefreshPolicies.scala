@@ -15,9 +15,10 @@ object RefreshPolicies {
    */
   def fixedMode(meta: ViewMetadata, full: Boolean, stale: => Boolean): Option[PolicyDecision] =
     if (full) Some(PolicyDecision("full", "REFRESH ... FULL asked for a recomputation"))
-    else if (meta.mode == RefreshMode.Full) Some(PolicyDecision("full", meta.fullBecause
-      .map(w => s"the query cannot be maintained incrementally: $w")
-      .getOrElse("REFRESH POLICY FULL recomputes the view on every refresh")))
+    else if (meta.mode == RefreshMode.Full) Some(PolicyDecision("full",
+        meta.fullBecause
+          .map(w => s"the query cannot be maintained incrementally: $w")
+          .getOrElse("REFRESH POLICY FULL recomputes the view on every refresh")))
     else if (stale) {
       val why = "the view's maintenance state was built for other settings (ivm.epsilon) and must be rebuilt"
       if (meta.policy == RefreshPolicy.IncrementalStrict) {

@@ -19,12 +19,13 @@ object ViewGraph {
   def viewOf(spark: SparkSession, table: String): Option[TableIdentifier] = {
     val parts = table.split('.').toSeq.takeRight(2)
     if (!parts.last.startsWith(ViewCatalog.BackingPrefix)) None
-    else try {
-      val id = ViewCatalog.qualify(spark, parts)
-      if (!ViewCatalog.exists(spark, id)) None
-      else ViewCatalog.deltaLog(spark, id).update().metadata.configuration.get(ViewCatalog.ViewProperty)
-        .map(v => ViewCatalog.qualify(spark, v.split('.').toSeq.takeRight(2)))
-    } catch { case NonFatal(_) => None }
+    else
+      try {
+        val id = ViewCatalog.qualify(spark, parts)
+        if (!ViewCatalog.exists(spark, id)) None
+        else ViewCatalog.deltaLog(spark, id).update().metadata.configuration.get(ViewCatalog.ViewProperty)
+          .map(v => ViewCatalog.qualify(spark, v.split('.').toSeq.takeRight(2)))
+      } catch { case NonFatal(_) => None }
   }
 
   /** The views `meta` reads directly. */
@@ -41,7 +42,8 @@ object ViewGraph {
     def visit(m: ViewMetadata, seen: Set[String]): Unit = reads(spark, m).foreach { id =>
       val key = id.unquotedString
       if (!seen.contains(key) && !order.contains(key)) {
-        try visit(ViewCatalog.lookup(spark, Seq(id.database.get, id.table)), seen + key) catch {
+        try visit(ViewCatalog.lookup(spark, Seq(id.database.get, id.table)), seen + key)
+        catch {
           case NonFatal(_) =>
         }
         order += key
@@ -54,8 +56,9 @@ object ViewGraph {
   /** Views in an order where each comes after the views it reads (Kahn's algorithm; stable). */
   def ordered(spark: SparkSession, views: Seq[ViewMetadata]): Seq[ViewMetadata] = {
     val byKey = views.map(v => v.view.unquotedString -> v).toMap
-    val deps = views.map(v => v.view.unquotedString ->
-      reads(spark, v).map(_.unquotedString).filter(byKey.contains).toSet).toMap
+    val deps = views.map(v =>
+      v.view.unquotedString ->
+        reads(spark, v).map(_.unquotedString).filter(byKey.contains).toSet).toMap
     val done = mutable.LinkedHashSet[String]()
     var left = views.map(_.view.unquotedString)
     while (left.nonEmpty) {

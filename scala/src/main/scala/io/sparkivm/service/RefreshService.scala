@@ -80,7 +80,8 @@ class RefreshService(spark: SparkSession, databases: Seq[String], clock: () => L
   private def loop(): Unit = {
     val pollMs = IvmConf.ServicePollMs.get(spark)
     while (!stopping) {
-      try runOnce(clock()) catch {
+      try runOnce(clock())
+      catch {
         case NonFatal(e) => logWarning("spark-ivm: refresh service pass failed; the next pass retries", e)
       }
       wake.synchronized { if (!stopping) wake.wait(pollMs) }
@@ -111,9 +112,12 @@ class RefreshService(spark: SparkSession, databases: Seq[String], clock: () => L
 
   private def scheduledViews(nowMs: Long, runs: mutable.Builder[ServiceRun, Seq[ServiceRun]]): Seq[ViewMetadata] = {
     val dbs = if (databases.nonEmpty) databases else SessionInternals.catalog(spark).listDatabases()
-    dbs.flatMap(db => try ViewCatalog.list(spark, db) catch { case NonFatal(_) => Nil }).flatMap { case (id, t) =>
+    dbs.flatMap(db =>
+      try ViewCatalog.list(spark, db)
+      catch { case NonFatal(_) => Nil }).flatMap { case (id, t) =>
       val key = id.copy(catalog = Some("spark_catalog")).unquotedString
-      try Some(ViewCatalog.lookup(spark, Seq(id.database.get, id.table))) catch {
+      try Some(ViewCatalog.lookup(spark, Seq(id.database.get, id.table)))
+      catch {
         case NonFatal(e) =>
           // A broken view with a schedule is reported (with backoff), not skipped silently.
           if (t.properties.contains(ViewCatalog.MarkerProperty) && retryAllowed(key, nowMs)) {
@@ -146,13 +150,14 @@ class RefreshService(spark: SparkSession, databases: Seq[String], clock: () => L
     case _ => meta.history.lastOption.map(_.startMs).getOrElse(nowMs)
   }
 
-  private def hasNewCommits(meta: ViewMetadata): Boolean = try {
-    val (last, _) = ViewCatalog.lastRefresh(spark, meta)
-    meta.sources.exists { s =>
-      val id = ViewCatalog.qualify(spark, s.table.split('.').toSeq.takeRight(2))
-      last.sourceVersions.get(s.table).forall(v => ViewCatalog.deltaLog(spark, id).update().version > v)
-    }
-  } catch { case NonFatal(_) => true } // let the refresh say what is wrong
+  private def hasNewCommits(meta: ViewMetadata): Boolean =
+    try {
+      val (last, _) = ViewCatalog.lastRefresh(spark, meta)
+      meta.sources.exists { s =>
+        val id = ViewCatalog.qualify(spark, s.table.split('.').toSeq.takeRight(2))
+        last.sourceVersions.get(s.table).forall(v => ViewCatalog.deltaLog(spark, id).update().version > v)
+      }
+    } catch { case NonFatal(_) => true } // let the refresh say what is wrong
 
   private def refresh(meta: ViewMetadata, nowMs: Long): Option[ServiceRun] = {
     val key = meta.view.unquotedString
@@ -180,6 +185,7 @@ class RefreshService(spark: SparkSession, databases: Seq[String], clock: () => L
 }
 
 object RefreshService {
+
   /** The first wait before retrying a failed view; it doubles with each failure in a row. */
   val FirstBackoffMs = 5000L
 }

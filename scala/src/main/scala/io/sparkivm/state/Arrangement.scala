@@ -8,6 +8,7 @@ package io.sparkivm.state
  * that made it: a version's rows never change.
  */
 trait Arrangement {
+
   /** Where it is held. */
   def place: StatePlace
 

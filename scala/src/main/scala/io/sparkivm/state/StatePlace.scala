@@ -6,8 +6,10 @@ sealed abstract class StatePlace(val name: String) {
 }
 
 object StatePlace {
+
   /** The driver's heap: rows a refresh joins or folds with no Spark job. */
   case object Driver extends StatePlace("driver")
+
   /** The executors' block managers: rows partitioned and indexed by key, read by partition. */
   case object Executors extends StatePlace("executors")
 

@@ -17,6 +17,7 @@ import org.apache.spark.sql.SparkSession
  * ([[committed]]), and the view it serves, so that dropping the view drops it.
  */
 object StateRegistry extends Logging {
+
   /** What is held, as [[held]] shows it. */
   final case class Held(id: StateId, stamp: String, table: Option[String], view: Option[String],
       place: StatePlace, bytes: Long)
@@ -28,10 +29,12 @@ object StateRegistry extends Logging {
 
   /** Access-ordered: iteration starts at the least recently used. */
   private val entries = new java.util.LinkedHashMap[StateId, Entry](16, 0.75f, true)
+
   /** Ids refreshes asked for (see [[ask]]), least recently asked first. */
   private val asked = new java.util.LinkedHashMap[StateId, String](16, 0.75f, true)
   private val MaxAsked = 1024
   private var evictions = 0L
+
   /** The bytes each place holds (guarded by `this`, as `entries`). */
   private val totals = scala.collection.mutable.Map[StatePlace, Long]().withDefaultValue(0L)
 
@@ -192,11 +195,13 @@ object StateRegistry extends Logging {
   def committed(commit: TableCommit): Unit = {
     val of = synchronized(entries.values.asScala.filter(_.table.contains(commit.path)).toSeq)
     of.foreach { e =>
-      val next = try e.value.committed(commit) catch {
-        case scala.util.control.NonFatal(err) =>
-          logWarning(s"Dropping ${e.id.kind} ${e.id.name}: moving it past commit ${commit.to} failed", err)
-          None
-      }
+      val next =
+        try e.value.committed(commit)
+        catch {
+          case scala.util.control.NonFatal(err) =>
+            logWarning(s"Dropping ${e.id.kind} ${e.id.name}: moving it past commit ${commit.to} failed", err)
+            None
+        }
       next match {
         case Some(v) => put(e.id, commitStamp(e.stamp, commit), v, e.table, e.view)
         case None => remove(e.id, e.value)

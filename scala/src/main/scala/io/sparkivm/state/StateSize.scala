@@ -8,6 +8,7 @@ import org.apache.spark.util.SizeEstimator
  */
 object StateSize {
   private val Sample = 32
+
   /** A reference and its slot in the collection that holds it. */
   private val SlotBytes = 16L
 

@@ -22,6 +22,7 @@ import org.apache.spark.sql.types.StructType
 final case class TableCommit(path: String, id: String, from: Long, to: Long, replacesAll: Boolean,
     keyColumns: Seq[String], removedKeys: Option[Set[InternalRow]], schema: StructType,
     added: Option[Seq[(InternalRow, Option[(String, Long)])]]) {
+
   /** True if the commit is the one right after `version` (nothing else committed in between). */
   def follows(version: Long): Boolean = from == version && to == from + 1
 }

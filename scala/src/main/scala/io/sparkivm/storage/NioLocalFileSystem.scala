@@ -1,13 +1,15 @@
 package io.sparkivm.storage
 
 import java.net.URI
-import java.nio.file.{Files, FileSystems}
 import java.nio.file.attribute.{PosixFilePermission, PosixFilePermissions}
+import java.nio.file.{FileSystems, Files}
 
 import org.apache.hadoop.conf.Configuration
-import org.apache.hadoop.fs.{ChecksumFs, DelegateToFileSystem, FileStatus, FsServerDefaults, LocalFileSystem, Path, RawLocalFileSystem}
 import org.apache.hadoop.fs.local.LocalConfigKeys
 import org.apache.hadoop.fs.permission.FsPermission
+import org.apache.hadoop.fs.{
+  ChecksumFs, DelegateToFileSystem, FileStatus, FsServerDefaults, LocalFileSystem, Path, RawLocalFileSystem
+}
 
 /**
  * Hadoop's local file system, with its two per-file shell commands done by `java.nio`.
@@ -42,6 +44,7 @@ class NioRawLocalFileSystem extends RawLocalFileSystem {
 }
 
 object NioRawLocalFileSystem {
+
   /** Whether the JVM's file system has POSIX permissions (Linux and macOS do, Windows not). */
   private val Posix = FileSystems.getDefault.supportedFileAttributeViews.contains("posix")
 
@@ -50,7 +53,7 @@ object NioRawLocalFileSystem {
   def posixPermissions(permission: FsPermission): Option[java.util.Set[PosixFilePermission]] =
     if ((permission.toShort & ~0x1ff) != 0) None
     else Some(PosixFilePermissions.fromString(
-      permission.getUserAction.SYMBOL + permission.getGroupAction.SYMBOL + permission.getOtherAction.SYMBOL))
+        permission.getUserAction.SYMBOL + permission.getGroupAction.SYMBOL + permission.getOtherAction.SYMBOL))
 }
 
 /** `fs.file.impl`: Hadoop's checksummed local file system over [[NioRawLocalFileSystem]]. */
@@ -62,7 +65,7 @@ class NioLocalFs(uri: URI, conf: Configuration) extends ChecksumFs(new NioRawLoc
 
 /** Hadoop's `RawLocalFs` over [[NioRawLocalFileSystem]]. */
 class NioRawLocalFs(uri: URI, conf: Configuration)
-  extends DelegateToFileSystem(uri, new NioRawLocalFileSystem, conf, "file", false) {
+    extends DelegateToFileSystem(uri, new NioRawLocalFileSystem, conf, "file", false) {
   override def getUriDefaultPort: Int = -1
   override def getServerDefaults(f: Path): FsServerDefaults = LocalConfigKeys.getServerDefaults()
   @deprecated("deprecated in Hadoop's AbstractFileSystem", "") override def getServerDefaults: FsServerDefaults =

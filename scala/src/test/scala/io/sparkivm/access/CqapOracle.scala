@@ -2,6 +2,7 @@ package io.sparkivm.access
 
 /** A CQAP evaluated by brute force over Z-relations: the oracle of the view-tree suites. */
 object CqapOracle {
+
   /**
    * The answers to `inputs`: every assignment of the other variables over `domain`, each
    * atom's tuple (its variables in name order) looked up in `db`, multiplicities multiplied,

@@ -14,6 +14,7 @@ import org.scalatest.funsuite.AnyFunSuite
 class HeavyLightTreesSuite extends AnyFunSuite {
   private def atom(name: String, vars: String*) = Atom(name, vars.toSet)
   private val epsilons = Seq(0.0, 0.25, 0.5, 0.75, 1.0)
+
   /** The most heavy keys the last [[check]] saw at once. */
   private var heaviest = 0
 
@@ -196,7 +197,8 @@ class HeavyLightTreesSuite extends AnyFunSuite {
     val vars = (q: Cqap) => q.atoms.map(_.vars.toSeq.sorted.toIndexedSeq).toIndexedSeq
     val withInput = triangle.copy(inputs = Set("A"), outputs = Set("B", "C"))
     val projected = triangle.copy(outputs = Set("A", "B"))
-    val path = Cqap(Seq(atom("R", "A", "B"), atom("S", "B", "C"), atom("T", "C", "D")), Set.empty, Set("A", "B", "C", "D"))
+    val path =
+      Cqap(Seq(atom("R", "A", "B"), atom("S", "B", "C"), atom("T", "C", "D")), Set.empty, Set("A", "B", "C", "D"))
     Seq(withInput, projected, path).foreach(q => assert(HeavyLightTrees.triangle(q, vars(q), 0.5).isEmpty, q))
   }
 
@@ -252,4 +254,3 @@ class HeavyLightTreesSuite extends AnyFunSuite {
     }
   }
 }
-

@@ -34,7 +34,7 @@ object TradeOffBench {
     val seed = args(5).toLong
     val adversarial = args.length > 6 && args(6) == "adversarial"
     val q = Cqap(Seq(Atom("R", Set("A", "B")), Atom("S", Set("B", "C")), Atom("T", Set("C", "D")),
-      Atom("U", Set("A", "D"))), Set("B", "D"), Set("A", "C"))
+        Atom("U", Set("A", "D"))), Set("B", "D"), Set("A", "C"))
     // Each atom's variables in name order: R(A, B), S(B, C), T(C, D), U(A, D); U holds edges reversed.
     val atomVars = q.atoms.map(_.vars.toSeq.sorted.toIndexedSeq).toIndexedSeq
     def tuples(e: (Int, Int), atom: Int): IndexedSeq[Any] =
@@ -124,12 +124,13 @@ object TradeOffBench {
           }
           val (firstUs, lookupUs, delayWork, delayUs, answers) = measure(requests(paths = true))
           val (emptyUs, _, emptyWork, _, emptyAnswers) = measure(requests(paths = false))
-          val line = f"""{"n": $n, "edges": ${edges.size}, "eps": $eps, "trees": ${trees.trees}, "build_ms": $buildMs%.1f, """ +
-            f""""heavy_keys": ${trees.heavyKeys.map(_._2).sum}, "threshold": $theta%.2f, """ +
-            f""""update_work": $updateWork%.2f, "update_us": ${updateNs / 1000}%.3f, "update_work_worst": $worstWork%.2f, """ +
-            f""""lookups": $lookups, "answers": $answers, "first_answer_us": $firstUs%.3f, "lookup_us": $lookupUs%.3f, """ +
-            f""""delay_us": $delayUs%.3f, "delay_work": $delayWork%.2f, "random_lookup_us": $emptyUs%.3f, """ +
-            f""""random_delay_work": $emptyWork%.2f, "random_answers": $emptyAnswers}"""
+          val line =
+            f"""{"n": $n, "edges": ${edges.size}, "eps": $eps, "trees": ${trees.trees}, "build_ms": $buildMs%.1f, """ +
+              f""""heavy_keys": ${trees.heavyKeys.map(_._2).sum}, "threshold": $theta%.2f, """ +
+              f""""update_work": $updateWork%.2f, "update_us": ${updateNs / 1000}%.3f, "update_work_worst": $worstWork%.2f, """ +
+              f""""lookups": $lookups, "answers": $answers, "first_answer_us": $firstUs%.3f, "lookup_us": $lookupUs%.3f, """ +
+              f""""delay_us": $delayUs%.3f, "delay_work": $delayWork%.2f, "random_lookup_us": $emptyUs%.3f, """ +
+              f""""random_delay_work": $emptyWork%.2f, "random_answers": $emptyAnswers}"""
           println(line)
           out.println(line)
           out.flush()

@@ -46,8 +46,10 @@ object TriangleTreesBench {
       val rnd = new Random(seed * 31 + n)
       val typical = (0 until updates).map(_ => (TradeOffBench.zipf(n, rnd), TradeOffBench.zipf(n, rnd)))
       val points = epsilons.map(e => (f"$e", () => HeavyLightTrees.triangle(q, atomVars, e).get: AccessTrees)) :+
-        ("chain", () => ViewTree.build(atomVars, Seq((VariableOrder.chain(q), q)), (a: Atom) => q.atoms.indexOf(a),
-          indicators = true).fold(sys.error, identity): AccessTrees)
+        ("chain",
+          () =>
+            ViewTree.build(atomVars, Seq((VariableOrder.chain(q), q)), (a: Atom) => q.atoms.indexOf(a),
+              indicators = true).fold(sys.error, identity): AccessTrees)
       for ((label, make) <- points) {
         val trees = make()
         def work = trees.updateWork
@@ -83,10 +85,12 @@ object TriangleTreesBench {
           case t: HeavyLightTrees => t.heavyKeys.map(_._2).sum
           case _ => 0
         }
-        val line = f"""{"n": $n, "edges": ${edges.size}, "eps": "$label", "build_ms": $buildMs%.1f, "heavy_keys": $heavy, """ +
-          f""""entries": ${trees.entries}, "update_work": $typicalWork%.2f, "update_us": $typicalUs%.3f, """ +
-          f""""hub_update_work": $hubWork%.2f, "hub_update_us": $hubUs%.3f, "hub_degrees": [${hubs.map(degree).mkString(", ")}], "hub_works": [${hub.map(_._1).mkString(", ")}], """ +
-          f""""answers": $answers, "delay_work": $gap, "per_answer_us": $perAnswerUs%.3f}"""
+        val line =
+          f"""{"n": $n, "edges": ${edges.size}, "eps": "$label", "build_ms": $buildMs%.1f, "heavy_keys": $heavy, """ +
+            f""""entries": ${trees.entries}, "update_work": $typicalWork%.2f, "update_us": $typicalUs%.3f, """ +
+            f""""hub_update_work": $hubWork%.2f, "hub_update_us": $hubUs%.3f, "hub_degrees": [${hubs.map(
+                degree).mkString(", ")}], "hub_works": [${hub.map(_._1).mkString(", ")}], """ +
+            f""""answers": $answers, "delay_work": $gap, "per_answer_us": $perAnswerUs%.3f}"""
         println(line)
         out.println(line)
         out.flush()

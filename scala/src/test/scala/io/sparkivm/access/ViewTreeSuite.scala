@@ -58,7 +58,7 @@ class ViewTreeSuite extends AnyFunSuite {
 
   test("the thesis's example with two fracture components: Q(B, C, D, E | A) = R(A, B, C), S(A, B, D), T(A, E)") {
     check(Cqap(Seq(atom("R", "A", "B", "C"), atom("S", "A", "B", "D"), atom("T", "A", "E")),
-      Set("A"), Set("B", "C", "D", "E")), seed = 1)
+        Set("A"), Set("B", "C", "D", "E")), seed = 1)
   }
 
   test("bound variables below free ones count as multiplicities: Q(A | .) = R(A, B), S(A, B)") {
@@ -97,6 +97,6 @@ class ViewTreeSuite extends AnyFunSuite {
     }
     // The 4-cycle with no inputs: one cyclic component.
     check(Cqap(Seq(atom("R", "A", "B"), atom("S", "B", "C"), atom("T", "C", "D"), atom("U", "D", "A")),
-      Set.empty, Set("A", "C")), seed = 80, steps = 90, cqap0 = false, chain = true)
+        Set.empty, Set("A", "C")), seed = 80, steps = 90, cqap0 = false, chain = true)
   }
 }

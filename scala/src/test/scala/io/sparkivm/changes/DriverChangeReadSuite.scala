@@ -1,11 +1,11 @@
 package io.sparkivm.changes
 
 import io.sparkivm.TestSpark
-import org.apache.spark.sql.{Row, SparkSession}
 import org.apache.spark.sql.catalyst.{CatalystTypeConverters, TableIdentifier}
 import org.apache.spark.sql.delta.DeltaLog
 import org.apache.spark.sql.delta.actions.{AddCDCFile, AddFile}
 import org.apache.spark.sql.ivm.ReadMetrics
+import org.apache.spark.sql.{Row, SparkSession}
 import org.scalatest.funsuite.AnyFunSuite
 
 /**
@@ -26,8 +26,8 @@ class DriverChangeReadSuite extends AnyFunSuite {
     val schema = log.update().schema
     DriverChangeRead.read(spark, TableIdentifier(table), schema, from, to, 1L << 20).map { case (s, rows) =>
       val toRow = CatalystTypeConverters.createToScalaConverter(s)
-      rows.map(r => toRow(r).asInstanceOf[Row]).groupMapReduce(r => Row.fromSeq(r.toSeq.dropRight(1)))(
-        r => r.getInt(r.length - 1))(_ + _)
+      rows.map(r => toRow(r).asInstanceOf[Row]).groupMapReduce(r => Row.fromSeq(r.toSeq.dropRight(1)))(r =>
+        r.getInt(r.length - 1))(_ + _)
     }
   }
 

@@ -91,7 +91,7 @@ class KnownFilesSuite extends AnyFunSuite with BeforeAndAfterAll {
 
   test("skipping keeps every file that may hold a match and drops only excluded ones") {
     val schema = StructType(Seq(StructField("k", IntegerType), StructField("d", DateType),
-      StructField("s", StringType), StructField("x", DoubleType)))
+        StructField("s", StringType), StructField("x", DoubleType)))
     val skipping = FileSkipping.of(schema)
     val f = file("""{"numRecords":10,"minValues":{"k":10,"d":"2020-01-01","s":"b"},""" +
       """"maxValues":{"k":20,"d":"2020-12-31","s":"d"},"nullCount":{"k":0,"s":2}}""")
@@ -121,7 +121,7 @@ class KnownFilesSuite extends AnyFunSuite with BeforeAndAfterAll {
     assert(skipping.mayMatch(long, Seq(EqualTo(s, Literal(UTF8String.fromString("c"), StringType)))))
     // Statistics are keyed by the physical name under column mapping.
     val mapped = FileSkipping.of(StructType(Seq(StructField("k", IntegerType, nullable = true,
-      new MetadataBuilder().putString("delta.columnMapping.physicalName", "col-1").build()))))
+            new MetadataBuilder().putString("delta.columnMapping.physicalName", "col-1").build()))))
     val phys = file("""{"minValues":{"col-1":1},"maxValues":{"col-1":2}}""")
     assert(!mapped.mayMatch(phys, Seq(EqualTo(k, Literal(5)))) && mapped.mayMatch(phys, Seq(EqualTo(k, Literal(2)))))
   }

@@ -3,7 +3,6 @@ package io.sparkivm.errors
 import scala.io.Source
 
 import io.sparkivm.GeneratedDocs
-
 import org.scalatest.funsuite.AnyFunSuite
 
 class IvmErrorsSuite extends AnyFunSuite {
@@ -21,7 +20,8 @@ class IvmErrorsSuite extends AnyFunSuite {
     assert(e.getCondition == "IVM_UNSUPPORTED_OPERATOR")
     assert(e.getSqlState == "0A000")
     assert(e.getMessageParameters.get("operator") == "LIMIT")
-    assert(e.getMessage.startsWith("[IVM_UNSUPPORTED_OPERATOR] LIMIT cannot be maintained incrementally. Drop the LIMIT."))
+    assert(
+      e.getMessage.startsWith("[IVM_UNSUPPORTED_OPERATOR] LIMIT cannot be maintained incrementally. Drop the LIMIT."))
     assert(e.getMessage.endsWith("SQLSTATE: 0A000"))
   }
 
@@ -69,7 +69,8 @@ class IvmErrorsSuite extends AnyFunSuite {
       if (f.isDirectory) f.listFiles().toSeq.flatMap(walk) else Seq(f).filter(_.getName.endsWith(".scala"))
     walk(root).map { f =>
       val s = Source.fromFile(f, "UTF-8")
-      try f.getPath -> s.mkString finally s.close()
+      try f.getPath -> s.mkString
+      finally s.close()
     }
   }
 

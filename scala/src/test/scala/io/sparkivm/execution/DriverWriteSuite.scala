@@ -1,12 +1,12 @@
 package io.sparkivm.execution
 
 import io.sparkivm.TestSpark
-import org.apache.spark.sql.{SaveMode, SparkSession}
 import org.apache.spark.sql.catalyst.{InternalRow, TableIdentifier}
-import org.apache.spark.sql.delta.{DeltaLog, DeltaOperations}
 import org.apache.spark.sql.delta.actions.AddFile
 import org.apache.spark.sql.delta.util.JsonUtils
+import org.apache.spark.sql.delta.{DeltaLog, DeltaOperations}
 import org.apache.spark.sql.ivm.ReadMetrics
+import org.apache.spark.sql.{SaveMode, SparkSession}
 import org.scalatest.funsuite.AnyFunSuite
 
 /**
@@ -83,7 +83,7 @@ class DriverWriteSuite extends AnyFunSuite {
     // Rows of other columns than the table's.
     val other = DeltaLog.forTable(spark, TableIdentifier("dw")).startTransaction()
     assert(DriverWrite.write(spark, other, new org.apache.spark.sql.types.StructType().add("k", "int"),
-      rowsOf("SELECT 1")).isEmpty)
+        rowsOf("SELECT 1")).isEmpty)
   }
 
   test("a NULL in a column its plan calls non-null is written readable, and files are checked before commit") {
@@ -93,8 +93,10 @@ class DriverWriteSuite extends AnyFunSuite {
     val txn = log.startTransaction()
     // An emptied group's state: the plan says the column is never NULL, the row holds NULL.
     val strict = org.apache.spark.sql.types.StructType(txn.metadata.schema.fields.map(_.copy(nullable = false)))
-    val rows = Seq(InternalRow(null, null, null), InternalRow(3L, null, org.apache.spark.unsafe.types.UTF8String
-      .fromString("x")))
+    val rows = Seq(InternalRow(null, null, null),
+      InternalRow(3L, null,
+        org.apache.spark.unsafe.types.UTF8String
+          .fromString("x")))
     val adds = DriverWrite.write(spark, txn, strict, rows).get
     txn.commit(adds, DeltaOperations.Write(SaveMode.Append))
     for (vectorized <- Seq("true", "false")) {

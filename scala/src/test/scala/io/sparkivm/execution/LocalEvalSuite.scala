@@ -1,12 +1,12 @@
 package io.sparkivm.execution
 
 import io.sparkivm.TestSpark
-import org.apache.spark.sql.{DataFrame, Row, SparkSession}
-import org.apache.spark.sql.catalyst.{CatalystTypeConverters, InternalRow}
 import org.apache.spark.sql.catalyst.plans.logical.LocalRelation
-import org.apache.spark.sql.functions._
 import org.apache.spark.sql.catalyst.types.DataTypeUtils
+import org.apache.spark.sql.catalyst.{CatalystTypeConverters, InternalRow}
+import org.apache.spark.sql.functions._
 import org.apache.spark.sql.ivm.SparkInternals
+import org.apache.spark.sql.{DataFrame, Row, SparkSession}
 import org.scalatest.funsuite.AnyFunSuite
 
 /**
@@ -22,7 +22,8 @@ class LocalEvalSuite extends AnyFunSuite {
   private def local(df: DataFrame): DataFrame = {
     val rows = df.collect().toSeq
     val converter = CatalystTypeConverters.createToCatalystConverter(df.schema)
-    val relation = LocalRelation(DataTypeUtils.toAttributes(df.schema), rows.map(r => converter(r).asInstanceOf[InternalRow]))
+    val relation =
+      LocalRelation(DataTypeUtils.toAttributes(df.schema), rows.map(r => converter(r).asInstanceOf[InternalRow]))
     SparkInternals.dataFrame(spark, relation)
   }
 
@@ -65,7 +66,7 @@ class LocalEvalSuite extends AnyFunSuite {
   test("aggregates of declared functions equal Spark's result, NULLs, decimals and no rows included") {
     import spark.implicits._
     val a = local(Seq((Some(1), Some(BigDecimal("2.50")), 1), (Some(1), None, -1), (None, Some(BigDecimal("-7.25")), 1),
-      (Some(2), Some(BigDecimal("0.01")), -1), (Some(2), Some(BigDecimal("3.00")), 1)).toDF("k", "v", "m"))
+        (Some(2), Some(BigDecimal("0.01")), -1), (Some(2), Some(BigDecimal("3.00")), 1)).toDF("k", "v", "m"))
     val none = a.where($"m" > 5)
     val plans = Seq(
       a.groupBy($"k").agg(count($"v"), sum($"v"), avg($"v"), min($"v"), max($"m"), count(lit(1))),

@@ -40,7 +40,8 @@ class ResidentStateSuite extends AnyFunSuite with BeforeAndAfterAll {
 
   test("degrees of an entry add the rows it holds on the driver to the kept rows' sums") {
     import spark.implicits._
-    val kept = ResidentState.rows(Seq((1, "a", 1L), (1, "b", 1L), (2, "c", 1L), (3, "d", 1L)).toDF("a0", "b0", "w"), "a0", 4)
+    val kept =
+      ResidentState.rows(Seq((1, "a", 1L), (1, "b", 1L), (2, "c", 1L), (3, "d", 1L)).toDF("a0", "b0", "w"), "a0", 4)
     val entry = ResidentState.Entry("v", kept, Vector(row(1, "a", -1L), row(4, "e", 1L), row(5, "f", 1L)))
     // Key 1 loses a row, 4 exists only on the driver, 6 nowhere, 5 is not asked for.
     assert(entry.sums(spark, Seq(1, 2, 4, 6), "w").get == Map[Any, Long](1 -> 1L, 2 -> 1L, 4 -> 1L))

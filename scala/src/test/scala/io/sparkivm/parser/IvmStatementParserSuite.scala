@@ -94,8 +94,10 @@ class IvmStatementParserSuite extends AnyFunSuite {
       .asInstanceOf[CreateMaterializedView]
     assert(trig.schedule.contains(Schedule.OnUpdate(Some(10L -> "SECOND"))))
     assert(trig.schedule.get.sql == "TRIGGER ON UPDATE AT MOST EVERY INTERVAL 10 SECONDS")
-    assert(parse("REFRESH MATERIALIZED VIEW v CASCADE") == RefreshMaterializedView(Seq("v"), full = false, cascade = true))
-    assert(parse("REFRESH MATERIALIZED VIEW v FULL CASCADE") == RefreshMaterializedView(Seq("v"), full = true, cascade = true))
+    assert(parse("REFRESH MATERIALIZED VIEW v CASCADE") == RefreshMaterializedView(Seq("v"), full = false,
+      cascade = true))
+    assert(parse("REFRESH MATERIALIZED VIEW v FULL CASCADE") == RefreshMaterializedView(Seq("v"), full = true,
+      cascade = true))
     assert(parse("ALTER MATERIALIZED VIEW v SET REFRESH POLICY auto") == AlterRefreshPolicy(Seq("v"), RefreshPolicy.Auto))
     assert(parse("ALTER MATERIALIZED VIEW v ADD SCHEDULE EVERY 2 DAYS") ==
       AlterSchedule(Seq("v"), "ADD", Some(Schedule.Every(2, "DAY"))))
@@ -105,14 +107,14 @@ class IvmStatementParserSuite extends AnyFunSuite {
     assert(parse("SHOW REFRESHES FOR db.v LIMIT 5") == ShowRefreshes(Some(Seq("db", "v")), Some(5)))
     assert(parse("show refreshes") == ShowRefreshes(None, None))
     assert(error("CREATE MATERIALIZED VIEW v REFRESH POLICY SOMETIMES AS SELECT 1").getMessage
-      .contains("expected AUTO, INCREMENTAL, INCREMENTAL STRICT or FULL"))
+        .contains("expected AUTO, INCREMENTAL, INCREMENTAL STRICT or FULL"))
     assert(error("CREATE MATERIALIZED VIEW v SCHEDULE EVERY 5 YEARS AS SELECT 1").getMessage.contains("HOURS"))
     val zero = intercept[IvmException](parse("CREATE MATERIALIZED VIEW v SCHEDULE EVERY 0 HOURS AS SELECT 1"))
     assert(zero.getCondition == "IVM_INVALID_SCHEDULE")
     val badCron = intercept[IvmException](parse("CREATE MATERIALIZED VIEW v SCHEDULE CRON '* * *' AS SELECT 1"))
     assert(badCron.getMessage.contains("Quartz cron"))
     val zone = intercept[IvmException](parse(
-      "CREATE MATERIALIZED VIEW v SCHEDULE CRON '0 0 * * * ?' AT TIME ZONE 'Nowhere/Here' AS SELECT 1"))
+        "CREATE MATERIALIZED VIEW v SCHEDULE CRON '0 0 * * * ?' AT TIME ZONE 'Nowhere/Here' AS SELECT 1"))
     assert(zone.getMessage.contains("time zone"))
   }
 }

@@ -1,7 +1,8 @@
 package io.sparkivm.planner
 
-import org.apache.spark.sql.catalyst.expressions.{And, AttributeReference, EqualTo, GreaterThanOrEqual, InSet,
-  LessThanOrEqual, Literal, Or}
+import org.apache.spark.sql.catalyst.expressions.{
+  And, AttributeReference, EqualTo, GreaterThanOrEqual, InSet, LessThanOrEqual, Literal, Or
+}
 import org.apache.spark.sql.types.{DoubleType, IntegerType, StringType}
 import org.apache.spark.unsafe.types.UTF8String
 import org.scalatest.funsuite.AnyFunSuite
@@ -68,7 +69,7 @@ class FkGraphSuite extends AnyFunSuite {
     val d = AttributeReference("d", DoubleType)()
     KeyProbe.filter(d, Seq(1.0, 5.0, 9.0, 50.0), 2) match {
       case Or(And(GreaterThanOrEqual(_, Literal(1.0, _)), LessThanOrEqual(_, Literal(9.0, _))),
-          EqualTo(_, Literal(50.0, _))) =>
+            EqualTo(_, Literal(50.0, _))) =>
       case other => fail(s"unexpected $other")
     }
     assert(KeyProbe.sqlFilter("t.k", IntegerType, Seq(1, 5, 9, 50), 2) == "(t.k BETWEEN 1 AND 9 OR t.k = 50)")

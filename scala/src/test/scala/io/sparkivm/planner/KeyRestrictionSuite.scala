@@ -4,7 +4,6 @@ import scala.util.Random
 
 import io.sparkivm.TestSpark
 import io.sparkivm.execution.RefreshSteps
-import org.apache.spark.sql.{DataFrame, Row, SparkSession}
 import org.apache.spark.sql.catalyst.expressions.Attribute
 import org.apache.spark.sql.catalyst.plans.LeftSemi
 import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, Join, LocalRelation, LogicalPlan}
@@ -12,6 +11,7 @@ import org.apache.spark.sql.expressions.Window
 import org.apache.spark.sql.functions._
 import org.apache.spark.sql.ivm.SparkInternals
 import org.apache.spark.sql.types.IntegerType
+import org.apache.spark.sql.{DataFrame, Row, SparkSession}
 import org.scalatest.funsuite.AnyFunSuite
 
 /**
@@ -55,8 +55,9 @@ class KeyRestrictionSuite extends AnyFunSuite {
       val t = table(rnd, Seq("a", "c", "x"), 30, domain = 10)
       val byK = Window.partitionBy("k").orderBy("v", "a")
       val plans: Seq[(String, DataFrame, String)] = Seq(
-        ("aggregate under a HAVING", r.groupBy("k").agg(sum("v").as("sv"), count(lit(1)).as("n"))
-          .where(col("n") > 1), "k"),
+        ("aggregate under a HAVING",
+          r.groupBy("k").agg(sum("v").as("sv"), count(lit(1)).as("n"))
+            .where(col("n") > 1), "k"),
         ("projection with an alias", r.select((col("k")).as("kk"), (col("v") + 1).as("v1")), "kk"),
         ("left outer join", r.join(s, r("k") === s("k"), "left_outer").select(r("k"), r("v"), s("w")), "k"),
         ("right outer join", r.join(s, r("k") === s("k"), "right_outer").select(s("k"), r("v"), s("w")), "k"),
@@ -81,10 +82,12 @@ class KeyRestrictionSuite extends AnyFunSuite {
     val r = table(new Random(1), Seq("k", "a", "v"), 10)
     val plan = r.groupBy("k").agg(sum("v").as("sv")).where(col("sv") > 0).queryExecution.analyzed
     val out = restricted(plan, "k", Set(Some(1)), PlanOnly)
-    val below = out.collect { case a: Aggregate => a.child.exists {
-      case j: Join => j.joinType == LeftSemi
-      case _ => false
-    } }
+    val below = out.collect { case a: Aggregate =>
+      a.child.exists {
+        case j: Join => j.joinType == LeftSemi
+        case _ => false
+      }
+    }
     assert(below == Seq(true), out.treeString)
   }
 }

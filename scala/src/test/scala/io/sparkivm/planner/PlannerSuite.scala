@@ -3,10 +3,8 @@ package io.sparkivm.planner
 import io.sparkivm.TestSpark
 import io.sparkivm.errors.IvmException
 import org.apache.spark.sql.SparkSession
-import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, AttributeReference, IsNull, Literal,
-  OuterReference}
-import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, Join, LocalRelation, LogicalPlan, OneRowRelation,
-  Project}
+import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, AttributeReference, IsNull, Literal, OuterReference}
+import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, Join, LocalRelation, LogicalPlan, OneRowRelation, Project}
 import org.apache.spark.sql.ivm.SparkInternals
 import org.apache.spark.sql.types.IntegerType
 import org.scalatest.BeforeAndAfterAll
@@ -94,7 +92,7 @@ class PlannerSuite extends AnyFunSuite with BeforeAndAfterAll {
     assert(scalar.collectFirst { case j: Join => j.left.outputSet.intersect(j.right.outputSet).isEmpty }.get,
       "the subquery's copy of r has ids of its own")
     assert(!rewritten("WITH q AS (SELECT b FROM r) SELECT * FROM q JOIN q q2 ON q.b = q2.b")
-      .exists(_.nodeName.startsWith("CTE")))
+        .exists(_.nodeName.startsWith("CTE")))
     assert(PlanValidator.validate(rewritten("SELECT a FROM r WHERE b IN (SELECT b FROM s)")).size == 2)
   }
 
@@ -117,21 +115,22 @@ class PlannerSuite extends AnyFunSuite with BeforeAndAfterAll {
     assert(ViewShape.of(analyzed("SELECT b, sum(x) FROM r GROUP BY b")).isInstanceOf[AggregateShape])
     assert(ViewShape.of(analyzed("SELECT count(*) FROM r")).asInstanceOf[AggregateShape].global)
     assert(ViewShape.of(analyzed("SELECT b, sum(x) s FROM r GROUP BY b HAVING s > 1 ORDER BY b"))
-      .isInstanceOf[AggregateShape])
+        .isInstanceOf[AggregateShape])
     assert(ViewShape.of(analyzed("SELECT DISTINCT b FROM r")).asInstanceOf[RowsShape].distinct)
     assert(!ViewShape.of(analyzed("SELECT b FROM r")).asInstanceOf[RowsShape].distinct)
     val having = new ViewMaintenance(ViewShape.of(analyzed(
-      "SELECT b, sum(x) s FROM r WHERE a > 0 GROUP BY b HAVING s > 1")), Seq("b", "s"))
+          "SELECT b, sum(x) s FROM r WHERE a > 0 GROUP BY b HAVING s > 1")), Seq("b", "s"))
     assert(having.hasHaving)
     val noHaving = new ViewMaintenance(ViewShape.of(analyzed(
-      "SELECT b, sum(x) s FROM r WHERE a > 0 GROUP BY b")), Seq("b", "s"))
+          "SELECT b, sum(x) s FROM r WHERE a > 0 GROUP BY b")), Seq("b", "s"))
     assert(!noHaving.hasHaving)
   }
 
   test("aggregate states: one per distinct aggregate, the right kind each") {
-    val vm = new ViewMaintenance(ViewShape.of(analyzed(
-      "SELECT b, count(*), count(x), sum(x), avg(x), min(a), max(a), count(DISTINCT a), sum(x) + 1 " +
-        "FROM r GROUP BY b")), (1 to 9).map(i => s"c$i"))
+    val vm = new ViewMaintenance(
+      ViewShape.of(analyzed(
+          "SELECT b, count(*), count(x), sum(x), avg(x), min(a), max(a), count(DISTINCT a), sum(x) + 1 " +
+            "FROM r GROUP BY b")), (1 to 9).map(i => s"c$i"))
     assert(vm.states.map(_.getClass.getSimpleName) == Seq("CountState", "CountState", "SumState",
       "SumState", "ExtremeState", "ExtremeState", "RecomputedState"))
     assert(vm.backingColumns.take(2) == Seq("__ivm_g0", "__ivm_count"))
@@ -147,11 +146,11 @@ class PlannerSuite extends AnyFunSuite with BeforeAndAfterAll {
     // Set operations are rewritten into joins the rules maintain (as Spark's optimizer plans them).
     assert(PlanValidator.validate(QueryRewrites(analyzed("SELECT * FROM r INTERSECT SELECT * FROM r"))).size == 2)
     assert(PlanValidator.validate(QueryRewrites(analyzed(
-      "SELECT * FROM r WHERE b IN (SELECT b FROM s EXCEPT ALL SELECT a FROM r)"))).size == 3)
+          "SELECT * FROM r WHERE b IN (SELECT b FROM s EXCEPT ALL SELECT a FROM r)"))).size == 3)
     assert(intercept[IvmException](PlanValidator.validate(analyzed("SELECT * FROM p")))
       .getCondition == "IVM_SOURCE_NOT_DELTA")
     assert(PlanValidator.validate(analyzed(
-      "SELECT r.a FROM r JOIN s ON r.b = s.b JOIN r r2 ON r2.a = s.c")).size == 3)
+        "SELECT r.a FROM r JOIN s ON r.b = s.b JOIN r r2 ON r2.a = s.c")).size == 3)
     assert(PlanValidator.validate(analyzed("SELECT 1 AS one")).isEmpty)
     assert(SourceLeaf.isConstant(OneRowRelation()))
   }
@@ -176,7 +175,8 @@ class PlannerSuite extends AnyFunSuite with BeforeAndAfterAll {
     val ts = "SELECT count(*) FROM r WHERE cast(cast(a AS timestamp) AS string) > '2020'"
     val before = definition(ts)
     spark.conf.set("spark.sql.session.timeZone", "Asia/Tokyo")
-    try assert(definition(ts) != before) finally spark.conf.unset("spark.sql.session.timeZone")
+    try assert(definition(ts) != before)
+    finally spark.conf.unset("spark.sql.session.timeZone")
   }
 
   test("a global aggregate's state moved by its change equals the state recomputed") {
@@ -188,17 +188,19 @@ class PlannerSuite extends AnyFunSuite with BeforeAndAfterAll {
     val (ins, del) = (Seq((4, Some(BigDecimal("7.00"))), (5, None)), Seq((1, Some(BigDecimal("2.50"))), (2, None)))
     val post = pre.diff(del) ++ ins
     def aggregated(rows: Seq[(Int, Option[BigDecimal])]) = rows.toDF("k", "v")
-      .agg(count(lit(1)), sum($"v"), (avg($"v") * 2).as("twice"), count($"v"), sum($"k"), expr("count(*) FILTER (WHERE k > 2)"))
+      .agg(count(lit(1)), sum($"v"), (avg($"v") * 2).as("twice"), count($"v"), sum($"k"),
+        expr("count(*) FILTER (WHERE k > 2)"))
     val a = SparkInternals.analyzed(aggregated(pre)).asInstanceOf[Aggregate]
     val running = RunningAggregate.of(a).get
     val old = internal(running.full(a.child)).head
     // Rows of the aggregate's input, each with the sign m.
     def signed(rows: Seq[(Int, Option[BigDecimal], Int)]): LogicalPlan = {
       val change = SparkInternals.analyzed(rows.toDF("k", "v", "m"))
-      Project((a.child.output :+ m).zip(change.output).map { case (o, n) => Alias(n, o.name)(exprId = o.exprId) }, change)
+      Project((a.child.output :+ m).zip(change.output).map { case (o, n) => Alias(n, o.name)(exprId = o.exprId) },
+        change)
     }
     def movedBy(rows: Seq[(Int, Option[BigDecimal], Int)]) = value(SparkInternals.dataFrame(spark,
-      running.value(LocalRelation(running.stateOutput, internal(running.moved(old, signed(rows), m)).toSeq))))
+        running.value(LocalRelation(running.stateOutput, internal(running.moved(old, signed(rows), m)).toSeq))))
     assert(movedBy(ins.map(r => (r._1, r._2, 1)) ++ del.map(r => (r._1, r._2, -1))) == value(aggregated(post)))
     // All rows deleted: counts 0 and sums NULL, as recomputation over no rows.
     assert(movedBy(pre.map(r => (r._1, r._2, -1))) == value(aggregated(Nil)))

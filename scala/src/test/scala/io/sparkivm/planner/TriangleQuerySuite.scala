@@ -1,24 +1,31 @@
 package io.sparkivm.planner
 
-import org.apache.spark.sql.catalyst.expressions.{And, AttributeReference, EqualTo, GreaterThan, Literal}
-import org.apache.spark.sql.catalyst.expressions.aggregate.{AggregateExpression, Count}
 import org.apache.spark.sql.catalyst.expressions.Alias
+import org.apache.spark.sql.catalyst.expressions.aggregate.{AggregateExpression, Count}
+import org.apache.spark.sql.catalyst.expressions.{And, AttributeReference, EqualTo, GreaterThan, Literal}
 import org.apache.spark.sql.catalyst.plans.Inner
-import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, Filter, Join, JoinHint, LocalRelation, LogicalPlan, Project}
+import org.apache.spark.sql.catalyst.plans.logical.{
+  Aggregate, Filter, Join, JoinHint, LocalRelation, LogicalPlan, Project
+}
 import org.apache.spark.sql.types.IntegerType
 import org.scalatest.funsuite.AnyFunSuite
 
 /** Which join blocks are triangles (Kara et al. 2020, section 1), and which are not. */
 class TriangleQuerySuite extends AnyFunSuite {
+
   /** An edge relation occurrence: (src, dst, w), fresh attributes each time. */
   private def edges(): LocalRelation = LocalRelation(Seq("src", "dst", "w").map(AttributeReference(_, IntegerType)()))
   private def c(r: LogicalPlan, name: String) = r.output.find(_.name == name).get
   private def join(l: LogicalPlan, r: LogicalPlan, cond: org.apache.spark.sql.catalyst.expressions.Expression) =
     Join(l, r, Inner, Some(cond), JoinHint.NONE)
   private def count(child: LogicalPlan) =
-    Aggregate(Nil, Seq(Alias(AggregateExpression(Count(Seq(Literal(1))), org.apache.spark.sql.catalyst.expressions.aggregate.Complete, isDistinct = false), "n")()), child)
+    Aggregate(Nil,
+      Seq(Alias(AggregateExpression(Count(Seq(Literal(1))), org.apache.spark.sql.catalyst.expressions.aggregate.Complete,
+            isDistinct = false), "n")()), child)
 
-  private def triangle(extra: Option[(LogicalPlan, LogicalPlan, LogicalPlan) => org.apache.spark.sql.catalyst.expressions.Expression] = None) = {
+  private def triangle(
+      extra: Option[(LogicalPlan, LogicalPlan, LogicalPlan) => org.apache.spark.sql.catalyst.expressions.Expression] =
+        None) = {
     val (e1, e2, e3) = (edges(), edges(), edges())
     val j12 = join(e1, e2, EqualTo(c(e1, "dst"), c(e2, "src")))
     val cond = And(EqualTo(c(e2, "dst"), c(e3, "src")), EqualTo(c(e3, "dst"), c(e1, "src")))

@@ -64,8 +64,10 @@ class CostModelSuite extends AnyFunSuite {
 
   test("a slow refresh among fast ones does not move the fit") {
     val h = Seq(entry("create", 3000, table = 64 * MB), entry("full", 2500, table = 64 * MB)) ++
-      Seq(300L, 320L, 9000L, 310L, 330L).zipWithIndex.map { case (ms, i) => entry("incremental", ms,
-        change = 1000L * (i + 1) * (i + 1)) }
+      Seq(300L, 320L, 9000L, 310L, 330L).zipWithIndex.map { case (ms, i) =>
+        entry("incremental", ms,
+          change = 1000L * (i + 1) * (i + 1))
+      }
     val d = decide(h, 5000, 64 * MB)
     assert(d.mode == "incremental" && d.candidates.find(_.mode == "incremental").get.ms < 1000, d)
   }

@@ -17,7 +17,8 @@ class StateRegistrySuite extends AnyFunSuite with BeforeAndAfterEach {
 
   /** An arrangement of a fixed size that counts its releases and moves by a commit when asked to. */
   private final class Fixed(val bytes: Long, val place: StatePlace = StatePlace.Driver,
-      moves: Boolean = false) extends Arrangement {
+      moves: Boolean = false)
+      extends Arrangement {
     var released = 0
     override def release(): Unit = released += 1
     override def committed(c: TableCommit): Option[Arrangement] =
@@ -91,7 +92,7 @@ class StateRegistrySuite extends AnyFunSuite with BeforeAndAfterEach {
     StateRegistry.put(StateId(StateKind.ViewRows, "/u"), TableStamp("id2", 4).toString, other, table = Some("/u"))
     val row = InternalRow(1)
     StateRegistry.committed(TableCommit("/t", "id", 4, 5, replacesAll = false, Seq("k"), Some(Set(row)),
-      new StructType().add("k", IntegerType), Some(Seq(row -> None, row -> None))))
+        new StructType().add("k", IntegerType), Some(Seq(row -> None, row -> None))))
     val moved = StateRegistry.get[Fixed](StateId(StateKind.TableRows, "/t"), "id@5")
     assert(moved.exists(_.bytes == 12))
     assert(StateRegistry.get[Fixed](StateId(StateKind.ViewRows, "/t"), "id@4").isEmpty && stuck.released == 1)

@@ -1,12 +1,12 @@
 package io.sparkivm.storage
 
-import java.nio.file.{Files, Paths}
 import java.nio.file.attribute.PosixFilePermissions
+import java.nio.file.{Files, Paths}
 import java.util.EnumSet
 
 import org.apache.hadoop.conf.Configuration
-import org.apache.hadoop.fs.{CreateFlag, FileAlreadyExistsException, FileContext, Options, Path}
 import org.apache.hadoop.fs.permission.FsPermission
+import org.apache.hadoop.fs.{CreateFlag, FileAlreadyExistsException, FileContext, Options, Path}
 import org.scalatest.funsuite.AnyFunSuite
 
 /** The local file system without shell processes behaves as Hadoop's own: permissions, link
@@ -34,8 +34,9 @@ class NioLocalFileSystemSuite extends AnyFunSuite {
     assert(fc.getDefaultFileSystem.isInstanceOf[NioLocalFs])
     val dir = Files.createTempDirectory("nio-local-fs")
     val tmp = new Path(dir.toUri.toString, ".00001.json.tmp")
-    val out = fc.create(tmp, EnumSet.of(CreateFlag.CREATE), Options.CreateOpts.perms(
-      new FsPermission(Integer.parseInt("640", 8).toShort)))
+    val out = fc.create(tmp, EnumSet.of(CreateFlag.CREATE),
+      Options.CreateOpts.perms(
+        new FsPermission(Integer.parseInt("640", 8).toShort)))
     out.write("{}".getBytes("UTF-8"))
     out.close()
     assert(permissions(Paths.get(tmp.toUri)) == "rw-r-----")

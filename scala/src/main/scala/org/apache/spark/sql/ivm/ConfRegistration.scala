@@ -12,7 +12,7 @@ object ConfRegistration {
     val builder = if (static) SQLConf.buildStaticConf(key) else SQLConf.buildConf(key)
     // A second class loader of spark-ivm in one JVM finds the keys registered: keep those.
     try builder.doc(doc).version("0.1.0").stringConf.checkValue(valid, s"spark-ivm: $expected")
-      .createWithDefault(default)
+        .createWithDefault(default)
     catch { case _: IllegalArgumentException => }
   }
 }

@@ -2,7 +2,6 @@ package org.apache.spark.sql.ivm
 
 import scala.collection.mutable.ArrayBuffer
 
-import org.apache.spark.{SparkEnv, SparkException, TaskContext, TaskContextImpl}
 import org.apache.spark.broadcast.Broadcast
 import org.apache.spark.executor.TaskMetrics
 import org.apache.spark.memory.TaskMemoryManager
@@ -14,11 +13,14 @@ import org.apache.spark.sql.catalyst.plans.physical.{BroadcastMode, BroadcastPar
 import org.apache.spark.sql.catalyst.rules.Rule
 import org.apache.spark.sql.delta.files.TahoeBatchFileIndex
 import org.apache.spark.sql.delta.stats.PreparedDeltaFileIndex
-import org.apache.spark.sql.execution.{ColumnarRule, FileSourceScanExec, FilterExec, LocalTableScanExec, ProjectExec, SparkPlan, UnaryExecNode, UnionExec}
 import org.apache.spark.sql.execution.datasources.PartitioningAwareFileIndex
 import org.apache.spark.sql.execution.exchange.BroadcastExchangeExec
-import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.execution.joins.{BroadcastHashJoinExec, BroadcastNestedLoopJoinExec}
+import org.apache.spark.sql.execution.{
+  ColumnarRule, FileSourceScanExec, FilterExec, LocalTableScanExec, ProjectExec, SparkPlan, UnaryExecNode, UnionExec
+}
+import org.apache.spark.sql.internal.SQLConf
+import org.apache.spark.{SparkEnv, SparkException, TaskContext, TaskContextImpl}
 
 /**
  * The broadcast of a small input built on the driver without a Spark job. Spark's broadcast
@@ -75,11 +77,11 @@ class LocalBroadcast(maxBytes: SQLConf => Long) extends Rule[SparkPlan] {
   private def fileBytes(plan: SparkPlan): Option[Long] = plan match {
     case _: LocalTableScanExec => Some(0L)
     case scan: FileSourceScanExec => scan.relation.location match {
-      case index: TahoeBatchFileIndex => Some(index.sizeInBytes)
-      case index: PreparedDeltaFileIndex => Some(index.preparedScan.files.map(_.size).sum)
-      case index: PartitioningAwareFileIndex => Some(index.sizeInBytes)
-      case _ => None
-    }
+        case index: TahoeBatchFileIndex => Some(index.sizeInBytes)
+        case index: PreparedDeltaFileIndex => Some(index.preparedScan.files.map(_.size).sum)
+        case index: PartitioningAwareFileIndex => Some(index.sizeInBytes)
+        case _ => None
+      }
     case _: ProjectExec | _: FilterExec | _: UnionExec =>
       plan.children.foldLeft(Option(0L))((sum, c) => sum.flatMap(s => fileBytes(c).map(_ + s)))
     // A nested broadcast is built before this plan runs (by its own job, or on the driver).
@@ -111,10 +113,10 @@ object LocalBroadcast {
       try {
         rdd.iterator(partition, context).foreach(row => rows += row.copy())
         ReadMetrics.readOnDriver(rdd.sparkContext, context.taskMetrics.inputMetrics.recordsRead)
-      }
-      catch { case e: Throwable => failure = Some(e); throw e }
+      } catch { case e: Throwable => failure = Some(e); throw e }
       finally {
-        try context.markTaskCompleted(failure) finally {
+        try context.markTaskCompleted(failure)
+        finally {
           memory.cleanUpAllAllocatedMemory()
           env.blockManager.releaseAllLocksForTask(attempt)
           if (previous == null) TaskContext.unset() else TaskContext.setTaskContext(previous)

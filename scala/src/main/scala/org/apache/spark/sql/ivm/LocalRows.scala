@@ -2,11 +2,11 @@ package org.apache.spark.sql.ivm
 
 import scala.collection.mutable.ArrayBuffer
 
-import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.plans.logical.LocalRelation
 import org.apache.spark.sql.catalyst.types.DataTypeUtils
 import org.apache.spark.sql.types.StructType
+import org.apache.spark.sql.{DataFrame, SparkSession}
 
 /**
  * Small results held on the driver as Catalyst rows, and plans over them. A refresh's deltas
@@ -14,6 +14,7 @@ import org.apache.spark.sql.types.StructType
  * plans a local relation as a local scan, and [[LocalBroadcast]] broadcasts it without a job).
  */
 object LocalRows {
+
   /**
    * The rows of several DataFrames in one Spark job, or None if some task produced more than
    * `maxRowsPerTask` rows (the caller then computes them distributed). Rows come back as

@@ -1,10 +1,10 @@
 package org.apache.spark.sql.ivm
 
-import java.util.concurrent.{Executors, ThreadFactory}
 import java.util.concurrent.atomic.AtomicInteger
+import java.util.concurrent.{Executors, ThreadFactory}
 
-import scala.concurrent.{Await, ExecutionContext, Future}
 import scala.concurrent.duration.Duration
+import scala.concurrent.{Await, ExecutionContext, Future}
 
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.util.Utils
@@ -37,15 +37,17 @@ object Parallel {
       val sc = spark.sparkContext
       val props = sc.getLocalProperties
       val active = SparkSession.getActiveSession
-      val futures = many.map(task => Future {
-        val before = sc.getLocalProperties
-        sc.setLocalProperties(Utils.cloneProperties(props))
-        active.foreach(SparkSession.setActiveSession)
-        try task() finally {
-          sc.setLocalProperties(before)
-          SparkSession.clearActiveSession()
-        }
-      }(pool))
+      val futures = many.map(task =>
+        Future {
+          val before = sc.getLocalProperties
+          sc.setLocalProperties(Utils.cloneProperties(props))
+          active.foreach(SparkSession.setActiveSession)
+          try task()
+          finally {
+            sc.setLocalProperties(before)
+            SparkSession.clearActiveSession()
+          }
+        }(pool))
       Await.result(Future.sequence(futures)(implicitly, pool), Duration.Inf)
   }
 }

@@ -5,19 +5,19 @@ import java.util.{HashMap => JHashMap}
 import scala.collection.mutable
 import scala.collection.mutable.ArrayBuffer
 
-import org.apache.spark.{SparkContext, SparkEnv}
 import org.apache.spark.rdd.{PartitionPruningRDD, RDD}
-import org.apache.spark.sql.{DataFrame, SparkSession}
-import org.apache.spark.sql.catalyst.{CatalystTypeConverters, InternalRow}
 import org.apache.spark.sql.catalyst.expressions.{BoundReference, Cast, EvalMode, GenericInternalRow, Literal}
 import org.apache.spark.sql.catalyst.plans.physical.HashPartitioning
 import org.apache.spark.sql.catalyst.types.DataTypeUtils
+import org.apache.spark.sql.catalyst.{CatalystTypeConverters, InternalRow}
 import org.apache.spark.sql.classic
 import org.apache.spark.sql.execution.LogicalRDD
 import org.apache.spark.sql.functions.col
 import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.types.{DataType, Decimal, StructType}
+import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.storage.{RDDBlockId, StorageLevel}
+import org.apache.spark.{SparkContext, SparkEnv}
 
 /**
  * Rows kept in the executors' memory (spilling to their disks) across queries and sessions of
@@ -62,7 +62,8 @@ final class PartitionedRows private (val schema: StructType, keyIndex: Int, part
     def converter(sample: Any): Any => Any = {
       val from = Literal.create(sample).dataType
       val toCatalyst = CatalystTypeConverters.createToCatalystConverter(from)
-      if (from == to) toCatalyst else {
+      if (from == to) toCatalyst
+      else {
         val cast = Cast(BoundReference(0, from, nullable = true), to,
           Some(SQLConf.get.sessionLocalTimeZone), EvalMode.TRY)
         v => cast.eval(InternalRow(toCatalyst(v)))
@@ -173,7 +174,7 @@ final class PartitionedRows private (val schema: StructType, keyIndex: Int, part
   def sizeInPlace(keys: Iterable[Any]): Option[Long] = {
     val wanted = toKeys(keys)
     inPlace(wanted).map(_.iterator.flatMap(PartitionedRows.groupsOf(_, wanted))
-      .map(_._2.length.toLong).sum)
+        .map(_._2.length.toLong).sum)
   }
 
   /**
@@ -218,8 +219,9 @@ final class PartitionedRows private (val schema: StructType, keyIndex: Int, part
         pruned.mapPartitions(_.flatMap(rows))
       case None => rdd.mapPartitions(_.flatMap(PartitionedRows.allRows))
     }
-    SparkInternals.dataFrame(spark, LogicalRDD(DataTypeUtils.toAttributes(schema), read)(
-      spark.asInstanceOf[classic.SparkSession]))
+    SparkInternals.dataFrame(spark,
+      LogicalRDD(DataTypeUtils.toAttributes(schema), read)(
+        spark.asInstanceOf[classic.SparkSession]))
   }
 
   /**
@@ -250,6 +252,7 @@ final class PartitionedRows private (val schema: StructType, keyIndex: Int, part
 }
 
 object PartitionedRows {
+
   /**
    * `df`'s rows laid out by `keyColumn` in `partitions` partitions, kept once computed, with a
    * hash index by key in each partition when `indexed`. Lazy: the first read computes them (one

@@ -5,8 +5,9 @@ import java.util.concurrent.ConcurrentHashMap
 import java.util.concurrent.atomic.AtomicLong
 
 import org.apache.spark.SparkContext
-import org.apache.spark.scheduler.{SparkListener, SparkListenerJobStart, SparkListenerStageSubmitted,
-  SparkListenerTaskEnd}
+import org.apache.spark.scheduler.{
+  SparkListener, SparkListenerJobStart, SparkListenerStageSubmitted, SparkListenerTaskEnd
+}
 import org.apache.spark.sql.SparkSession
 
 /**
@@ -77,8 +78,9 @@ object ReadMetrics {
     val l = listeners.get(sc)
     val c = Option(l).flatMap(x => Option(x.counters.remove(started._1)))
     Option(l).foreach(x => x.owner.values().removeIf(_ == started._1))
-    c.map(x => WorkMetrics(x.jobs.get, x.tasks.get, x.rows.get,
-      x.starts.toArray(Array.empty[java.lang.Long]).map(_.longValue).toSeq.sorted))
+    c.map(x =>
+      WorkMetrics(x.jobs.get, x.tasks.get, x.rows.get,
+        x.starts.toArray(Array.empty[java.lang.Long]).map(_.longValue).toSeq.sorted))
       .getOrElse(WorkMetrics(0, 0, 0))
   }
 

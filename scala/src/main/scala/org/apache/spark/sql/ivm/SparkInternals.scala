@@ -1,14 +1,15 @@
 package org.apache.spark.sql.ivm
 
-import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.classic
+import org.apache.spark.sql.{DataFrame, SparkSession}
 
 /**
  * The few Spark internals spark-ivm needs that are `private[sql]`, kept in one place so that a
  * Spark upgrade has one file to look at.
  */
 object SparkInternals {
+
   /**
    * Clears the Spark local properties this thread inherited from the thread that started it (a
    * pool's thread inherits its first caller's: job group, SQL execution id, metrics tags), so
@@ -60,6 +61,7 @@ object SessionInternals {
  * the session time zone and ANSI mode, whose defaults are not fixed).
  */
 object CapturedSqlConf extends org.apache.spark.sql.catalyst.CapturesConfig {
+
   /**
    * Spark SQL's own settings only: Delta's and spark-ivm's (registered with SQLConf too) tune how
    * a refresh runs, and stay the running session's; so does catalog plumbing.
@@ -88,7 +90,8 @@ object CapturedSqlConf extends org.apache.spark.sql.catalyst.CapturesConfig {
 
   /** A session of its own that analyzes and runs as under `captured`. */
   def session(spark: SparkSession, captured: Map[String, String]): SparkSession =
-    if (matches(spark, captured)) spark else {
+    if (matches(spark, captured)) spark
+    else {
       val s = SparkInternals.isolated(spark)
       applyTo(s, captured)
       s

@@ -18,11 +18,13 @@ class ParallelSuite extends AnyFunSuite {
     val sc = spark.sparkContext
     sc.setLocalProperty("ivm.test.owner", "caller")
     try {
-      val seen = Parallel.run(spark, Seq(1, 2).map(i => () => {
-        val inherited = sc.getLocalProperty("ivm.test.owner")
-        sc.setLocalProperty("ivm.test.owner", s"task $i")
-        inherited
-      }))
+      val seen = Parallel.run(spark,
+        Seq(1, 2).map(i =>
+          () => {
+            val inherited = sc.getLocalProperty("ivm.test.owner")
+            sc.setLocalProperty("ivm.test.owner", s"task $i")
+            inherited
+          }))
       assert(seen == Seq("caller", "caller"), "tasks run with the caller's properties")
       assert(sc.getLocalProperty("ivm.test.owner") == "caller")
     } finally sc.setLocalProperty("ivm.test.owner", null)

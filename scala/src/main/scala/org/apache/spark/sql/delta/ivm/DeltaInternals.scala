@@ -1,16 +1,17 @@
 package org.apache.spark.sql.delta.ivm
 
-import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.sql.catalyst.TableIdentifier
-import org.apache.spark.sql.delta.{DeltaLog, Snapshot}
 import org.apache.spark.sql.delta.commands.cdc.CDCReader
 import org.apache.spark.sql.delta.storage.dv.DeletionVectorStore
+import org.apache.spark.sql.delta.{DeltaLog, Snapshot}
+import org.apache.spark.sql.{DataFrame, SparkSession}
 
 /**
  * The few Delta internals spark-ivm needs that are `private[delta]`, kept in one place so that a
  * Delta upgrade has one file to look at (as `org.apache.spark.sql.ivm.SparkInternals` for Spark).
  */
 object DeltaInternals {
+
   /** Where a table's deletion vectors are read and written. */
   def deletionVectorStore(log: DeltaLog): DeletionVectorStore =
     DeletionVectorStore.createInstance(log.newDeltaHadoopConf())
