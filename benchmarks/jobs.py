@@ -6,7 +6,7 @@
     ...refresh...
     for job in jobs_since(log_dir, mark): print(job)
 
-Each job comes with its stages' names (Spark's call sites, e.g. "collect at LocalRows.scala:35")
+Each job comes with its stages' names (Spark's call sites, e.g. "collect at DriverRows.scala:35")
 and task counts, so a refresh's jobs can be attributed to the code that started them.
 """
 

@@ -9,7 +9,7 @@ import org.apache.spark.sql.catalyst.TableIdentifier
 import org.apache.spark.sql.catalyst.expressions.{BoundReference, GenericInternalRow, UnsafeProjection, UnsafeRow}
 import org.apache.spark.sql.delta.DeltaLog
 import org.apache.spark.sql.delta.actions.{AddCDCFile, AddFile, RemoveFile}
-import org.apache.spark.sql.ivm.{LocalRows, Parallel}
+import org.apache.spark.sql.ivm.{DriverRows, Parallel}
 import org.apache.spark.sql.types.{IntegerType, StructField, StructType}
 import org.apache.spark.sql.{DataFrame, SparkSession}
 import org.apache.spark.storage.StorageLevel
@@ -40,9 +40,9 @@ sealed trait TableChange {
 }
 
 /** A change held on the driver: later reads of it run no Spark job. */
-case class LocalChange(schema: StructType, data: IndexedSeq[InternalRow]) extends TableChange {
+case class DriverChange(schema: StructType, data: IndexedSeq[InternalRow]) extends TableChange {
   def rows: Long = data.size.toLong
-  def frame(spark: SparkSession): DataFrame = LocalRows.frame(spark, schema, data)
+  def frame(spark: SparkSession): DataFrame = DriverRows.frame(spark, schema, data)
 }
 
 /** A change too large for the driver: netted by a distributed aggregate, computed once. */
@@ -97,7 +97,7 @@ object ChangeFeed {
     // Rows per task are bounded by the files' sizes checked above; the bound is a safeguard.
     // One task per core: the change files are small, and a task per file costs more to start than to read.
     val collected =
-      try LocalRows.collect(spark, feeds.map(_._2), Int.MaxValue - 1,
+      try DriverRows.collect(spark, feeds.map(_._2), Int.MaxValue - 1,
           Some(spark.sparkContext.defaultParallelism))
       catch {
         case NonFatal(e) => throw unavailable(view, feeds.map(_._1), e)
@@ -142,7 +142,7 @@ object ChangeFeed {
     }
 
   /** Nets signed feed rows per full row on the driver, one output row per unit of multiplicity. */
-  private def net(feedSchema: StructType, rows: Seq[InternalRow]): LocalChange = {
+  private def net(feedSchema: StructType, rows: Seq[InternalRow]): DriverChange = {
     val dataFields = feedSchema.fields.dropRight(1)
     val key = UnsafeProjection.create(dataFields.indices.map(i =>
         BoundReference(i, dataFields(i).dataType, dataFields(i).nullable)))
@@ -162,7 +162,7 @@ object ChangeFeed {
         (0L until math.abs(n)).foreach(_ => out += new GenericInternalRow((values :+ sign).toArray))
       case _ =>
     }
-    LocalChange(StructType(dataFields :+ StructField(DeltaSources.Multiplicity, IntegerType, nullable = false)),
+    DriverChange(StructType(dataFields :+ StructField(DeltaSources.Multiplicity, IntegerType, nullable = false)),
       out.result())
   }
 

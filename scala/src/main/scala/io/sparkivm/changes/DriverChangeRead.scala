@@ -23,8 +23,8 @@ import org.apache.spark.unsafe.types.UTF8String
  * change files are listed from the commits in the Delta log and read with Spark's own Parquet
  * reader, on the driver's thread. Delta's batch reader plans a file index per kind of change
  * file and converts each index's file list into a DataFrame to filter it, and then runs a job;
- * for a refresh's few kilobytes of changes that planning and the job were most of the time it
- * spent reading its changes (profiled on a 10^6-edge triangle view and TPC-H Q10 at SF 1).
+ * for a refresh's few kilobytes of changes that planning and the job cost far more than reading
+ * the rows.
  *
  * It follows Delta's rule for what a commit changed: the change files (AddCDCFile) if the
  * commit wrote any, with `_change_type` giving each row's sign; else every row of the files it

@@ -50,10 +50,10 @@ object ViewLifecycle extends Logging {
       history: Seq[HistoryEntry], sqlConf: Option[Map[String, String]] = None): Unit = sqlConf match {
     case Some(captured) if !CapturedSqlConf.matches(spark, captured) =>
       create(CapturedSqlConf.session(spark, captured), stmt, database, history, None)
-    case _ => createHere(spark, stmt, database, history)
+    case _ => createInSession(spark, stmt, database, history)
   }
 
-  private def createHere(spark: SparkSession, stmt: CreateMaterializedView, database: String,
+  private def createInSession(spark: SparkSession, stmt: CreateMaterializedView, database: String,
       history: Seq[HistoryEntry]): Unit = {
     val startMs = System.currentTimeMillis()
     val id = ViewCatalog.qualify(spark, stmt.name)

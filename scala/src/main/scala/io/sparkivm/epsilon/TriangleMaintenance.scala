@@ -4,13 +4,13 @@ import scala.collection.mutable
 
 import io.sparkivm.catalog.EpsilonState
 import io.sparkivm.errors.IvmErrors
-import io.sparkivm.execution.{LocalEval, ResidentState}
+import io.sparkivm.execution.{DriverEval, ResidentState}
 import io.sparkivm.planner.{DeltaRules, KeyProbe, TriangleQuery}
 import org.apache.spark.sql.catalyst.CatalystTypeConverters
 import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, Cast, Literal}
 import org.apache.spark.sql.catalyst.plans.logical.{LocalRelation, LogicalPlan, Project, Union}
 import org.apache.spark.sql.functions.{broadcast, col, sum}
-import org.apache.spark.sql.ivm.{JoinMetrics, LocalRows, PartitionedRows, SparkInternals}
+import org.apache.spark.sql.ivm.{DriverRows, JoinMetrics, PartitionedRows, SparkInternals}
 import org.apache.spark.sql.types._
 import org.apache.spark.sql.{DataFrame, Row, SparkSession}
 
@@ -86,7 +86,7 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
 
   /** The net change of each occurrence, with its rows on the driver (no Spark job when the
    * base tables' changes are held there, as they are when small). */
-  lazy val deltas: IndexedSeq[Option[LocalDelta]] = sides.map { i =>
+  lazy val deltas: IndexedSeq[Option[WeightedDelta]] = sides.map { i =>
     val branches = rules.delta(q.sides(i).plan)
     if (branches.isEmpty) None
     else {
@@ -101,13 +101,13 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
 
   /**
    * `df`'s rows, as `collect` returns them, when they are computed on the driver without a job:
-   * its analyzed plan reads only rows held here through operators [[LocalEval]] computes (no
+   * its analyzed plan reads only rows held here through operators [[DriverEval]] computes (no
    * optimizer run), or its optimized plan is a local relation (Spark folds filters and
    * projections over rows held here into one) or a union of them, which Spark would run as a job.
    */
   private def localRows(df: DataFrame): Option[Seq[Row]] = {
     val toRow = CatalystTypeConverters.createToScalaConverter(df.schema)
-    LocalEval.rows(df.queryExecution.analyzed, MaxLocalRows).map(_.map(r => toRow(r).asInstanceOf[Row]))
+    DriverEval.rows(df.queryExecution.analyzed, MaxLocalRows).map(_.map(r => toRow(r).asInstanceOf[Row]))
       .orElse(optimizedRows(df))
   }
 
@@ -131,7 +131,7 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
     }
 
   /** Rows held here; the rows keep the schema (columns are read by name). */
-  private def local(schema: StructType, rows: Seq[Row]): LocalDelta = LocalDelta.here(spark, schema, rows)
+  private def local(schema: StructType, rows: Seq[Row]): WeightedDelta = WeightedDelta.here(spark, schema, rows)
 
   /** Change of |D| (rows) by this refresh. */
   def sizeChange: Long = deltas.flatten.map(_.weight).sum
@@ -175,19 +175,19 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
     }
 
   /** The parts of rows held here, split on the driver when the heavy keys are held here too. */
-  private def heavyPart(d: LocalDelta, i: Int, h: HeavySet): LocalDelta =
+  private def heavyPart(d: WeightedDelta, i: Int, h: HeavySet): WeightedDelta =
     if (h.allHeavy) d
     else if (h.empty) d.none
     else h.keys match {
-      case Some(keys) if d.local && keysHere => d.where(s"a$i", keys)
-      case _ => LocalDelta.there(heavyPart(d.frame, i, h))
+      case Some(keys) if d.local && keysOnDriver => d.where(s"a$i", keys)
+      case _ => WeightedDelta.there(heavyPart(d.frame, i, h))
     }
-  private def lightPart(d: LocalDelta, i: Int, h: HeavySet): LocalDelta =
+  private def lightPart(d: WeightedDelta, i: Int, h: HeavySet): WeightedDelta =
     if (h.allHeavy) d.none
     else if (h.empty) d
     else h.keys match {
-      case Some(keys) if d.local && keysHere => d.where(s"a$i", k => !keys(k))
-      case _ => LocalDelta.there(lightPart(d.frame, i, h))
+      case Some(keys) if d.local && keysOnDriver => d.where(s"a$i", k => !keys(k))
+      case _ => WeightedDelta.there(lightPart(d.frame, i, h))
     }
 
   /**
@@ -195,7 +195,7 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
    * variable (a_i, b_i) has one type whose values compare as the JVM's, so a key taken from one
    * column equals a value of another exactly when SQL's `IN` would say so (no coercion).
    */
-  private lazy val keysHere: Boolean = {
+  private lazy val keysOnDriver: Boolean = {
     val keyTypes = sides.flatMap(i => Seq(types(s"a$i"), types(s"b$i"))).distinct
     keyTypes.size == 1 && KeyProbe.equalsAsJvm(keyTypes.head)
   }
@@ -232,13 +232,13 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
    * state is off or the occurrence does not read pinned Delta tables.
    */
   private def residentPost(i: Int, layout: String, keys: Seq[Any],
-      where: Seq[(String, Seq[Any])]): Option[LocalDelta] =
+      where: Seq[(String, Seq[Any])]): Option[WeightedDelta] =
     residentEntry(i, layout).map { entry =>
       val at = where.map { case (c, v) => cols(i).indexOf(c) -> v }
       // The entry's columns are an occurrence's (a self-join's occurrences share it), named here as i's.
       val named = StructType(entry.base.schema.fields.zip(cols(i) :+ W).map { case (f, n) => f.copy(name = n) })
-      entry.rowsHere(keys, at).filter(_ => keysHere).map(LocalDelta.internal(spark, named, _))
-        .getOrElse(LocalDelta.there(entry.frame(spark, Some(keys), at).toDF(cols(i) :+ W: _*)))
+      entry.rowsOnDriver(keys, at).filter(_ => keysOnDriver).map(WeightedDelta.internal(spark, named, _))
+        .getOrElse(WeightedDelta.there(entry.frame(spark, Some(keys), at).toDF(cols(i) :+ W: _*)))
     }
 
   /** The resident rows of occurrence i at Post laid out by `layout` (see [[residentPost]]). */
@@ -273,7 +273,7 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
    * Occurrence k at Post (`atPost`) or Pre, rows whose columns hold the given values: resident
    * rows when a filter is on its a or b column, else read from the Delta tables.
    */
-  private def side(k: Int, atPost: Boolean, filters: (String, Option[Seq[Any]])*): LocalDelta = {
+  private def side(k: Int, atPost: Boolean, filters: (String, Option[Seq[Any]])*): WeightedDelta = {
     val probes = filters.collect { case (c, Some(v)) if c == s"a$k" || c == s"b$k" => (c, v) }
     // A point lookup by both columns reads the layout whose keys have fewer rows (a heavy key's
     // rows by a, its few in-edges by b), when both are kept here to count.
@@ -290,7 +290,7 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
     val rows = kept match {
       case Some(postRows) if atPost => postRows
       case Some(postRows) => deltas(k).fold(postRows)(d => postRows.unionByName(d.negated))
-      case None => LocalDelta.there(if (atPost) post(k) else pre(k))
+      case None => WeightedDelta.there(if (atPost) post(k) else pre(k))
     }
     probe(rows, filters: _*)
   }
@@ -303,21 +303,21 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
       case (d, (c, Some(values))) => d.where(col(c).isin(values: _*))
       case (d, (_, None)) => d
     }
-  private def probe(d: LocalDelta, filters: (String, Option[Seq[Any]])*): LocalDelta =
-    if (d.local && keysHere) filters.foldLeft(d) {
+  private def probe(d: WeightedDelta, filters: (String, Option[Seq[Any]])*): WeightedDelta =
+    if (d.local && keysOnDriver) filters.foldLeft(d) {
       case (rows, (c, Some(values))) =>
         val set = values.toSet
         rows.where(c, set)
       case (rows, (_, None)) => rows
     }
-    else LocalDelta.there(probe(d.frame, filters: _*))
+    else WeightedDelta.there(probe(d.frame, filters: _*))
 
   private def keysOf(rows: Seq[Row], c: String, schema: StructType): Option[Seq[Any]] = {
     val idx = schema.fieldIndex(c)
     val vs = rows.iterator.map(_.get(idx)).filter(_ != null).toSet
     if (vs.size > maxKeys) None else Some(vs.toSeq)
   }
-  private def keysOf(d: LocalDelta, c: String): Option[Seq[Any]] =
+  private def keysOf(d: WeightedDelta, c: String): Option[Seq[Any]] =
     if (d.local) keysOf(d.rows, c, d.schema) else keysOf(d.frame, c)
 
   private def keysOf(df: DataFrame, c: String): Option[Seq[Any]] = {
@@ -335,24 +335,24 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
    * `df` computed now: on the driver when it is small (the bounded sets of one batch are), so
    * that taking its keys and joining it cost no further job; checkpointed otherwise.
    */
-  private def small(df: DataFrame): LocalDelta = smallAll(Seq(LocalDelta.there(df))).head
+  private def small(df: DataFrame): WeightedDelta = smallAll(Seq(WeightedDelta.there(df))).head
 
   /** Several results computed in one Spark job (see [[small]]); those held here already stay. */
-  private def smallAll(ds: Seq[LocalDelta]): Seq[LocalDelta] = {
-    val done = mutable.Map[Int, LocalDelta]()
+  private def smallAll(ds: Seq[WeightedDelta]): Seq[WeightedDelta] = {
+    val done = mutable.Map[Int, WeightedDelta]()
     val dfs = ds.map(d => if (d.local) null else d.frame)
     val remote = dfs.zipWithIndex.filter { case (df, i) =>
       if (ds(i).local) { done(i) = ds(i); false }
       else localRows(df).map(rows => done(i) = local(df.schema, rows)).isEmpty
     }
-    LocalRows.collect(spark, remote.map(_._1), MaxLocalRows) match {
+    DriverRows.collect(spark, remote.map(_._1), MaxLocalRows) match {
       case Some(all) if all.forall(_.size <= MaxLocalRows) =>
         remote.zip(all).foreach { case ((df, i), rows) =>
           val toRow = CatalystTypeConverters.createToScalaConverter(df.schema)
           done(i) = local(df.schema, rows.map(r => toRow(r).asInstanceOf[Row]))
         }
       case _ => remote.foreach { case (df, i) =>
-          done(i) = LocalDelta.there(df.localCheckpoint(eager = true))
+          done(i) = WeightedDelta.there(df.localCheckpoint(eager = true))
         }
     }
     dfs.indices.map(done)
@@ -362,7 +362,7 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
     df.groupBy(keys.map(col): _*).agg(sum(W).as(W)).filter(col(W) =!= 0)
 
   /** `d` summed per row of `keys` (weights `w`), computed now: on the driver when it is there. */
-  def settled(d: LocalDelta, keys: Seq[String]): LocalDelta = {
+  def settled(d: WeightedDelta, keys: Seq[String]): WeightedDelta = {
     val cols = d.select(keys :+ W)
     if (cols.local) local(cols.schema, fold(cols.rows, keys.size))
     else localRows(cols.frame).map(rows => local(cols.frame.schema, fold(rows, keys.size)))
@@ -374,7 +374,7 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
     StructType(allCols.map(c => StructField(c, types(c))) :+ StructField(W, LongType))
 
   /** `d` with every column of the block's delta rows (nulls for those the view never reads). */
-  private def complete(d: LocalDelta): LocalDelta = d.complete(blockSchema)
+  private def complete(d: WeightedDelta): WeightedDelta = d.complete(blockSchema)
 
   /** Auxiliary view i's rows from its heavy side (columns of i) joined with its light side (i+1). */
   private def aux(i: Int, heavy: DataFrame, light: DataFrame): DataFrame =
@@ -390,7 +390,7 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
 
   // ---- one refresh ----
 
-  private val pending = Array.fill(3)(Seq.empty[LocalDelta])
+  private val pending = Array.fill(3)(Seq.empty[WeightedDelta])
 
   /** What each step ran, for the report and EXPLAIN. */
   val notes: mutable.ArrayBuffer[String] = mutable.ArrayBuffer[String]()
@@ -412,11 +412,11 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
    * `auxTable(i, keys, where)` gives auxiliary view i's rows whose b_{i+1} is in `keys` (its
    * light side's variable) and whose columns in `where` hold the values given, or more rows.
    *
-   * Where every input is held here ([[LocalDelta]]: the changes, the resident rows read in place,
+   * Where every input is held here ([[WeightedDelta]]: the changes, the resident rows read in place,
    * the heavy keys), the steps run on the rows themselves, with no DataFrame built but the result.
    */
   def blockDelta(state: EpsilonState, heavy: IndexedSeq[HeavySet],
-      auxTable: (Int, Option[Seq[Any]], Seq[(String, Seq[Any])]) => LocalDelta): DataFrame = {
+      auxTable: (Int, Option[Seq[Any]], Seq[(String, Seq[Any])]) => WeightedDelta): DataFrame = {
     val changed = sides.flatMap(j => deltas(j).map(j -> _))
     // 1. First hops of every step, in one job.
     val hops = changed.map { case (j, d) =>
@@ -438,7 +438,7 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
     val firsts = hopsAll(hops.flatMap { case (_, _, f1, f2) => f1.toSeq ++ f2.toSeq }).iterator
     val computed = hops.map { case (j, d, f1, f2) => (j, d, f1.map(_ => firsts.next()), f2.map(_ => firsts.next())) }
     // 2. Second hops and lookups of every step, in one job.
-    val seconds = mutable.ArrayBuffer[(Hop, LocalDelta => LocalDelta)]()
+    val seconds = mutable.ArrayBuffer[(Hop, WeightedDelta => WeightedDelta)]()
     computed.foreach { case (j, d, f1, f2) =>
       val p = next(j)
       val prev = next(p)
@@ -482,32 +482,32 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
   }
 
   /** A join of rows computed before with a probe of the state (weights multiplied). */
-  private case class Hop(left: LocalDelta, right: LocalDelta, on: Seq[(String, String)])
+  private case class Hop(left: WeightedDelta, right: WeightedDelta, on: Seq[(String, String)])
 
   /**
    * Several hops computed in one Spark job. When a hop's left side is held on the driver, only
    * its probed rows are collected (the paper's bounded sets) and joined here: Spark would run a
    * job of its own to broadcast the left side. Otherwise Spark joins them.
    */
-  private def hopsAll(hops: Seq[Hop]): Seq[LocalDelta] = {
+  private def hopsAll(hops: Seq[Hop]): Seq[WeightedDelta] = {
     val here: Seq[Boolean] = hops.map(h =>
       h.left.local && h.on.forall { case (l, r) =>
         val lt = h.left.schema(l).dataType
         lt == h.right.schema(r).dataType && KeyProbe.equalsAsJvm(lt)
       })
     val done = smallAll(hops.zip(here).map { case (h, driver) =>
-      if (driver) h.right else LocalDelta.there(join(h.left.frame, h.right.frame, h.on))
+      if (driver) h.right else WeightedDelta.there(join(h.left.frame, h.right.frame, h.on))
     })
     hops.indices.map { i =>
       val (h, result) = (hops(i), done(i))
       if (!here(i)) result
-      else if (result.local) joinHere(h.left, result, h.on)
+      else if (result.local) joinOnDriver(h.left, result, h.on)
       else small(join(h.left.frame, result.frame, h.on))
     }
   }
 
   /** [[join]] of two results held on the driver, as a hash join here (null keys match nothing). */
-  private def joinHere(l: LocalDelta, r: LocalDelta, on: Seq[(String, String)]): LocalDelta = {
+  private def joinOnDriver(l: WeightedDelta, r: WeightedDelta, on: Seq[(String, String)]): WeightedDelta = {
     val (ls, rs) = (l.schema, r.schema)
     val (lKeys, rKeys) = (on.map(c => ls.fieldIndex(c._1)), on.map(c => rs.fieldIndex(c._2)))
     val (lW, rW) = (ls.fieldIndex(W), rs.fieldIndex(W))
@@ -523,7 +523,7 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
   }
 
   /** The auxiliary views' changes from the data, one per view (after [[blockDelta]]). */
-  def auxChanges: IndexedSeq[Option[LocalDelta]] = sides.map { i =>
+  def auxChanges: IndexedSeq[Option[WeightedDelta]] = sides.map { i =>
     // Not summed here: [[settled]] sums them on the driver when they are held there.
     pending(i).reduceOption(_ unionByName _)
   }
@@ -549,7 +549,7 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
     }.toMap
     val summed = queried.filterNot(indexed.contains)
     val degrees = indexed ++ summed.zip(smallAll(summed.map { i =>
-      LocalDelta.there(side(i, atPost = true, s"a$i" -> touched(i)).frame.groupBy(s"a$i").agg(sum(W)))
+      WeightedDelta.there(side(i, atPost = true, s"a$i" -> touched(i)).frame.groupBy(s"a$i").agg(sum(W)))
     }).map(_.all.map(r => r.get(0) -> r.getLong(1)).toMap)).toMap
     sides.map { i =>
       touched(i) match {
@@ -572,7 +572,7 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
    * V_i' - V_i = D(X_i^H) x X_{i+1}^L' + X_i^H x D(X_{i+1}^L) (MoveTuples through the delta rule).
    */
   def rebalanceChanges(heavy: IndexedSeq[HeavySet], mv: IndexedSeq[(Set[Any], Set[Any])])
-      : IndexedSeq[Option[LocalDelta]] = sides.map { i =>
+      : IndexedSeq[Option[WeightedDelta]] = sides.map { i =>
     val j = next(i)
     val (inI, outI) = mv(i)
     val (inJ, outJ) = mv(j)

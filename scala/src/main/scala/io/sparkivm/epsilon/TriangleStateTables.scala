@@ -94,8 +94,8 @@ class TriangleStateTables(spark: SparkSession, meta: ViewMetadata, attempt: Stri
    * resident when kept ([[ResidentState]]), else read from its table and kept.
    */
   def aux(i: Int, version: Long, rows: Long, keyColumn: String, keys: Option[Seq[Any]],
-      where: Seq[(String, Seq[Any])] = Nil): LocalDelta =
-    if (!resident) LocalDelta.there(read(3 + i, version))
+      where: Seq[(String, Seq[Any])] = Nil): WeightedDelta =
+    if (!resident) WeightedDelta.there(read(3 + i, version))
     else {
       val table = ResidentState.tableName(names(3 + i))
       val entry = ResidentState.get(spark, table, stamp(3 + i, version)).getOrElse {
@@ -106,8 +106,8 @@ class TriangleStateTables(spark: SparkSession, meta: ViewMetadata, attempt: Stri
         built
       }
       val at = where.map { case (c, v) => entry.base.schema.fieldIndex(c) -> v }
-      keys.flatMap(entry.rowsHere(_, at)).map(LocalDelta.internal(spark, entry.base.schema, _))
-        .getOrElse(LocalDelta.there(entry.frame(spark, keys, at)))
+      keys.flatMap(entry.rowsOnDriver(_, at)).map(WeightedDelta.internal(spark, entry.base.schema, _))
+        .getOrElse(WeightedDelta.there(entry.frame(spark, keys, at)))
     }
 
   /** Replaces table i's rows, laid out in files by `sortKey`; returns the new version. */
@@ -126,7 +126,7 @@ class TriangleStateTables(spark: SparkSession, meta: ViewMetadata, attempt: Stri
    * new version back, which cost more than the write of a refresh's few rows. Rows held here
    * are written by the driver ([[DriverWrite]]), with no Spark job.
    */
-  def append(i: Int, rows: LocalDelta, sortKey: String): Long = {
+  def append(i: Int, rows: WeightedDelta, sortKey: String): Long = {
     val txn = log(i).startTransaction(Some(SessionInternals.catalog(spark).getTableMetadata(names(i))), None)
     val table = txn.metadata.schema
     // Rows held here whose columns have the table's types are written here, without a job.
@@ -153,7 +153,7 @@ class TriangleStateTables(spark: SparkSession, meta: ViewMetadata, attempt: Stri
    * Appends a refresh's change to auxiliary view i, which was at version `from`; the resident
    * rows follow when the append is the next version and the change is held on the driver.
    */
-  def appendAux(i: Int, from: Long, change: LocalDelta, sortKey: String): Long = {
+  def appendAux(i: Int, from: Long, change: WeightedDelta, sortKey: String): Long = {
     val table = ResidentState.tableName(names(3 + i))
     val to = append(3 + i, change, sortKey)
     val followed = for {

@@ -15,7 +15,7 @@ import org.apache.spark.sql.types.BooleanType
 import org.apache.spark.sql.{DataFrame, SparkSession}
 
 /** Rows a commit changed in a backing table. */
-case class MergeMetrics(inserted: Long, updated: Long, deleted: Long) {
+case class ApplyMetrics(inserted: Long, updated: Long, deleted: Long) {
   def total: Long = inserted + updated + deleted
 }
 
@@ -119,13 +119,13 @@ object BackingTable {
    * versions).
    */
   def apply(spark: SparkSession, meta: ViewMetadata, maintenance: ViewMaintenance, rows: Option[LogicalPlan],
-      record: RefreshRecord, written: () => Unit = () => ()): MergeMetrics =
+      record: RefreshRecord, written: () => Unit = () => ()): ApplyMetrics =
     inCommit(spark, meta, record) {
       val plan = rows.getOrElse {
         val backing = SparkInternals.analyzed(spark.table(meta.backing.quotedString).limit(0)).output
         RefreshSteps.local(backing :+ AttributeReference(ViewMaintenance.ExistedColumn, BooleanType)(), Nil)
       }
-      RewriteCommit.apply(spark, meta, maintenance, plan, record, written).getOrElse(MergeMetrics(0, 0, 0))
+      RewriteCommit.apply(spark, meta, maintenance, plan, record, written).getOrElse(ApplyMetrics(0, 0, 0))
     }
 
   /** Sorted distinct values of a one-column DataFrame, or None if there are more than `max`. */

@@ -8,7 +8,7 @@ import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow
 import org.apache.spark.sql.catalyst.{InternalRow, TableIdentifier}
 import org.apache.spark.sql.delta.Snapshot
-import org.apache.spark.sql.ivm.LocalRows
+import org.apache.spark.sql.ivm.DriverRows
 import org.apache.spark.sql.types.StructType
 
 /**
@@ -82,7 +82,7 @@ object HeldTableRows {
       if (!holdable(spark, snapshot)) None
       else {
         val df = DeltaSources.snapshot(spark, table, snapshot.version)
-        LocalRows.collect(spark, Seq(df), maxRows.toInt).flatMap(_.headOption).filter(_.size <= maxRows).map { rows =>
+        DriverRows.collect(spark, Seq(df), maxRows.toInt).flatMap(_.headOption).filter(_.size <= maxRows).map { rows =>
           put(path, Held(snapshot.metadata.id, snapshot.version, snapshot.metadata.schema, rows, maxRows))
           rows
         }

@@ -1,10 +1,10 @@
 package io.sparkivm.execution
 
-import io.sparkivm.changes.{DeltaSources, KnownFiles, LocalChange, PinnedSource, TableChange}
+import io.sparkivm.changes.{DeltaSources, DriverChange, KnownFiles, PinnedSource, TableChange}
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.errors.IvmErrors
 import io.sparkivm.planner.{
-  Branch, CountedTable, DeltaRules, KeyCounts, LeafReader, LocalDeltaRows, PlanOnly, PlanSteps, SourceLeaf,
+  Branch, CountedTable, DeltaRules, DriverDeltaRows, KeyCounts, LeafReader, PlanOnly, PlanSteps, SourceLeaf,
   ViewMaintenance
 }
 import org.apache.spark.sql.catalyst.InternalRow
@@ -63,7 +63,7 @@ class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
     snapshot = KnownFiles.snapshot(DeltaLog.forTable(spark, leaf.table), p.version)
     // CHAR and VARCHAR columns are padded or checked by a table read, not by a relation.
     if snapshot.metadata.id == p.tableId && !CharVarcharUtils.hasCharVarchar(snapshot.metadata.schema)
-    local = changes.get(leaf.name).collect { case LocalChange(schema, data) => (schema, data) }
+    local = changes.get(leaf.name).collect { case DriverChange(schema, data) => (schema, data) }
     post <- local.zip(consumed.get(leaf.name)).flatMap { case ((schema, data), from) =>
       HeldTableRows.at(spark, snapshot).orElse(HeldTableRows.advanced(spark, snapshot, from, schema, data))
     }.orElse(HeldTableRows.rows(spark, leaf.table, snapshot))
@@ -89,7 +89,7 @@ class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
     // Rows held here in the occurrence's own column order: a relation with its attributes. Under
     // a renaming projection instead, Spark's optimizer would evaluate that projection over every
     // row each time it plans a query that reads the change (ConvertToLocalRelation).
-    case LocalChange(schema, data) if sameColumns(leaf, schema) => LocalRelation(leaf.output :+ m, data)
+    case DriverChange(schema, data) if sameColumns(leaf, schema) => LocalRelation(leaf.output :+ m, data)
     case c => bind(leaf, c.frame(spark), Some(m))
   }
 
@@ -98,9 +98,9 @@ class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
       a.name.equalsIgnoreCase(f.name) && a.dataType == f.dataType
     }
 
-  override def localDelta(leaf: SourceLeaf): Option[LocalDeltaRows] =
-    changes.get(leaf.name).filter(_.nonEmpty).collect { case LocalChange(schema, data) =>
-      LocalDeltaRows(schema, data)
+  override def localDelta(leaf: SourceLeaf): Option[DriverDeltaRows] =
+    changes.get(leaf.name).filter(_.nonEmpty).collect { case DriverChange(schema, data) =>
+      DriverDeltaRows(schema, data)
     }
 
   override def versions(leaf: SourceLeaf): Option[(String, Long, Long)] =

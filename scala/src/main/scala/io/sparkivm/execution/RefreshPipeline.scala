@@ -8,7 +8,7 @@ import scala.collection.mutable
 import io.sparkivm.catalog.{
   HistoryEntry, RefreshHistory, RefreshMode, RefreshPolicy, RefreshRecord, ViewCatalog, ViewMetadata
 }
-import io.sparkivm.changes.{ChangeFeed, ChangeRequest, DeltaSources, KnownFiles, LocalChange, PinnedSource}
+import io.sparkivm.changes.{ChangeFeed, ChangeRequest, DeltaSources, DriverChange, KnownFiles, PinnedSource}
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.errors.IvmErrors
 import io.sparkivm.policy.{CostModel, PolicyDecision, RefreshPolicies, ViewGraph}
@@ -57,9 +57,8 @@ object RefreshSession {
   /**
    * Small inputs: operators run one by one, without whole-stage code generation, whose code
    * depends on the shape of the whole stage and so is compiled anew for many of a refresh's
-   * plans (profiled: a fifth of a small refresh's driver time; without it, the operator tests'
-   * 155 refreshes took 20% less time; at TPC-H SF 0.1, about 25 MiB of inputs, both ways cost
-   * the same, docs/benchmarks.md). The operators' expressions are still compiled: Spark
+   * plans, which costs more than running them over small inputs (up to about 25 MiB, where both
+   * ways cost the same: docs/benchmarks.md). The operators' expressions are still compiled: Spark
    * interprets them only under its own tests (`spark.sql.codegen.factoryMode` is honoured only
    * there); their classes come from Spark's code cache, which `session_defaults` enlarges.
    */
@@ -260,7 +259,7 @@ object RefreshPipeline extends Logging {
       FaultInjection.point(user, "after-commit")
       return report(spark, meta, number, attemptId, "full", last, pinned, Map.empty, Nil,
         epsilon.map(e => s"IVM^eps state rebuilt: eps = ${e.eps}, N = ${e.n}").toSeq ++ interpreted,
-        MergeMetrics(-1, -1, -1), timer, decision)
+        ApplyMetrics(-1, -1, -1), timer, decision)
     }
 
     if (IvmConf.KnownFiles.get(spark)) {
@@ -275,7 +274,7 @@ object RefreshPipeline extends Logging {
       probe.copy(enabled = probe.enabled && probe.worth(backingBytes)),
       IvmConf.LocalMaxRows.get(spark))
     // Small changes (held on the driver) make small queries: run them for latency.
-    if (changes.values.forall(_.isInstanceOf[LocalChange])) RefreshSession.forSmallWork(spark)
+    if (changes.values.forall(_.isInstanceOf[DriverChange])) RefreshSession.forSmallWork(spark)
     val reader = new PinnedReader(spark, last.sourceVersions, pinned, meta.viewName, steps, changes)
     try {
       val counts = reader.changeCounts()
@@ -375,7 +374,7 @@ object RefreshPipeline extends Logging {
 
   private def report(spark: SparkSession, meta: ViewMetadata, number: Long, attemptId: String,
       mode: String, last: RefreshRecord, pinned: Map[String, PinnedSource], counts: Map[String, Long],
-      branches: Seq[String], notes: Seq[String], metrics: MergeMetrics, timer: PhaseTimer,
+      branches: Seq[String], notes: Seq[String], metrics: ApplyMetrics, timer: PhaseTimer,
       decision: PolicyDecision): RefreshReport = {
     val (committed, _) = ViewCatalog.lastRefresh(spark, meta)
     val skipped = committed.attempt != attemptId

@@ -7,7 +7,7 @@ import org.apache.spark.sql.catalyst.plans.logical.{Filter, LocalRelation, Logic
 import org.apache.spark.sql.catalyst.types.DataTypeUtils
 import org.apache.spark.sql.catalyst.util.TypeUtils
 import org.apache.spark.sql.catalyst.{CatalystTypeConverters, InternalRow}
-import org.apache.spark.sql.ivm.{LocalRows, SparkInternals}
+import org.apache.spark.sql.ivm.{DriverRows, SparkInternals}
 
 /**
  * How a refresh computes its intermediate results: each once, on the driver when it has at
@@ -18,16 +18,16 @@ class RefreshSteps(spark: SparkSession, override val probe: ProbeSettings, maxLo
 
   def materialize(plan: LogicalPlan): LogicalPlan = {
     val df = SparkInternals.dataFrame(spark, plan)
-    // Rows held here are evaluated here (LocalEval): no job. The analyzed plan first: Spark's
-    // optimizer costs more than evaluating a few rows (profiled: a sixth of a TPC-H Q22
-    // refresh at SF 1); the optimized one where an expression needs its rewriting.
-    val local = LocalEval.rows(df.queryExecution.analyzed, maxLocalRows)
-      .orElse(LocalEval.rows(df.queryExecution.optimizedPlan, maxLocalRows))
+    // Rows held here are evaluated here (DriverEval): no job. The analyzed plan first: Spark's
+    // optimizer costs more than evaluating a few rows; the optimized one where an expression
+    // needs its rewriting.
+    val local = DriverEval.rows(df.queryExecution.analyzed, maxLocalRows)
+      .orElse(DriverEval.rows(df.queryExecution.optimizedPlan, maxLocalRows))
     local match {
       case Some(rows) => return RefreshSteps.local(plan.output, rows)
       case None =>
     }
-    LocalRows.collect(spark, Seq(df), maxLocalRows) match {
+    DriverRows.collect(spark, Seq(df), maxLocalRows) match {
       case Some(Seq(rows)) if rows.size <= maxLocalRows => RefreshSteps.local(plan.output, rows)
       case _ =>
         val done = SparkInternals.analyzed(df.localCheckpoint(eager = true))

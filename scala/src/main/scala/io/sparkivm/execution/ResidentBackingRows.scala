@@ -15,7 +15,7 @@ import org.apache.spark.sql.catalyst.expressions.{Attribute, GenericInternalRow}
 import org.apache.spark.sql.catalyst.types.DataTypeUtils
 import org.apache.spark.sql.delta.Snapshot
 import org.apache.spark.sql.functions.col
-import org.apache.spark.sql.ivm.{LocalRows, PartitionedRows}
+import org.apache.spark.sql.ivm.{DriverRows, PartitionedRows}
 import org.apache.spark.sql.types.{DataType, LongType, StringType, StructField, StructType}
 import org.apache.spark.unsafe.types.UTF8String
 
@@ -182,7 +182,7 @@ object ResidentBackingRows {
     else
       try {
         a.base.rowsOfKeysInPlace(firsts).orElse(
-          LocalRows.collect(spark, Seq(a.base.frameOfKeysByJob(spark, Some(firsts))), Int.MaxValue).map(_.head))
+          DriverRows.collect(spark, Seq(a.base.frameOfKeysByJob(spark, Some(firsts))), Int.MaxValue).map(_.head))
       } catch { case NonFatal(_) => None }
     if (kept.isEmpty) StateRegistry.remove(stateId(path), a)
     kept.flatMap { rows =>

@@ -2,7 +2,7 @@ package io.sparkivm.execution
 
 import scala.util.control.NonFatal
 
-import io.sparkivm.changes.{LocalChange, PinnedSource, TableChange}
+import io.sparkivm.changes.{DriverChange, PinnedSource, TableChange}
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.planner.{CountedTable, KeyCounts, KeyProbe}
 import io.sparkivm.state.{StateBuilds, StatePlace, StateRegistry}
@@ -44,7 +44,7 @@ object ResidentKeyCounts {
     lazy val delta: Option[Map[Any, Long]] = change.filter(_.nonEmpty) match {
       case None => Some(Map.empty)
       // A filter the driver cannot evaluate: the table is read instead.
-      case Some(LocalChange(schema, data)) =>
+      case Some(DriverChange(schema, data)) =>
         try changeCounts(spark, t, schema, data)
         catch { case NonFatal(_) => None }
       case Some(_) => None
@@ -113,7 +113,7 @@ object ResidentKeyCounts {
    * The change's rows that pass the filters, counted per key (Catalyst values), with their
    * signs; None where the filters cannot be evaluated on the driver. The filters run as Spark's
    * optimizer leaves them (BETWEEN and the like replaced, common expressions factored out),
-   * over the rows as a local relation, without a job ([[LocalEval]]).
+   * over the rows as a local relation, without a job ([[DriverEval]]).
    */
   private def changeCounts(spark: SparkSession, t: CountedTable, schema: StructType,
       data: Seq[InternalRow]): Option[Map[Any, Long]] = {
@@ -124,7 +124,7 @@ object ResidentKeyCounts {
     val key = attrs(schema.fieldNames.indexWhere(_.equalsIgnoreCase(t.key.name)))
     val rows = LocalRelation(attrs, data)
     val passing = Project(Seq(key, attrs.last), t.filters.reduceOption(And).map(Filter(_, rows)).getOrElse(rows))
-    LocalEval.rows(SparkInternals.dataFrame(spark, passing).queryExecution.optimizedPlan, Int.MaxValue).map(
+    DriverEval.rows(SparkInternals.dataFrame(spark, passing).queryExecution.optimizedPlan, Int.MaxValue).map(
       _.groupMapReduce(r => if (r.isNullAt(0)) null else r.get(0, t.key.dataType))(_.getInt(1).toLong)(_ + _))
   }
 }

@@ -3,7 +3,7 @@ package io.sparkivm.execution
 import io.sparkivm.planner.KeyProbe
 import io.sparkivm.state.{Arrangement, StateId, StateKind, StatePlace, StateRegistry}
 import org.apache.spark.sql.catalyst.{InternalRow, TableIdentifier}
-import org.apache.spark.sql.ivm.{LocalRows, PartitionedRows}
+import org.apache.spark.sql.ivm.{DriverRows, PartitionedRows}
 import org.apache.spark.sql.{DataFrame, SparkSession}
 
 /**
@@ -66,18 +66,18 @@ object ResidentState {
      * computes on the driver (and folds the caller's filters into) without a job.
      */
     def frame(spark: SparkSession, keys: Option[Seq[Any]], where: Seq[(Int, Seq[Any])] = Nil): DataFrame =
-      keys.flatMap(rowsHere(_, where)) match {
-        case Some(rows) => LocalRows.frame(spark, base.schema, rows)
+      keys.flatMap(rowsOnDriver(_, where)) match {
+        case Some(rows) => DriverRows.frame(spark, base.schema, rows)
         case None =>
           val kept = base.frameByJob(spark, keys)
-          if (appended.isEmpty) kept else kept.union(LocalRows.frame(spark, base.schema, appended))
+          if (appended.isEmpty) kept else kept.union(DriverRows.frame(spark, base.schema, appended))
       }
 
     /**
      * The rows of [[frame]] (kept and appended, of the keys, pre-filtered by `where`) read in
      * place on the driver; None where they cannot be (a cluster).
      */
-    def rowsHere(keys: Seq[Any], where: Seq[(Int, Seq[Any])] = Nil): Option[Seq[InternalRow]] = {
+    def rowsOnDriver(keys: Seq[Any], where: Seq[(Int, Seq[Any])] = Nil): Option[Seq[InternalRow]] = {
       // Pre-filters in place by the other columns the caller filters on, where values compare as the JVM's.
       val tests = where.filter { case (i, _) => KeyProbe.equalsAsJvm(base.schema(i).dataType) }
       base.rowsInPlace(keys, appended, tests)

@@ -1,6 +1,6 @@
 package io.sparkivm.execution
 
-import io.sparkivm.changes.{LocalChange, PinnedSource, TableChange}
+import io.sparkivm.changes.{DriverChange, PinnedSource, TableChange}
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.planner.{KeyProbe, RowCounts, SharedScans}
 import io.sparkivm.state.{StateBuilds, StatePlace, StateRegistry, StateSize}
@@ -9,7 +9,7 @@ import org.apache.spark.sql.catalyst.expressions.{Alias, Expression, GenericInte
 import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, Project}
 import org.apache.spark.sql.catalyst.{CatalystTypeConverters, InternalRow, TableIdentifier}
 import org.apache.spark.sql.delta.DeltaLog
-import org.apache.spark.sql.ivm.{LocalRows, SparkInternals}
+import org.apache.spark.sql.ivm.{DriverRows, SparkInternals}
 import org.apache.spark.sql.types.StructField
 
 /**
@@ -60,7 +60,7 @@ object ResidentTableRows {
 
     def rowsOf(e: ResidentState.Entry): Option[Seq[InternalRow]] = {
       val found = e.base.rowsOfKeysInPlace(keys.toArray.distinct, e.appended).orElse(
-        LocalRows.collect(spark, Seq(e.frame(spark, Some(external.toSeq))), Int.MaxValue).map(_.head))
+        DriverRows.collect(spark, Seq(e.frame(spark, Some(external.toSeq))), Int.MaxValue).map(_.head))
       found.flatMap(net(_, columns)) match {
         case None =>
           ResidentState.remove(name)
@@ -139,7 +139,7 @@ object ResidentTableRows {
   private def moved(e: ResidentState.Entry, change: Option[TableChange], columns: Seq[StructField],
       next: String): Option[ResidentState.Entry] = change.filter(_.nonEmpty) match {
     case None => Some(e.copy(version = next))
-    case Some(LocalChange(schema, data)) =>
+    case Some(DriverChange(schema, data)) =>
       val at = columns.map(c => schema.fieldNames.indexWhere(_.equalsIgnoreCase(c.name)))
       if (at.contains(-1)) None
       else {

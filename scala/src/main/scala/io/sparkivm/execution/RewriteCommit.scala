@@ -17,7 +17,7 @@ import org.apache.spark.sql.delta.commands.DeltaCommand
 import org.apache.spark.sql.delta.util.DeltaFileOperations
 import org.apache.spark.sql.delta.{DeltaConfigs, DeltaLog, DeltaOperations, OptimisticTransaction}
 import org.apache.spark.sql.functions.{col, input_file_name, lit, sum, when}
-import org.apache.spark.sql.ivm.{LocalRows, SessionInternals, SparkInternals}
+import org.apache.spark.sql.ivm.{DriverRows, SessionInternals, SparkInternals}
 import org.apache.spark.sql.types.StructType
 import org.apache.spark.sql.{Column, DataFrame, SaveMode, SparkSession}
 
@@ -28,9 +28,8 @@ import org.apache.spark.sql.{Column, DataFrame, SaveMode, SparkSession}
  * Delta's idempotent-write transaction (appId = the view's id, version = the refresh number),
  * so a refresh number applies at most once even if two refreshes race or one is retried.
  *
- * An incremental refresh rewrites only the files that hold a changed key, without MERGE.
- * Measured against MERGE in docs/benchmarks.md: a MERGE of a few hundred rows ran about 12
- * Spark jobs, this one or two. When the changed rows are on the driver their keys are known:
+ * An incremental refresh rewrites only the files that hold a changed key, without MERGE, which
+ * runs about a dozen Spark jobs for a few hundred rows where this runs one or two. When the changed rows are on the driver their keys are known:
  * data skipping on the key the table is ordered by ([[BackingLayout]]; on the driver,
  * [[KnownFiles]]) finds the candidate files, and when they hold much, one job finds the rows that
  * really hold a key, which are then marked deleted by deletion vectors ([[DeletionVectorApply]])
@@ -59,7 +58,7 @@ object RewriteCommit extends DeltaCommand {
    * committed.
    */
   def apply(spark: SparkSession, meta: ViewMetadata, maintenance: ViewMaintenance, plan: LogicalPlan,
-      record: RefreshRecord, written: () => Unit = () => ()): Option[MergeMetrics] = {
+      record: RefreshRecord, written: () => Unit = () => ()): Option[ApplyMetrics] = {
     val (log, txn) = start(spark, meta)
     if (committed(txn, meta) >= record.number) return None
     // Delta takes a metadata change only before the transaction writes data.
@@ -71,9 +70,9 @@ object RewriteCommit extends DeltaCommand {
       case None => new DistributedChangedRows(spark, SparkInternals.dataFrame(spark, plan), maintenance)
     }
     // The new rows, where they are held here (projected to the table's columns once).
-    val freshHere = changed.freshHere(maintenance.backingColumns)
+    val freshOnDriver = changed.freshOnDriver(maintenance.backingColumns)
     // A small table held on the driver at the version read is written whole by the driver.
-    val whole = wholeHere(spark, txn, maintenance, changed.keysHere, freshHere)
+    val whole = wholeOnDriver(spark, txn, maintenance, changed.keysOnDriver, freshOnDriver)
     // A view without keys (a global aggregate) has one row: every file is a candidate.
     val candidates = candidateFiles(spark, log, txn, if (whole.isDefined) Nil else changed.skipping.toSeq)
     // Candidates worth searching: which of them hold a changed key, and where.
@@ -121,11 +120,11 @@ object RewriteCommit extends DeltaCommand {
     }
     // When no row of a rewritten file is kept (none is rewritten, or a view without keys has
     // its one row replaced), the new rows held here are written by the driver, with no job.
-    def writeHere(schema: StructType, rows: Seq[InternalRow]) =
+    def writeOnDriver(schema: StructType, rows: Seq[InternalRow]) =
       DriverWrite.writePlaced(spark, txn, schema, rows, layout.map(_.column), IvmConf.LayoutRowsPerFile.get(spark))
-    val here = whole.map((writeHere _).tupled).getOrElse {
+    val here = whole.map((writeOnDriver _).tupled).getOrElse {
       if (touched.nonEmpty && maintenance.keyNames.nonEmpty) None
-      else freshHere.flatMap((writeHere _).tupled)
+      else freshOnDriver.flatMap((writeOnDriver _).tupled)
     }
     val adds = here.map(_.map(_._1)).getOrElse {
       val fresh = changed.fresh.select(columns: _*)
@@ -148,14 +147,15 @@ object RewriteCommit extends DeltaCommand {
       // Escaped, as Spark's `_metadata.file_path` gives a place, and as `getTouchedFile` takes it.
       val path = DeltaFileOperations.absolutePath(log.dataPath.toString, add.path).toUri.toString
       rows.zipWithIndex.map { case (r, i) => r -> Option(path -> i.toLong) }
-    }).orElse(freshHere.map(_._2.map(_ -> None)))
+    }).orElse(freshOnDriver.map(_._2.map(_ -> None)))
     val path = log.dataPath.toString
     val replacesAll = maintenance.keyNames.isEmpty || whole.isDefined
     val added = whole.map(_._2.map(_ -> Option.empty[(String, Long)])).orElse(placed)
     StateRegistry.committed(TableCommit(path, txn.metadata.id, txn.readVersion, version, replacesAll,
-        maintenance.keyNames, changed.keysHere, whole.orElse(freshHere).map(_._1).getOrElse(new StructType()), added))
+        maintenance.keyNames, changed.keysOnDriver, whole.orElse(freshOnDriver).map(_._1).getOrElse(new StructType()),
+        added))
     // Rows that replaced all others are known whether or not the old ones were held.
-    for ((schema, rows) <- whole.orElse(freshHere.filter(_ => replacesAll))) {
+    for ((schema, rows) <- whole.orElse(freshOnDriver.filter(_ => replacesAll))) {
       HeldTableRows.replaced(spark, path, txn.metadata.id, version, schema, rows)
     }
     Some(changed.metrics)
@@ -170,15 +170,15 @@ object RewriteCommit extends DeltaCommand {
    * rows; the apply then replaces every file with them, written by the driver with no job, where
    * rewriting the candidate files took a Spark job to read the rows they keep.
    */
-  private def wholeHere(spark: SparkSession, txn: OptimisticTransaction, maintenance: ViewMaintenance,
-      keysHere: Option[Set[InternalRow]], freshHere: Option[(StructType, Seq[InternalRow])])
+  private def wholeOnDriver(spark: SparkSession, txn: OptimisticTransaction, maintenance: ViewMaintenance,
+      keysOnDriver: Option[Set[InternalRow]], freshOnDriver: Option[(StructType, Seq[InternalRow])])
       : Option[(StructType, Seq[InternalRow])] =
     if (maintenance.keyNames.isEmpty || DeltaConfigs.CHANGE_DATA_FEED.fromMetaData(txn.metadata)) None
     else for {
       held <- HeldTableRows.at(spark, txn.snapshot)
       if DeltaSources.sizeInBytes(txn.snapshot) <= IvmConf.RewriteWithoutSearchBytes.get(spark)
-      keys <- keysHere
-      (schema, fresh) <- freshHere
+      keys <- keysOnDriver
+      (schema, fresh) <- freshOnDriver
       if DriverWrite.sameColumns(txn.metadata.schema, schema)
     } yield schema -> (HeldTableRows.without(schema, held, maintenance.keyNames.map(schema.fieldIndex), keys) ++ fresh)
 
@@ -302,17 +302,17 @@ object RewriteCommit extends DeltaCommand {
     def fresh: DataFrame
 
     /** [[fresh]]'s named columns, held here, with their schema; None if the rows are not here. */
-    def freshHere(columns: Seq[String]): Option[(StructType, Seq[InternalRow])]
+    def freshOnDriver(columns: Seq[String]): Option[(StructType, Seq[InternalRow])]
 
     /** The changed keys (rows of the key columns), held here; None if the rows are not here. */
-    def keysHere: Option[Set[InternalRow]]
+    def keysOnDriver: Option[Set[InternalRow]]
 
     /**
      * The rows of the changed keys in the table at `version`, as row indexes by file path, where
      * the changed rows carry them ([[ViewMaintenance.PositionColumns]]) from a read of that version.
      */
     def positions(version: Long): Option[Map[String, Seq[Long]]] = None
-    def metrics: MergeMetrics
+    def metrics: ApplyMetrics
   }
 
   /** Rows held on the driver: the keys filter as an InSet of key structs (null-safe). */
@@ -326,7 +326,7 @@ object RewriteCommit extends DeltaCommand {
     def onDriver: Boolean = true
     private val keySet: Set[InternalRow] = rows.map(r =>
       new GenericInternalRow(keyAt.map(i => r.get(i, schema(i).dataType)).toArray): InternalRow).toSet
-    def keysHere: Option[Set[InternalRow]] = Some(keySet)
+    def keysOnDriver: Option[Set[InternalRow]] = Some(keySet)
 
     override def positions(version: Long): Option[Map[String, Seq[Long]]] =
       ViewMaintenance.PositionColumns.map(n => schema.fieldNames.indexOf(n)) match {
@@ -363,8 +363,8 @@ object RewriteCommit extends DeltaCommand {
 
     def holdingKeys(scan: DataFrame): DataFrame = where(scan, inKeys(scan))
     def withoutKeys(scan: DataFrame): DataFrame = where(scan, Not(inKeys(scan)))
-    def fresh: DataFrame = LocalRows.frame(spark, schema, rows.filter(keep))
-    def freshHere(columns: Seq[String]): Option[(StructType, Seq[InternalRow])] = {
+    def fresh: DataFrame = DriverRows.frame(spark, schema, rows.filter(keep))
+    def freshOnDriver(columns: Seq[String]): Option[(StructType, Seq[InternalRow])] = {
       val at = columns.map(schema.fieldIndex).toArray
       val types = at.map(schema(_).dataType)
       Some(StructType(at.map(schema(_))) -> rows.filter(keep).map { r =>
@@ -372,9 +372,9 @@ object RewriteCommit extends DeltaCommand {
       })
     }
 
-    def metrics: MergeMetrics = {
+    def metrics: ApplyMetrics = {
       val existed = (r: InternalRow) => r.getBoolean(existedAt)
-      MergeMetrics(rows.count(r => keep(r) && !existed(r)), rows.count(r => keep(r) && existed(r)),
+      ApplyMetrics(rows.count(r => keep(r) && !existed(r)), rows.count(r => keep(r) && existed(r)),
         rows.count(r => !keep(r) && existed(r)))
     }
   }
@@ -398,14 +398,14 @@ object RewriteCommit extends DeltaCommand {
     def holdingKeys(scan: DataFrame): DataFrame = scan.join(keys, on(scan), "left_semi")
     def withoutKeys(scan: DataFrame): DataFrame = scan.join(keys, on(scan), "left_anti")
     def fresh: DataFrame = rows.where(keep)
-    def freshHere(columns: Seq[String]): Option[(StructType, Seq[InternalRow])] = None
-    def keysHere: Option[Set[InternalRow]] = None
+    def freshOnDriver(columns: Seq[String]): Option[(StructType, Seq[InternalRow])] = None
+    def keysOnDriver: Option[Set[InternalRow]] = None
 
-    def metrics: MergeMetrics = {
+    def metrics: ApplyMetrics = {
       def n(c: Column) = sum(when(c, 1L).otherwise(0L))
       val r = rows.agg(n(keep && !existed), n(keep && existed), n(!keep && existed)).head()
       def at(i: Int) = if (r.isNullAt(i)) 0L else r.getLong(i)
-      MergeMetrics(at(0), at(1), at(2))
+      ApplyMetrics(at(0), at(1), at(2))
     }
   }
 }

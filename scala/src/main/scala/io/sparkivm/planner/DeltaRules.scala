@@ -29,7 +29,7 @@ trait LeafReader {
   def sizeInBytes(leaf: SourceLeaf): Long = Long.MaxValue
 
   /** The net change as rows on the driver, when it is held there (decisions then run no job). */
-  def localDelta(leaf: SourceLeaf): Option[LocalDeltaRows] = None
+  def localDelta(leaf: SourceLeaf): Option[DriverDeltaRows] = None
 
   /** The table's Delta id and the versions read as Pre and as Post, if it is a pinned Delta table. */
   def versions(leaf: SourceLeaf): Option[(String, Long, Long)] = None
@@ -59,7 +59,7 @@ trait LeafReader {
 }
 
 /** A net change held on the driver: the table's columns by name, then the sign `m`. */
-case class LocalDeltaRows(schema: org.apache.spark.sql.types.StructType,
+case class DriverDeltaRows(schema: org.apache.spark.sql.types.StructType,
     rows: Seq[org.apache.spark.sql.catalyst.InternalRow]) {
 
   /** Column positions of `names` (case-insensitive), and the position of the sign. */

@@ -358,7 +358,7 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
   }
 
   /** The (lowest, highest) sign of each key of a change held on the driver. */
-  private def signsPerKey(local: LocalDeltaRows, cols: Seq[String]): Map[Seq[Any], (Int, Int)] = {
+  private def signsPerKey(local: DriverDeltaRows, cols: Seq[String]): Map[Seq[Any], (Int, Int)] = {
     val at = local.positions(cols)
     val types = at.map(i => local.schema(i).dataType)
     local.rows.groupMapReduce(r => at.zip(types).map { case (i, t) => r.get(i, t) })(r =>
@@ -522,7 +522,7 @@ private class UpdatesSplitReader(base: LeafReader, splits: Map[String, UpdatedKe
 
   override def sizeInBytes(leaf: SourceLeaf): Long = base.sizeInBytes(leaf)
 
-  override def localDelta(leaf: SourceLeaf): Option[LocalDeltaRows] = splits.get(leaf.name) match {
+  override def localDelta(leaf: SourceLeaf): Option[DriverDeltaRows] = splits.get(leaf.name) match {
     case Some(s) => base.localDelta(leaf).map { local =>
         val at = local.positions(Seq(s.pk)).head
         val t = local.schema(at).dataType

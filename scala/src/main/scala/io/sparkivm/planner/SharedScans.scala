@@ -207,7 +207,7 @@ class SharedScans(reader: LeafReader, steps: PlanSteps, minBytes: Long, maxKeys:
     }
 
   /** Post's held rows minus the change's rows of the same keys; None if a count went negative. */
-  private def minus(post: Held, d: LocalDeltaRows, keyNames: Seq[String]): Option[Seq[InternalRow]] = {
+  private def minus(post: Held, d: DriverDeltaRows, keyNames: Seq[String]): Option[Seq[InternalRow]] = {
     val types = post.columns.map(_.dataType)
     val at = d.positions(post.columns.map(_.name))
     if (at.contains(-1)) return None

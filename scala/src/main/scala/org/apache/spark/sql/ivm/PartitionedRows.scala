@@ -203,7 +203,7 @@ final class PartitionedRows private (val schema: StructType, keyIndex: Int, part
    * keys are left for the caller's filter. A null key reads the rows whose key is null.
    */
   def frame(spark: SparkSession, keys: Option[Iterable[Any]]): DataFrame =
-    keys.flatMap(rowsInPlace(_)).map(LocalRows.frame(spark, schema, _)).getOrElse(frameByJob(spark, keys))
+    keys.flatMap(rowsInPlace(_)).map(DriverRows.frame(spark, schema, _)).getOrElse(frameByJob(spark, keys))
 
   /** [[frame]] read through a job, for a caller that found the rows cannot be read in place. */
   def frameByJob(spark: SparkSession, keys: Option[Iterable[Any]]): DataFrame =

@@ -27,8 +27,8 @@ object DeltaInternals {
    * files of commits that wrote them, else the files added and removed, with deletion vectors
    * compared), in the schema of version `end`. `readChangeFeed` wraps the same DataFrame in a
    * relation whose scan plans it as a query of its own and converts its rows to Java objects and
-   * back: planned here, it is one plan with the query that reads it (profiled: a third of the
-   * time a small refresh spent reading its changes).
+   * back, a cost of the order of reading a small change itself; planned here, it is one plan with
+   * the query that reads it.
    */
   def changeFeed(spark: SparkSession, table: TableIdentifier, start: Long, end: Long): DataFrame = {
     val catalogTable = spark.sessionState.catalog.getTableMetadata(table)

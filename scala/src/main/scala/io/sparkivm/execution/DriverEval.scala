@@ -28,7 +28,7 @@ import org.apache.spark.sql.catalyst.plans.{ExistenceJoin, Inner, LeftAnti, Left
  * generated for a few rows); None for any other plan, or any expression that is not
  * deterministic or cannot be interpreted.
  */
-object LocalEval {
+object DriverEval {
 
   /** The most rows an aggregate with functions is folded over here. */
   val FoldMaxRows = 50000

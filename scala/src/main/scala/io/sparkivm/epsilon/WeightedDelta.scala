@@ -14,20 +14,20 @@ import org.apache.spark.sql.{DataFrame, Row, SparkSession}
  * A weighted relation of one IVM^eps refresh (a column `w` holds each row's multiplicity): its
  * rows held on the driver (`local`), or a DataFrame. A batch's bounded sets are a few thousand
  * rows, and with the resident state read in place every input of a step is on the driver; the
- * operations below then run on the rows themselves, without building a DataFrame. Building one
- * costs Spark's analysis per operation, which was most of a 10^6-edge refresh's planning
- * (about 0.2 s per refresh in a profile). The DataFrame of local rows is built only if asked for.
+ * operations below then run on the rows themselves, without building a DataFrame, which would
+ * cost Spark's analysis per operation, more than the operation on a few thousand rows. The
+ * DataFrame of rows held here is built only if asked for.
  */
-final class LocalDelta private (spark: SparkSession, schemaHere: Option[StructType], val rows: Seq[Row],
+final class WeightedDelta private (spark: SparkSession, givenSchema: Option[StructType], val rows: Seq[Row],
     remote: Option[DataFrame]) {
   def local: Boolean = remote.isEmpty
 
-  lazy val schema: StructType = schemaHere.getOrElse(remote.get.schema)
+  lazy val schema: StructType = givenSchema.getOrElse(remote.get.schema)
 
   /** The rows as a DataFrame (built on first use for rows held here). */
   lazy val frame: DataFrame = remote.getOrElse(spark.createDataFrame(rows.asJava, schema))
 
-  private def here(s: StructType, rs: Seq[Row]): LocalDelta = LocalDelta.here(spark, s, rs)
+  private def here(s: StructType, rs: Seq[Row]): WeightedDelta = WeightedDelta.here(spark, s, rs)
 
   def isEmpty: Boolean = if (local) rows.isEmpty else frame.isEmpty
 
@@ -41,38 +41,38 @@ final class LocalDelta private (spark: SparkSession, schemaHere: Option[StructTy
     else Option(frame.agg(sum(W)).first().get(0)).map(_.asInstanceOf[Long]).getOrElse(0L)
 
   /** No rows, with the same columns. */
-  def none: LocalDelta = if (local) here(schema, Nil) else LocalDelta.there(frame.limit(0))
+  def none: WeightedDelta = if (local) here(schema, Nil) else WeightedDelta.there(frame.limit(0))
 
   /**
    * Rows whose column `c` holds a value `keep` accepts (a NULL never does). Only for rows held
    * here; values compare as the JVM's, so the caller keeps this to types where that is SQL's
    * equality ([[io.sparkivm.planner.KeyProbe.equalsAsJvm]]).
    */
-  def where(c: String, keep: Any => Boolean): LocalDelta = {
+  def where(c: String, keep: Any => Boolean): WeightedDelta = {
     require(local, "where: rows not held here")
     val at = schema.fieldIndex(c)
     here(schema, rows.filter(r => !r.isNullAt(at) && keep(r.get(at))))
   }
 
   /** The rows with their weights negated. */
-  def negated: LocalDelta =
-    if (!local) LocalDelta.there(frame.withColumn(W, -col(W)))
+  def negated: WeightedDelta =
+    if (!local) WeightedDelta.there(frame.withColumn(W, -col(W)))
     else {
       val at = schema.fieldIndex(W)
       here(schema, rows.map(r => withValue(r, at, -r.getLong(at))))
     }
 
   /** Rows of both, by column name (a DataFrame unless both are held here). */
-  def unionByName(other: LocalDelta): LocalDelta =
-    if (!local || !other.local) LocalDelta.there(frame.unionByName(other.frame))
+  def unionByName(other: WeightedDelta): WeightedDelta =
+    if (!local || !other.local) WeightedDelta.there(frame.unionByName(other.frame))
     else {
       val from = schema.fieldNames.map(other.schema.fieldIndex)
       here(schema, rows ++ other.rows.map(r => new GenericRowWithSchema(from.map(r.get), schema)))
     }
 
   /** The named columns, in that order. */
-  def select(names: Seq[String]): LocalDelta =
-    if (!local) LocalDelta.there(frame.select(names.map(col): _*))
+  def select(names: Seq[String]): WeightedDelta =
+    if (!local) WeightedDelta.there(frame.select(names.map(col): _*))
     else {
       val from = names.map(schema.fieldIndex)
       val s = StructType(from.map(schema.fields))
@@ -80,10 +80,10 @@ final class LocalDelta private (spark: SparkSession, schemaHere: Option[StructTy
     }
 
   /** The columns of `target`, by name: those this lacks are NULL. */
-  def complete(target: StructType): LocalDelta =
+  def complete(target: StructType): WeightedDelta =
     if (!local) {
       val have = frame.columns.toSet
-      LocalDelta.there(frame.select(target.fields.toIndexedSeq.map { f =>
+      WeightedDelta.there(frame.select(target.fields.toIndexedSeq.map { f =>
         if (have(f.name)) col(f.name) else org.apache.spark.sql.functions.lit(null).cast(f.dataType).as(f.name)
       }: _*))
     } else {
@@ -92,8 +92,8 @@ final class LocalDelta private (spark: SparkSession, schemaHere: Option[StructTy
     }
 
   /** Column `to` replaced (or added) with the values of column `from`. */
-  def copyColumn(from: String, to: String): LocalDelta =
-    if (!local) LocalDelta.there(frame.withColumn(to, col(from)))
+  def copyColumn(from: String, to: String): WeightedDelta =
+    if (!local) WeightedDelta.there(frame.withColumn(to, col(from)))
     else if (schema.fieldNames.contains(to)) {
       val (f, t) = (schema.fieldIndex(from), schema.fieldIndex(to))
       here(schema, rows.map(r => withValue(r, t, r.get(f))))
@@ -110,22 +110,22 @@ final class LocalDelta private (spark: SparkSession, schemaHere: Option[StructTy
   }
 }
 
-object LocalDelta {
+object WeightedDelta {
 
   /** Rows held here; each keeps `schema` (columns are read by name). */
-  def here(spark: SparkSession, schema: StructType, rows: Seq[Row]): LocalDelta =
-    new LocalDelta(spark, Some(schema),
+  def here(spark: SparkSession, schema: StructType, rows: Seq[Row]): WeightedDelta =
+    new WeightedDelta(spark, Some(schema),
       rows.map {
         case r: GenericRowWithSchema if r.schema eq schema => r
         case r => new GenericRowWithSchema(r.toSeq.toArray, schema)
       }, None)
 
   /** Catalyst rows held here (as the resident state keeps them), as rows of `schema`. */
-  def internal(spark: SparkSession, schema: StructType, rows: Seq[InternalRow]): LocalDelta = {
+  def internal(spark: SparkSession, schema: StructType, rows: Seq[InternalRow]): WeightedDelta = {
     val toRow = CatalystTypeConverters.createToScalaConverter(schema)
     here(spark, schema, rows.map(r => toRow(r).asInstanceOf[Row]))
   }
 
   /** A DataFrame, not computed. */
-  def there(df: DataFrame): LocalDelta = new LocalDelta(df.sparkSession, None, Nil, Some(df))
+  def there(df: DataFrame): WeightedDelta = new WeightedDelta(df.sparkSession, None, Nil, Some(df))
 }

@@ -14,9 +14,9 @@ import org.scalatest.funsuite.AnyFunSuite
  * (DISTINCT over unions of projections and filters, aggregates of COUNT, SUM, AVG, MIN and MAX
  * with and without GROUP BY, NULLs, decimals and strings included; inner, outer, semi, anti and
  * existence joins, NOT IN's null-aware anti join among them), and plans
- * LocalEval does not know, or that read a table, are left to Spark.
+ * DriverEval does not know, or that read a table, are left to Spark.
  */
-class LocalEvalSuite extends AnyFunSuite {
+class DriverEvalSuite extends AnyFunSuite {
   private lazy val spark: SparkSession = TestSpark.session("local-eval")
 
   private def local(df: DataFrame): DataFrame = {
@@ -31,17 +31,17 @@ class LocalEvalSuite extends AnyFunSuite {
   private val fromAnalyzed = scala.collection.mutable.Set[String]()
 
   /**
-   * The rows LocalEval gives for the optimized plan; where it evaluates the analyzed plan too
+   * The rows DriverEval gives for the optimized plan; where it evaluates the analyzed plan too
    * (before Spark's optimizer rewrote it), those must be Spark's rows as well.
    */
   private def evaluated(df: DataFrame, kind: String = ""): Option[Seq[Row]] = {
     val toScala = CatalystTypeConverters.createToScalaConverter(df.schema)
     def of(rows: Seq[InternalRow]) = rows.map(r => toScala(r).asInstanceOf[Row])
-    LocalEval.rows(df.queryExecution.analyzed, 1000).map(of).foreach { rows =>
+    DriverEval.rows(df.queryExecution.analyzed, 1000).map(of).foreach { rows =>
       assert(sorted(rows) == sorted(df.collect().toSeq), df.queryExecution.analyzed)
       fromAnalyzed += kind
     }
-    LocalEval.rows(df.queryExecution.optimizedPlan, 1000).map(of)
+    DriverEval.rows(df.queryExecution.optimizedPlan, 1000).map(of)
   }
 
   private def sorted(rows: Seq[Row]): Seq[String] = rows.map(_.toString).sorted
@@ -117,6 +117,6 @@ class LocalEvalSuite extends AnyFunSuite {
     assert(evaluated(a.groupBy($"k").agg(countDistinct($"v"))).isEmpty)
     assert(evaluated(spark.range(3).toDF("k").union(a.select($"k".cast("long"))).distinct()).isEmpty)
     // Past the row bound the rows are not held here.
-    assert(LocalEval.rows(a.distinct().queryExecution.optimizedPlan, 1).isEmpty)
+    assert(DriverEval.rows(a.distinct().queryExecution.optimizedPlan, 1).isEmpty)
   }
 }

@@ -13,7 +13,7 @@ import org.apache.spark.sql.{DataFrame, SparkSession}
  * are small; holding them as a `LocalRelation` makes every later use free of Spark jobs (Spark
  * plans a local relation as a local scan, and [[LocalBroadcast]] broadcasts it without a job).
  */
-object LocalRows {
+object DriverRows {
 
   /**
    * The rows of several DataFrames in one Spark job, or None if some task produced more than
