@@ -17,7 +17,7 @@ class IvmSparkSessionExtensions extends (SparkSessionExtensions => Unit) {
   override def apply(extensions: SparkSessionExtensions): Unit = {
     IvmConf.registered
     extensions.injectParser { (session, delegate) => new IvmSqlParser(session, delegate) }
-    extensions.injectColumnar(_ => LocalBroadcast.columnarRule(IvmConf.DriverBroadcastMaxBytes.get))
+    extensions.injectColumnar(_ => LocalBroadcast.columnarRule(IvmConf.BroadcastDriverReadMaxBytes.get))
     extensions.injectOptimizerRule(HeldFileScans(_))
   }
 }

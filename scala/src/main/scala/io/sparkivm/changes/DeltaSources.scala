@@ -81,7 +81,7 @@ object DeltaSources extends Logging {
 
   /** The table as of a version (from its files as held on the driver, see [[KnownFiles]]). */
   def snapshot(spark: SparkSession, table: TableIdentifier, version: Long): DataFrame =
-    (if (IvmConf.KnownFiles.get(spark)) KnownFiles.read(spark, table, version) else None)
+    (if (IvmConf.KnownFilesEnabled.get(spark)) KnownFiles.read(spark, table, version) else None)
       .getOrElse(spark.read.format("delta").option("versionAsOf", version).table(table.quotedString))
 
   /** The name of the sign column of [[signedChanges]]. */

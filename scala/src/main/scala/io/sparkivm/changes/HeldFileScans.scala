@@ -34,7 +34,7 @@ case class HeldFileScans(spark: SparkSession) extends Rule[LogicalPlan] {
 
   override def apply(plan: LogicalPlan): LogicalPlan = {
     val maxBytes = IvmConf.KnownFilesQueryMaxBytes.get(spark)
-    if (!IvmConf.KnownFiles.get(spark) || maxBytes <= 0 || OptimisticTransaction.getActive().isDefined) plan
+    if (!IvmConf.KnownFilesEnabled.get(spark) || maxBytes <= 0 || OptimisticTransaction.getActive().isDefined) plan
     else {
       plan.transformWithSubqueries {
         case l @ LogicalRelation(r: HadoopFsRelation, _, _, _, _) => r.location match {

@@ -255,8 +255,8 @@ object ViewExplainer {
     try {
       val rules = reader.rules
       val branches = maintenance.branches(rules)
-      line(s"FK pruning: ${if (PlanningConf.pruning(spark)) "on" else s"off (${IvmConf.FkPruning.key})"}" +
-        s"; key probing: ${if (PlanningConf.probe(spark).enabled) "on" else s"off (${IvmConf.KeyProbing.key})"}")
+      line(s"FK pruning: ${if (PlanningConf.pruning(spark)) "on" else s"off (${IvmConf.FkPruningEnabled.key})"}" +
+        s"; key probing: ${if (PlanningConf.probe(spark).enabled) "on" else s"off (${IvmConf.KeyProbingEnabled.key})"}")
       rules.fk.notes.foreach(n => line(s"  $n"))
       val occurrences = analyzed.leaves.size
       line("Delta rule: D(V) = sum_i Pre(R1..Ri-1) x D(Ri) x Post(Ri+1..Rn) " +

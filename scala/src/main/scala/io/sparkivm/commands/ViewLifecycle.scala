@@ -152,7 +152,7 @@ object ViewLifecycle extends Logging {
           // A concurrent CREATE of the same name made its catalog view first.
           case a: AnalysisException if a.getCondition == "TABLE_OR_VIEW_ALREADY_EXISTS" =>
             throw IvmErrors.alreadyExists(id.quotedString)
-          case _ => throw e
+          case _ => throw IvmErrors.inView(id.quotedString, e)
         }
     }
     replacing.foreach { old =>

@@ -170,6 +170,15 @@ object IvmErrors {
   def internal(what: String): org.apache.spark.SparkException =
     org.apache.spark.SparkException.internalError(s"spark-ivm: $what")
 
+  /** `e` as it reaches the user from a statement on `view`: an internal error names the view
+   * (raised deep in a refresh, it could not); every other error is passed on as it is. */
+  def inView(view: String, e: Throwable): Throwable = e match {
+    case s: org.apache.spark.SparkThrowable if s.getCondition == "INTERNAL_ERROR" && !e.getMessage.contains(view) =>
+      org.apache.spark.SparkException.internalError(
+        s"spark-ivm, materialized view $view: ${e.getMessage.stripPrefix("[INTERNAL_ERROR] ")}", e)
+    case other => other
+  }
+
   /**
    * The cause's message on one line, up to the plan Spark appends to analysis errors: a
    * message wrapped over lines (Delta's change-feed errors are) is kept whole.

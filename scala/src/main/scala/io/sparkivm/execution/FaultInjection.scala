@@ -22,26 +22,26 @@ object FaultInjection {
 
   /** Test mode, fixed for the life of the application. */
   def enabled(spark: SparkSession): Boolean =
-    spark.sparkContext.getConf.getBoolean(IvmConf.Testing.key, defaultValue = false) ||
+    spark.sparkContext.getConf.getBoolean(IvmConf.TestingEnabled.key, defaultValue = false) ||
       java.lang.Boolean.getBoolean("spark.ivm.testing")
 
   /** True once after `spark.ivm.testing.corruptApply` was set: the apply should go wrong. */
   def corruptApply(spark: SparkSession): Boolean = enabled(spark) &&
-    spark.conf.getOption(IvmConf.CorruptApply.key).exists(_.equalsIgnoreCase("true")) && {
-      spark.conf.unset(IvmConf.CorruptApply.key)
+    spark.conf.getOption(IvmConf.TestingCorruptApply.key).exists(_.equalsIgnoreCase("true")) && {
+      spark.conf.unset(IvmConf.TestingCorruptApply.key)
       true
     }
 
   def point(spark: SparkSession, name: String): Unit = if (enabled(spark)) {
-    spark.conf.getOption(IvmConf.SqlAt.key).filter(_.startsWith(name + ":")).foreach { spec =>
-      spark.conf.unset(IvmConf.SqlAt.key)
+    spark.conf.getOption(IvmConf.TestingSqlAt.key).filter(_.startsWith(name + ":")).foreach { spec =>
+      spark.conf.unset(IvmConf.TestingSqlAt.key)
       spark.sql(spec.substring(name.length + 1))
     }
-    if (spark.conf.getOption(IvmConf.FailAt.key).contains(name)) {
-      spark.conf.unset(IvmConf.FailAt.key)
+    if (spark.conf.getOption(IvmConf.TestingFailAt.key).contains(name)) {
+      spark.conf.unset(IvmConf.TestingFailAt.key)
       throw IvmErrors.internal(s"failing at fault-injection point '$name'")
     }
-    if (spark.conf.getOption(IvmConf.KillAt.key).contains(name)) {
+    if (spark.conf.getOption(IvmConf.TestingKillAt.key).contains(name)) {
       System.err.println(s"spark-ivm: killing the JVM at fault-injection point '$name'")
       System.err.flush()
       Runtime.getRuntime.halt(137)

@@ -67,7 +67,7 @@ object HeldTableRows {
 
   /** The table's rows at the snapshot's version if they are held (and holding is on). */
   def at(spark: SparkSession, snapshot: Snapshot): Option[Seq[InternalRow]] =
-    if (IvmConf.HeldTableMaxRows.get(spark) <= 0) None
+    if (IvmConf.HeldTablesMaxRows.get(spark) <= 0) None
     else lookup(snapshot.deltaLog.dataPath.toString, snapshot).map(_.rows)
 
   /**
@@ -76,7 +76,7 @@ object HeldTableRows {
    */
   def rows(spark: SparkSession, table: TableIdentifier, snapshot: Snapshot): Option[Seq[InternalRow]] = {
     val path = snapshot.deltaLog.dataPath.toString
-    val maxRows = IvmConf.HeldTableMaxRows.get(spark)
+    val maxRows = IvmConf.HeldTablesMaxRows.get(spark)
     if (maxRows <= 0) return None
     lookup(path, snapshot).map(_.rows).orElse {
       if (!holdable(spark, snapshot)) None
@@ -97,8 +97,8 @@ object HeldTableRows {
    * changed keys, less than all of it.
    */
   def holdable(spark: SparkSession, snapshot: Snapshot): Boolean = {
-    val maxRows = IvmConf.HeldTableMaxRows.get(spark)
-    maxRows > 0 && IvmConf.KnownFiles.get(spark) && snapshot.metadata.partitionColumns.isEmpty && {
+    val maxRows = IvmConf.HeldTablesMaxRows.get(spark)
+    maxRows > 0 && IvmConf.KnownFilesEnabled.get(spark) && snapshot.metadata.partitionColumns.isEmpty && {
       val files = KnownFiles.matching(snapshot.deltaLog, snapshot, Nil)
       val records = files.map(_.numLogicalRecords)
       files.size <= MaxFilesPerCore * spark.sparkContext.defaultParallelism && files.map(_.size).sum <= MaxBytes &&
@@ -116,7 +116,7 @@ object HeldTableRows {
     val path = snapshot.deltaLog.dataPath.toString
     for {
       h <- lookup(path, snapshot.metadata.id, from, snapshot.metadata.schema)
-      rows <- plus(h.schema, h.rows, changeSchema, change, 1) if rows.size <= IvmConf.HeldTableMaxRows.get(spark)
+      rows <- plus(h.schema, h.rows, changeSchema, change, 1) if rows.size <= IvmConf.HeldTablesMaxRows.get(spark)
     } yield {
       put(path, h.copy(version = snapshot.version, rows = rows))
       rows
@@ -149,7 +149,7 @@ object HeldTableRows {
    */
   def replaced(spark: SparkSession, path: String, id: String, to: Long, schema: StructType,
       rows: Seq[InternalRow]): Unit = {
-    val maxRows = IvmConf.HeldTableMaxRows.get(spark)
+    val maxRows = IvmConf.HeldTablesMaxRows.get(spark)
     if (maxRows > 0 && rows.size <= maxRows && lookup(path, id, to, schema).isEmpty) {
       put(path, Held(id, to, schema, rows.toIndexedSeq, maxRows))
     }

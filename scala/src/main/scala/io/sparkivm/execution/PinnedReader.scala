@@ -59,7 +59,7 @@ class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
    * (Pre = Post - D), or not held.
    */
   private def heldRows(leaf: SourceLeaf, version: Long): Option[LogicalPlan] = for {
-    p <- pinned.get(leaf.name) if p.sizeInBytes <= HeldTableRows.MaxBytes && IvmConf.KnownFiles.get(spark)
+    p <- pinned.get(leaf.name) if p.sizeInBytes <= HeldTableRows.MaxBytes && IvmConf.KnownFilesEnabled.get(spark)
     snapshot = KnownFiles.snapshot(DeltaLog.forTable(spark, leaf.table), p.version)
     // CHAR and VARCHAR columns are padded or checked by a table read, not by a relation.
     if snapshot.metadata.id == p.tableId && !CharVarcharUtils.hasCharVarchar(snapshot.metadata.schema)

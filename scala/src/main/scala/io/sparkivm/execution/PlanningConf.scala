@@ -10,13 +10,13 @@ import org.apache.spark.sql.SparkSession
 
 /** The settings that steer delta planning, read from [[IvmConf]]. */
 object PlanningConf {
-  def pruning(spark: SparkSession): Boolean = IvmConf.FkPruning.get(spark)
+  def pruning(spark: SparkSession): Boolean = IvmConf.FkPruningEnabled.get(spark)
 
   def probe(spark: SparkSession): ProbeSettings =
     // Off by default: on TPC-H refresh functions, whose deletes are spread over the whole key
     // range, the ranges hit every file and the per-row filter only adds work (docs/benchmarks.md).
-    ProbeSettings(IvmConf.KeyProbing.get(spark), IvmConf.MaxProbeKeys.get(spark),
-      IvmConf.MaxProbeRanges.get(spark), IvmConf.MinProbeTableBytes.get(spark))
+    ProbeSettings(IvmConf.KeyProbingEnabled.get(spark), IvmConf.KeyProbingMaxKeys.get(spark),
+      IvmConf.KeyProbingMaxRanges.get(spark), IvmConf.KeyProbingMinTableBytes.get(spark))
 
   /** FK pruning and probing for one refresh; keys are read once per table. */
   def fk(spark: SparkSession, steps: PlanSteps): FkSettings = {
@@ -32,6 +32,6 @@ object PlanningConf {
           })
       }))
     FkSettings(pruning(spark), probe(spark), keys, steps,
-      sharedReadMinBytes = IvmConf.SharedReadMinBytes.get(spark))
+      sharedReadMinBytes = IvmConf.SharedReadsMinTableBytes.get(spark))
   }
 }

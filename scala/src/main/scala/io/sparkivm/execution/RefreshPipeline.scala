@@ -63,13 +63,13 @@ object RefreshSession {
    * there); their classes come from Spark's code cache, which `session_defaults` enlarges.
    */
   def forSmallInputs(spark: SparkSession, inputBytes: => Long): Option[String] = {
-    val max = IvmConf.InterpretedMaxBytes.get(spark)
+    val max = IvmConf.RefreshInterpretedMaxBytes.get(spark)
     lazy val bytes = inputBytes // sized only when the switch is on
     if (max <= 0 || bytes > max) None
     else {
       spark.conf.set("spark.sql.codegen.wholeStage", "false")
       Some(s"queries without whole-stage code generation: ${CostModel.bytes(bytes)} of " +
-        s"inputs, at most ${CostModel.bytes(max)} (${IvmConf.InterpretedMaxBytes.key})")
+        s"inputs, at most ${CostModel.bytes(max)} (${IvmConf.RefreshInterpretedMaxBytes.key})")
     }
   }
 }
@@ -139,7 +139,7 @@ object RefreshPipeline extends Logging {
   private def refreshChecked(user: SparkSession, name: Seq[String], full: Boolean, trigger: String,
       because: Option[String]): RefreshReport = {
     val spark = RefreshSession.of(user)
-    val measureJoins = IvmConf.MeasureRowsJoined.get(spark)
+    val measureJoins = IvmConf.MetricsRowsJoined.get(spark)
     val timer = new PhaseTimer
     // Active for the refresh: Delta's commands read their settings from the active session.
     def run() = RefreshSession.active(spark)(attempt(spark, user, name, full, 1, timer, trigger, because))
@@ -150,7 +150,7 @@ object RefreshPipeline extends Logging {
       } catch {
         case e: Throwable =>
           RefreshFailures.record(user, name, trigger, timer.startedAtMs, e)
-          throw e
+          throw IvmErrors.inView(name.mkString("."), e)
       }
     report.copy(rowsRead = work.rowsRead, rowsJoined = joined, sparkJobs = work.jobs, sparkTasks = work.tasks,
       phasesJobs = timer.jobsPerPhase(work.jobStarts))
@@ -262,7 +262,7 @@ object RefreshPipeline extends Logging {
         ApplyMetrics(-1, -1, -1), timer, decision)
     }
 
-    if (IvmConf.KnownFiles.get(spark)) {
+    if (IvmConf.KnownFilesEnabled.get(spark)) {
       changed.foreach(p => KnownFiles.listFirst(spark, p.table, last.sourceVersions(p.name), p.version))
     }
     timer.mark("pin")

@@ -113,9 +113,9 @@ object RefreshVerification extends Logging {
       .distinct
     // Both sides read from storage: base-table rows held in memory between refreshes are part of
     // what is checked, so the recomputation does not use them.
-    val small = inputBytes <= IvmConf.InterpretedMaxBytes.get(spark)
+    val small = inputBytes <= IvmConf.RefreshInterpretedMaxBytes.get(spark)
     withConf(spark,
-      Seq(IvmConf.HeldTableMaxRows.key -> Some("0"),
+      Seq(IvmConf.HeldTablesMaxRows.key -> Some("0"),
         "spark.sql.shuffle.partitions" -> (if (small) Some("1") else None))) {
       compare(spark, view, committed, maintenance, pinned, keys, keyNames, compared)
     } match {

@@ -39,8 +39,8 @@ object ResidentKeyCounts {
    */
   def read(spark: SparkSession, t: CountedTable, keys: Seq[Any], source: PinnedSource, from: Long,
       change: Option[TableChange], post: => LogicalPlan, refresh: String): Option[KeyCounts] = {
-    val kept = IvmConf.KeyCounts.get(spark) && KeyProbe.equalsAsJvm(t.key.dataType) &&
-      source.sizeInBytes >= IvmConf.KeyCountsMinBytes.get(spark)
+    val kept = IvmConf.KeyCountsEnabled.get(spark) && KeyProbe.equalsAsJvm(t.key.dataType) &&
+      source.sizeInBytes >= IvmConf.KeyCountsMinTableBytes.get(spark)
     lazy val delta: Option[Map[Any, Long]] = change.filter(_.nonEmpty) match {
       case None => Some(Map.empty)
       // A filter the driver cannot evaluate: the table is read instead.

@@ -77,7 +77,7 @@ object RewriteCommit extends DeltaCommand {
     val candidates = candidateFiles(spark, log, txn, if (whole.isDefined) Nil else changed.skipping.toSeq)
     // Candidates worth searching: which of them hold a changed key, and where.
     val search = whole.isEmpty && candidates.nonEmpty && maintenance.keyNames.nonEmpty &&
-      candidates.map(_.size).sum > IvmConf.RewriteWithoutSearchBytes.get(spark)
+      candidates.map(_.size).sum > IvmConf.ApplyRewriteWithoutSearchBytes.get(spark)
     // `touched`: files rewritten without the changed keys' rows; `marked`: files whose rows of
     // changed keys are marked deleted by deletion vectors instead (large tables, see
     // DeletionVectorApply), so the write is the new rows and the files they compact.
@@ -176,7 +176,7 @@ object RewriteCommit extends DeltaCommand {
     if (maintenance.keyNames.isEmpty || DeltaConfigs.CHANGE_DATA_FEED.fromMetaData(txn.metadata)) None
     else for {
       held <- HeldTableRows.at(spark, txn.snapshot)
-      if DeltaSources.sizeInBytes(txn.snapshot) <= IvmConf.RewriteWithoutSearchBytes.get(spark)
+      if DeltaSources.sizeInBytes(txn.snapshot) <= IvmConf.ApplyRewriteWithoutSearchBytes.get(spark)
       keys <- keysOnDriver
       (schema, fresh) <- freshOnDriver
       if DriverWrite.sameColumns(txn.metadata.schema, schema)
@@ -212,7 +212,7 @@ object RewriteCommit extends DeltaCommand {
    */
   private def candidateFiles(spark: SparkSession, log: DeltaLog, txn: OptimisticTransaction,
       filters: Seq[Expression]): Seq[AddFile] =
-    if (!IvmConf.KnownFiles.get(spark)) txn.filterFiles(filters, keepNumRecords = false)
+    if (!IvmConf.KnownFilesEnabled.get(spark)) txn.filterFiles(filters, keepNumRecords = false)
     else {
       val files = KnownFiles.matching(log, txn.snapshot, filters)
       txn.trackReadPredicates(filters)
@@ -234,11 +234,11 @@ object RewriteCommit extends DeltaCommand {
    * lookups and applies by key.
    */
   private def smallFiles(spark: SparkSession, log: DeltaLog, txn: OptimisticTransaction): Map[String, AddFile] = {
-    val min = IvmConf.CompactMinFiles.get(spark)
+    val min = IvmConf.ApplyCompactMinFiles.get(spark)
     val layoutRows = IvmConf.LayoutRowsPerFile.get(spark)
     def isSmall(f: AddFile) = f.size < SmallFileBytes &&
       (layoutRows <= 0 || f.numPhysicalRecords.forall(_ < layoutRows / 4))
-    if (min <= 0 || !IvmConf.KnownFiles.get(spark)) Map.empty
+    if (min <= 0 || !IvmConf.KnownFilesEnabled.get(spark)) Map.empty
     else {
       val small = KnownFiles.matching(log, txn.snapshot, Nil).filter(isSmall)
       if (small.size < min) Map.empty

@@ -31,13 +31,13 @@ object RefreshPolicies {
   def choose(spark: SparkSession, meta: ViewMetadata, changeBytes: Long, tableBytes: => Long): PolicyDecision =
     meta.policy match {
       case RefreshPolicy.Auto =>
-        CostModel.decide(meta.history, changeBytes, tableBytes, IvmConf.AutoIncrementalCostFactor.get(spark),
-          IvmConf.AutoMinGainMs.get(spark), IvmConf.AutoMinChangeBytes.get(spark))
+        CostModel.decide(meta.history, changeBytes, tableBytes, IvmConf.RefreshPolicyAutoCostFactor.get(spark),
+          IvmConf.RefreshPolicyAutoMinGainMs.get(spark), IvmConf.RefreshPolicyAutoMinChangeBytes.get(spark))
       case RefreshPolicy.Full => PolicyDecision("full", "REFRESH POLICY FULL recomputes the view on every refresh")
       case p => PolicyDecision("incremental", s"REFRESH POLICY $p")
     }
 
   /** The policy of a view created without REFRESH POLICY (nor the legacy `ivm.refresh`). */
-  def default(spark: SparkSession): RefreshPolicy = RefreshPolicy.parse(IvmConf.DefaultRefreshPolicy.get(spark))
+  def default(spark: SparkSession): RefreshPolicy = RefreshPolicy.parse(IvmConf.RefreshPolicyDefault.get(spark))
     .getOrElse(RefreshPolicy.Default)
 }

@@ -78,7 +78,7 @@ class RefreshService(spark: SparkSession, databases: Seq[String], clock: () => L
   def isRunning: Boolean = thread.exists(_.isAlive) && !stopping
 
   private def loop(): Unit = {
-    val pollMs = IvmConf.ServicePollMs.get(spark)
+    val pollMs = IvmConf.ServicePollIntervalMs.get(spark)
     while (!stopping) {
       try runOnce(clock())
       catch {

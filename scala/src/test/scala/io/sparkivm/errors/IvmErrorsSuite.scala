@@ -55,10 +55,16 @@ class IvmErrorsSuite extends AnyFunSuite {
     assert(found.isEmpty, found.mkString("\n"))
   }
 
-  test("an internal error is Spark's INTERNAL_ERROR") {
+  test("an internal error is Spark's INTERNAL_ERROR, naming the view it reaches the user from") {
     val e = IvmErrors.internal("no delta rule for Foo")
     assert(e.getCondition == "INTERNAL_ERROR")
     assert(e.getMessage.contains("spark-ivm: no delta rule for Foo"))
+    val named = IvmErrors.inView("db.v", e)
+    assert(named.asInstanceOf[org.apache.spark.SparkThrowable].getCondition == "INTERNAL_ERROR")
+    assert(named.getMessage.contains("materialized view db.v") && named.getMessage.contains("no delta rule for Foo"))
+    assert(named.getCause eq e)
+    val other = IvmErrors.notFound("db.w")
+    assert(IvmErrors.inView("db.w", other) eq other)
   }
 
   private def sources: Seq[String] = sourceFiles.map(_._2)
