@@ -145,7 +145,7 @@ object ResidentTrees extends Logging {
             val row = InternalRow.fromSeq(e.plan.outputs.map(o => o._1.map(at).getOrElse(m)))
             if (counted) Iterator.single(row) else Iterator.fill(m.toInt)(row)
           }
-          val cursor = new LookupCursor(answers, schema, e)
+          val cursor = new LookupCursor(answers, schema, e, id.quotedString)
           e.open(cursor) = System.currentTimeMillis()
           cursor
         }
@@ -445,13 +445,14 @@ object ResidentTrees extends Logging {
     p.leaves.map(l => l.name -> PinnedSource(l.table, "", versions(l.name), StructType(Nil))()).toMap
 
   /** A lookup's answers, read in batches of pickled rows (what PySpark's collect reads). */
-  final class LookupCursor private[ResidentTrees] (answers: Iterator[InternalRow], schema: StructType, e: Entry) {
+  final class LookupCursor private[ResidentTrees] (answers: Iterator[InternalRow], schema: StructType, e: Entry,
+      view: String) {
     private val epoch = e.epoch
 
     /** Up to `n` more answers; an empty batch at the end. */
     def next(n: Int): Array[Byte] = e.synchronized {
       if (answers.hasNext && (e.epoch != epoch || !e.open.contains(this))) {
-        throw IvmErrors.lookupExpired(e.backing.quotedString)
+        throw IvmErrors.lookupExpired(view)
       }
       val batch = new java.util.ArrayList[Any]()
       while (batch.size < n && answers.hasNext) batch.add(EvaluatePython.toJava(answers.next(), schema, true))
