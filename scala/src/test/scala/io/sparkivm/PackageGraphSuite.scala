@@ -3,8 +3,6 @@ package io.sparkivm
 import java.nio.charset.StandardCharsets.UTF_8
 import java.nio.file.{Files, Path, Paths}
 
-import scala.jdk.CollectionConverters._
-
 import org.scalatest.funsuite.AnyFunSuite
 
 /**
@@ -15,7 +13,7 @@ import org.scalatest.funsuite.AnyFunSuite
 class PackageGraphSuite extends AnyFunSuite {
   import PackageGraphSuite._
 
-  private lazy val graph = PackageGraph.of(Paths.get("scala", "src", "main", "scala"))
+  private lazy val graph = PackageGraph.fromSources(MainSources.files)
 
   test("no package uses itself through others") {
     val cycles = graph.cycles
@@ -108,11 +106,6 @@ object PackageGraphSuite {
     private val Reference = """\b((?:io\.sparkivm|org\.apache\.spark\.sql\.(?:delta\.)?ivm)(?:\.[a-z]\w*)*)""".r
 
     def short(p: String): String = if (p.startsWith(Root + ".")) p.stripPrefix(Root + ".") else p
-
-    def of(root: Path): PackageGraph = {
-      val files = Files.walk(root).iterator.asScala.filter(_.toString.endsWith(".scala")).toSeq
-      fromSources(files.map(f => root.relativize(f).toString -> new String(Files.readAllBytes(f), UTF_8)))
-    }
 
     def fromSources(sources: Seq[(String, String)]): PackageGraph = {
       val code = sources.map { case (name, text) =>

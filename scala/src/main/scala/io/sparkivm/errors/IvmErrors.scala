@@ -173,11 +173,14 @@ object IvmErrors {
   /** `e` as it reaches the user from a statement on `view`: an internal error names the view
    * (raised deep in a refresh, it could not); every other error is passed on as it is. */
   def inView(view: String, e: Throwable): Throwable = e match {
-    case s: org.apache.spark.SparkThrowable if s.getCondition == "INTERNAL_ERROR" && !e.getMessage.contains(view) =>
+    case s: org.apache.spark.SparkThrowable if s.getCondition == "INTERNAL_ERROR" && !e.getMessage.contains(InView) =>
       org.apache.spark.SparkException.internalError(
-        s"spark-ivm, materialized view $view: ${e.getMessage.stripPrefix("[INTERNAL_ERROR] ")}", e)
+        s"$InView$view: ${e.getMessage.stripPrefix("[INTERNAL_ERROR] ")}", e)
     case other => other
   }
+
+  /** What [[inView]] puts before the view's name: an error already named is not named twice. */
+  private val InView = "spark-ivm, materialized view "
 
   /**
    * The cause's message on one line, up to the plan Spark appends to analysis errors: a

@@ -21,7 +21,8 @@ import org.apache.spark.sql.{DataFrame, SparkSession}
  * compaction) reads the tables and keeps that. One entry per name, held in the executors' state
  * ([[StateRegistry]]): the rows as first read, plus the changes refreshes added since, held on
  * the driver (the small per-refresh changes). The same entries keep the rows and counts by key
- * of [[io.sparkivm.execution]]'s resident tables, named under their own prefixes.
+ * of the resident tables beside it ([[ResidentTableRows]], [[ResidentKeyCounts]],
+ * [[ResidentBackingRows]]), named under their own prefixes.
  */
 object ResidentState {
 
@@ -104,7 +105,7 @@ object ResidentState {
       if (appended.size + rows.size > MaxAppendedRows) None else Some(Entry(next, base, appended ++ rows))
   }
 
-  /** The kind of state an entry's name holds (see [[io.sparkivm.execution]]'s resident tables). */
+  /** The kind of state an entry's name holds (see the resident tables above). */
   private def kindOf(name: String): StateKind =
     if (name.startsWith("keycounts/")) StateKind.KeyCounts
     else if (name.startsWith("rows/")) StateKind.KeyedRows

@@ -1,8 +1,6 @@
 package io.sparkivm.errors
 
-import scala.io.Source
-
-import io.sparkivm.GeneratedDocs
+import io.sparkivm.{GeneratedDocs, MainSources}
 import org.scalatest.funsuite.AnyFunSuite
 
 class IvmErrorsSuite extends AnyFunSuite {
@@ -65,20 +63,12 @@ class IvmErrorsSuite extends AnyFunSuite {
     assert(named.getCause eq e)
     val other = IvmErrors.notFound("db.w")
     assert(IvmErrors.inView("db.w", other) eq other)
+    assert(IvmErrors.inView("db.v", named) eq named)
   }
 
   private def sources: Seq[String] = sourceFiles.map(_._2)
 
-  private def sourceFiles: Seq[(String, String)] = {
-    val root = new java.io.File("scala/src/main/scala")
-    def walk(f: java.io.File): Seq[java.io.File] =
-      if (f.isDirectory) f.listFiles().toSeq.flatMap(walk) else Seq(f).filter(_.getName.endsWith(".scala"))
-    walk(root).map { f =>
-      val s = Source.fromFile(f, "UTF-8")
-      try f.getPath -> s.mkString
-      finally s.close()
-    }
-  }
+  private def sourceFiles: Seq[(String, String)] = MainSources.files
 
   test("docs/sql.md lists the errors as the registry declares them") {
     val rows = IvmErrors.conditions.map { c =>
