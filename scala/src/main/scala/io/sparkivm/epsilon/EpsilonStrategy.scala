@@ -67,7 +67,7 @@ class TriangleRefresh(spark: SparkSession, meta: ViewMetadata, q: TriangleQuery,
   // Read once: the delta and the next state both split rows by the heavy keys as of `state`.
   private val heavy = TriangleViews.heavySets(state, tables, state.versions, engine)
   private val branch = TriangleViews.branch(spark, q, engine,
-    TriangleViews.blockDelta(engine, tables, state)(heavy), reader.rules.m)
+    TriangleViews.blockDelta(engine, tables, state)(heavy), reader.rules.multiplicity)
 
   /** The view's delta rules, with the triangle block's branch computed by IVM^eps. */
   def rules: DeltaRules = reader.rulesWith(p => if (p eq q.root) Some(Seq(branch)) else None)

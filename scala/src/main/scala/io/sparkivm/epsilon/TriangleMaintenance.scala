@@ -66,7 +66,7 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
 
   private def frame(i: Int, plan: LogicalPlan, weight: Option[Attribute]): DataFrame = {
     val named = q.sides(i).columns.zip(cols(i)).map { case (a, n) => Alias(a, n)() }
-    val w = Alias(weight.map(m => Cast(m, LongType)).getOrElse(Literal(1L)), W)()
+    val w = Alias(weight.map(m => Cast(m, LongType)).getOrElse(Literal(1L)), Weight)()
     SparkInternals.dataFrame(spark, Project(named :+ w, plan))
   }
 
@@ -90,7 +90,7 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
     val branches = rules.delta(q.sides(i).plan)
     if (branches.isEmpty) None
     else {
-      val raw = frame(i, rules.unionAll(branches.map(_.plan)), Some(rules.m))
+      val raw = frame(i, rules.unionAll(branches.map(_.plan)), Some(rules.multiplicity))
       val net = localRows(raw).map { rows =>
         // Folded on the driver: the rows are here already.
         local(raw.schema, fold(rows, cols(i).size))
@@ -236,9 +236,9 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
     residentEntry(i, layout).map { entry =>
       val at = where.map { case (c, v) => cols(i).indexOf(c) -> v }
       // The entry's columns are an occurrence's (a self-join's occurrences share it), named here as i's.
-      val named = StructType(entry.base.schema.fields.zip(cols(i) :+ W).map { case (f, n) => f.copy(name = n) })
+      val named = StructType(entry.base.schema.fields.zip(cols(i) :+ Weight).map { case (f, n) => f.copy(name = n) })
       entry.rowsOnDriver(keys, at).filter(_ => keysOnDriver).map(WeightedDelta.internal(spark, named, _))
-        .getOrElse(WeightedDelta.there(entry.frame(spark, Some(keys), at).toDF(cols(i) :+ W: _*)))
+        .getOrElse(WeightedDelta.there(entry.frame(spark, Some(keys), at).toDF(cols(i) :+ Weight: _*)))
     }
 
   /** The resident rows of occurrence i at Post laid out by `layout` (see [[residentPost]]). */
@@ -326,9 +326,9 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
   }
 
   private def join(l: DataFrame, r: DataFrame, on: Seq[(String, String)]): DataFrame = {
-    val rr = r.withColumnRenamed(W, "__w_r")
+    val rr = r.withColumnRenamed(Weight, "__w_r")
     val cond = on.map { case (a, b) => l(a) === rr(b) }.reduce(_ && _)
-    l.join(rr, cond).withColumn(W, col(W) * col("__w_r")).drop("__w_r")
+    l.join(rr, cond).withColumn(Weight, col(Weight) * col("__w_r")).drop("__w_r")
   }
 
   /**
@@ -359,11 +359,11 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
   }
 
   private def aggregate(df: DataFrame, keys: Seq[String]): DataFrame =
-    df.groupBy(keys.map(col): _*).agg(sum(W).as(W)).filter(col(W) =!= 0)
+    df.groupBy(keys.map(col): _*).agg(sum(Weight).as(Weight)).filter(col(Weight) =!= 0)
 
   /** `d` summed per row of `keys` (weights `w`), computed now: on the driver when it is there. */
   def settled(d: WeightedDelta, keys: Seq[String]): WeightedDelta = {
-    val cols = d.select(keys :+ W)
+    val cols = d.select(keys :+ Weight)
     if (cols.local) local(cols.schema, fold(cols.rows, keys.size))
     else localRows(cols.frame).map(rows => local(cols.frame.schema, fold(rows, keys.size)))
       .getOrElse(small(aggregate(cols.frame, keys)))
@@ -371,20 +371,20 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
 
   /** The columns of the block's delta rows and `w`. */
   private lazy val blockSchema =
-    StructType(allCols.map(c => StructField(c, types(c))) :+ StructField(W, LongType))
+    StructType(allCols.map(c => StructField(c, types(c))) :+ StructField(Weight, LongType))
 
   /** `d` with every column of the block's delta rows (nulls for those the view never reads). */
   private def complete(d: WeightedDelta): WeightedDelta = d.complete(blockSchema)
 
   /** Auxiliary view i's rows from its heavy side (columns of i) joined with its light side (i+1). */
   private def aux(i: Int, heavy: DataFrame, light: DataFrame): DataFrame =
-    join(heavy, light, Seq(s"b$i" -> s"a${next(i)}")).select((auxCols(i) :+ W).map(col): _*)
+    join(heavy, light, Seq(s"b$i" -> s"a${next(i)}")).select((auxCols(i) :+ Weight).map(col): _*)
 
   /** Sign-weighted rows of occurrence i whose partition key is in `plus` or `minus`. */
   private def moved(df: DataFrame, i: Int, plus: Set[Any], minus: Set[Any]): DataFrame = {
     val a = col(s"a$i")
     val in = if (plus.isEmpty) df.limit(0) else df.where(a.isin(plus.toSeq: _*))
-    val out = if (minus.isEmpty) df.limit(0) else df.where(a.isin(minus.toSeq: _*)).withColumn(W, -col(W))
+    val out = if (minus.isEmpty) df.limit(0) else df.where(a.isin(minus.toSeq: _*)).withColumn(Weight, -col(Weight))
     in.unionByName(out)
   }
 
@@ -467,10 +467,10 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
       }
       // Lines 9-11, from the first hops: V_j gains D^H x X_p^L, V_q gains X_q^H x D^L.
       if (!allHeavy && !heavy(j).empty) f1.foreach { first =>
-        pending(j) :+= heavyPart(first, j, heavy(j)).select(auxCols(j) :+ W)
+        pending(j) :+= heavyPart(first, j, heavy(j)).select(auxCols(j) :+ Weight)
       }
       if (!allHeavy && !heavy(prev).empty) f2.foreach { second =>
-        pending(prev) :+= lightPart(second, j, heavy(j)).select(auxCols(prev) :+ W)
+        pending(prev) :+= lightPart(second, j, heavy(j)).select(auxCols(prev) :+ Weight)
       }
       notes += s"D(${q.sides(j).name}): ${d.count} changed rows"
     }
@@ -510,7 +510,7 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
   private def joinOnDriver(l: WeightedDelta, r: WeightedDelta, on: Seq[(String, String)]): WeightedDelta = {
     val (ls, rs) = (l.schema, r.schema)
     val (lKeys, rKeys) = (on.map(c => ls.fieldIndex(c._1)), on.map(c => rs.fieldIndex(c._2)))
-    val (lW, rW) = (ls.fieldIndex(W), rs.fieldIndex(W))
+    val (lW, rW) = (ls.fieldIndex(Weight), rs.fieldIndex(Weight))
     val rKept = rs.fields.indices.filter(_ != rW)
     JoinMetrics.recordRows(l.rows.size.toLong + r.rows.size)
     val byKey = r.rows.groupBy(row => rKeys.map(row.get))
@@ -545,11 +545,11 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
     // Occurrences of one table (a self-join) share their rows: one lookup for all their keys.
     val indexed = queried.groupBy(group).values.toSeq.flatMap { same =>
       val keys = same.flatMap(touched(_).get).distinct
-      residentEntry(same.head, "a").flatMap(_.sums(spark, keys, W)).toSeq.flatMap(d => same.map(_ -> d))
+      residentEntry(same.head, "a").flatMap(_.sums(spark, keys, Weight)).toSeq.flatMap(d => same.map(_ -> d))
     }.toMap
     val summed = queried.filterNot(indexed.contains)
     val degrees = indexed ++ summed.zip(smallAll(summed.map { i =>
-      WeightedDelta.there(side(i, atPost = true, s"a$i" -> touched(i)).frame.groupBy(s"a$i").agg(sum(W)))
+      WeightedDelta.there(side(i, atPost = true, s"a$i" -> touched(i)).frame.groupBy(s"a$i").agg(sum(Weight)))
     }).map(_.all.map(r => r.get(0) -> r.getLong(1)).toMap)).toMap
     sides.map { i =>
       touched(i) match {
@@ -600,7 +600,7 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
 
   /** Strict partition (heavy iff degree >= N^eps) of occurrence i at Post: its heavy keys. */
   def strictHeavy(i: Int, theta: Double): DataFrame =
-    post(i).groupBy(s"a$i").agg(sum(W).as("deg")).where(col("deg") >= theta && col(s"a$i").isNotNull)
+    post(i).groupBy(s"a$i").agg(sum(Weight).as("deg")).where(col("deg") >= theta && col(s"a$i").isNotNull)
       .select(col(s"a$i").as(KeyColumn))
 
   /** Auxiliary view i from scratch, given the heavy sets. */
@@ -618,7 +618,7 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
 }
 
 object TriangleMaintenance {
-  val W = "w"
+  val Weight = "w"
   val KeyColumn = "key"
 
   /** Heavy sets up to this many keys are broadcast to split rows into parts. */

@@ -23,7 +23,7 @@ object TriangleViews extends Logging {
   /** Appended auxiliary-view rows are folded back (compacted) past this many, or the view's size. */
   val CompactMinRows = 100000L
 
-  import TriangleMaintenance.{KeyColumn, W}
+  import TriangleMaintenance.{KeyColumn, Weight}
 
   /** The triangle IVM^eps maintains in an incrementally maintained view, if there is one. */
   def query(spark: SparkSession, analyzed: AnalyzedView, incremental: Boolean): Option[TriangleQuery] =
@@ -126,8 +126,8 @@ object TriangleViews extends Logging {
             }
             if (auxRows(i) - auxCompact(i) > math.max(auxCompact(i), CompactMinRows)) {
               val current = tables.read(3 + i, versions(3 + i))
-              val folded = current.groupBy(engine.auxCols(i).map(col): _*).agg(sum(W).as(W))
-                .filter(col(W) =!= 0).localCheckpoint(eager = true)
+              val folded = current.groupBy(engine.auxCols(i).map(col): _*).agg(sum(Weight).as(Weight))
+                .filter(col(Weight) =!= 0).localCheckpoint(eager = true)
               versions(3 + i) = tables.overwrite(3 + i, folded, s"a$i")
               auxRows(i) = folded.count()
               auxCompact(i) = auxRows(i)
@@ -166,7 +166,7 @@ object TriangleViews extends Logging {
     val unitAttrs = q.block.units.flatMap(_.output).map { a =>
       carried.getOrElse(a.exprId, Alias(Literal(null, a.dataType), a.name)(exprId = a.exprId))
     }
-    val sign = Alias(Cast(byName(W), IntegerType), m.name)(exprId = m.exprId)
+    val sign = Alias(Cast(byName(Weight), IntegerType), m.name)(exprId = m.exprId)
     val units = Project(unitAttrs :+ sign, plan)
     Branch(Project(q.block.outputs :+ m, units),
       Seq("IVM^eps: D(R) x (S^L x T + S^H x T^H + V_ST), " +
@@ -200,7 +200,7 @@ object TriangleViews extends Logging {
     val theta = state.threshold
     val heavy = heavySets(state, tables, state.versions, engine)
     def checkSide(i: Int): Long = {
-      val degrees = engine.post(i).groupBy(s"a$i").agg(sum(W).as("deg"))
+      val degrees = engine.post(i).groupBy(s"a$i").agg(sum(Weight).as("deg"))
       val joined = (if (heavy(i).allHeavy) degrees.withColumn("heavy", lit(true))
                     else degrees.join(heavy(i).table.withColumn("heavy", lit(true)), Seq(s"a$i"), "full_outer")).collect()
       if (!heavy(i).allHeavy) {
@@ -232,10 +232,10 @@ object TriangleViews extends Logging {
         () => {
           // The stored view minus its definition, folded per row: empty when they are equal.
           val cols = engine.auxCols(i).map(col)
-          val stored = tables.read(3 + i, state.versions(3 + i)).select(cols :+ col(W): _*)
+          val stored = tables.read(3 + i, state.versions(3 + i)).select(cols :+ col(Weight): _*)
           val defined = engine.auxFromScratch(i, heavy)
-          val differing = stored.unionByName(defined.withColumn(W, -col(W))).groupBy(cols: _*)
-            .agg(sum(W).as(W)).filter(col(W) =!= 0).limit(5).collect()
+          val differing = stored.unionByName(defined.withColumn(Weight, -col(Weight))).groupBy(cols: _*)
+            .agg(sum(Weight).as(Weight)).filter(col(Weight) =!= 0).limit(5).collect()
           if (differing.nonEmpty) {
             fail(s"${EpsilonState.Views(i)} differs from its definition, e.g. by ${differing.mkString(", ")}")
           }

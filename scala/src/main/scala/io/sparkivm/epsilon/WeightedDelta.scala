@@ -2,7 +2,7 @@ package io.sparkivm.epsilon
 
 import scala.jdk.CollectionConverters._
 
-import io.sparkivm.epsilon.TriangleMaintenance.W
+import io.sparkivm.epsilon.TriangleMaintenance.Weight
 import org.apache.spark.sql.catalyst.CatalystTypeConverters
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.GenericRowWithSchema
@@ -37,8 +37,8 @@ final class WeightedDelta private (spark: SparkSession, givenSchema: Option[Stru
 
   /** The sum of the weights (the change of the relation's size). */
   def weight: Long =
-    if (local) rows.map(_.getLong(schema.fieldIndex(W))).sum
-    else Option(frame.agg(sum(W)).first().get(0)).map(_.asInstanceOf[Long]).getOrElse(0L)
+    if (local) rows.map(_.getLong(schema.fieldIndex(Weight))).sum
+    else Option(frame.agg(sum(Weight)).first().get(0)).map(_.asInstanceOf[Long]).getOrElse(0L)
 
   /** No rows, with the same columns. */
   def none: WeightedDelta = if (local) here(schema, Nil) else WeightedDelta.there(frame.limit(0))
@@ -56,9 +56,9 @@ final class WeightedDelta private (spark: SparkSession, givenSchema: Option[Stru
 
   /** The rows with their weights negated. */
   def negated: WeightedDelta =
-    if (!local) WeightedDelta.there(frame.withColumn(W, -col(W)))
+    if (!local) WeightedDelta.there(frame.withColumn(Weight, -col(Weight)))
     else {
-      val at = schema.fieldIndex(W)
+      val at = schema.fieldIndex(Weight)
       here(schema, rows.map(r => withValue(r, at, -r.getLong(at))))
     }
 

@@ -16,7 +16,7 @@ trait LeafReader {
   /** The table at the version pinned for this refresh; output attributes are `leaf.output`. */
   def post(leaf: SourceLeaf): LogicalPlan
 
-  /** The net change, output `leaf.output :+ m`; None when the table did not change. */
+  /** The net change, output `leaf.output :+ multiplicity`; None when the table did not change. */
   def delta(leaf: SourceLeaf): Option[LogicalPlan]
 
   /**
@@ -58,7 +58,7 @@ trait LeafReader {
       where: Expression): Option[Seq[InternalRow]] = None
 }
 
-/** A net change held on the driver: the table's columns by name, then the sign `m`. */
+/** A net change held on the driver: the table's columns by name, then its signed multiplicity. */
 case class DriverDeltaRows(schema: org.apache.spark.sql.types.StructType,
     rows: Seq[org.apache.spark.sql.catalyst.InternalRow]) {
 
@@ -68,7 +68,7 @@ case class DriverDeltaRows(schema: org.apache.spark.sql.types.StructType,
   def signAt: Int = schema.length - 1
 }
 
-/** One term of the delta union: a plan whose rows carry a sign `m`, and how it was built. */
+/** One term of the delta union: a plan whose rows carry a signed multiplicity, and how it was built. */
 case class Branch(plan: LogicalPlan, terms: Seq[String]) {
   def describe: String = terms.mkString(" x ")
 }
@@ -79,12 +79,12 @@ case class Branch(plan: LogicalPlan, terms: Seq[String]) {
  * projections commute with D; D of a UNION ALL is the union of the Ds. Unfolded over a join
  * tree this is sum_i Pre(R1..Ri-1) x D(Ri) x Post(Ri+1..Rn): one branch per changed occurrence,
  * so self-joins need nothing special. Every branch contains exactly one delta leaf, so the sign
- * `m` of a row passes through joins unchanged.
+ * `multiplicity` of a row passes through joins unchanged.
  *
  * Every plan returned outputs the attributes (same expression ids) of the node it stands for,
- * plus `m` for delta branches, so the expressions of the parents apply to it unchanged.
+ * plus `multiplicity` for delta branches, so the expressions of the parents apply to it unchanged.
  */
-class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = FkSettings.Off,
+class DeltaRules(reader: LeafReader, val multiplicity: Attribute, fkSettings: FkSettings = FkSettings.Off,
     /** Branches computed elsewhere for given subtrees (IVM^eps for a triangle block). */
     precomputed: LogicalPlan => Option[Seq[Branch]] = _ => None) {
 
@@ -142,9 +142,9 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
             case Some(old) if pre != post =>
               steps.materializeVersioned(running.moved(old,
                   unionAll(delta(a.child).map(_.plan) match {
-                    case Nil => Seq(LocalRelation(a.child.output :+ m))
+                    case Nil => Seq(LocalRelation(a.child.output :+ multiplicity))
                     case plans => plans
-                  }), m), kept, post)
+                  }), multiplicity), kept, post)
             case _ => steps.materializeVersioned(running.full(substitute(a.child,
                     if (atPre) scans.pre else scans.post)), kept, if (atPre) pre else post)
           }
@@ -179,14 +179,14 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
   /**
    * Pre of a tree of table occurrences, filters, projections and inner joins as a weighted
    * relation, Pre = Post - D (the Z-relation identity): each row of Post with weight 1, each row
-   * of the net change with weight -m, weights multiplied across joins. It reads the tables at
+   * of the net change with weight -multiplicity, weights multiplied across joins. It reads the tables at
    * the pinned version (whose Delta snapshots are loaded) instead of travelling back to the
    * consumed one, whose snapshot would be rebuilt from the log. None for other trees.
    */
   def weightedPre(plan: LogicalPlan, where: Option[Expression] = None): Option[(LogicalPlan, Attribute)] =
     plan match {
       case SourceLeaf(leaf) =>
-        val w = AttributeReference("__ivm_w", m.dataType, nullable = false)()
+        val w = AttributeReference("__ivm_w", multiplicity.dataType, nullable = false)()
         // `where` (a filter the caller keeps above) narrows the Post read where the rows are kept.
         val read = where.filter(_.references.subsetOf(AttributeSet(leaf.output)))
           .flatMap(scans.postWhere(leaf, _)).getOrElse(scans.post(leaf))
@@ -194,7 +194,7 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
         Some(reader.delta(leaf) match {
           case None => (post, w)
           case Some(d) =>
-            val minus = Project(leaf.output :+ Alias(UnaryMinus(m), w.name)(), d)
+            val minus = Project(leaf.output :+ Alias(UnaryMinus(multiplicity), w.name)(), d)
             (Union(post, minus), w)
         })
       case SubqueryAlias(_, child) => weightedPre(child, where)
@@ -212,7 +212,7 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
         }
       case j: Join if j.joinType == Inner =>
         for ((l, wl) <- weightedPre(j.left); (r, wr) <- weightedPre(j.right)) yield {
-          val w = AttributeReference("__ivm_w", m.dataType, nullable = false)()
+          val w = AttributeReference("__ivm_w", multiplicity.dataType, nullable = false)()
           (Project(j.output :+ Alias(Multiply(wl, wr), w.name)(exprId = w.exprId), j.copy(left = l, right = r)), w)
         }
       case _ => None
@@ -250,7 +250,7 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
       overScalar(child, needed ++ cond.references).map(_.map(b => b.copy(plan = Filter(cond, b.plan))))
     case Project(list, child) if list.forall(_.deterministic) =>
       overScalar(child, AttributeSet(list.filter(e => needed.contains(e.toAttribute)).flatMap(_.references)))
-        .map(_.map(b => b.copy(plan = Project(list :+ m, b.plan))))
+        .map(_.map(b => b.copy(plan = Project(list :+ multiplicity, b.plan))))
     case SubqueryAlias(_, child) => overScalar(child, needed)
     case _ => None
   }
@@ -262,7 +262,7 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
     val right = j.right
     def filtered(p: LogicalPlan) = filter.map(Filter(_, p)).getOrElse(p)
     val fromLeft = delta(j.left).map { b =>
-      Branch(filtered(Project(j.output :+ m, j.copy(left = b.plan, right = post(right)))),
+      Branch(filtered(Project(j.output :+ multiplicity, j.copy(left = b.plan, right = post(right)))),
         b.terms ++ leafNames(right).map(n => s"Post($n)"))
     }
     if (delta(right).isEmpty) return Some(fromLeft)
@@ -285,7 +285,7 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
         // Where the value is read above, a row changes with it whatever the condition decides.
         val valueRead = needed.intersect(right.outputSet).nonEmpty
         val decides = if (valueRead) Literal.TrueLiteral else Not(EqualTo(at(ov), at(nv)))
-        val inner = AttributeReference("__ivm_m_in", m.dataType, nullable = false)()
+        val inner = AttributeReference("__ivm_m_in", multiplicity.dataType, nullable = false)()
         val change = Union(Seq(-1 -> oldRow, 1 -> newRow).map { case (sign, row) =>
           Project(row.output :+ Alias(Literal(sign), inner.name)(exprId = inner.exprId), row)
         })
@@ -293,7 +293,7 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
           case Some((weighted, w)) => (weighted, Multiply(inner, w))
           case None => (pre(j.left), inner)
         }
-        fromLeft :+ Branch(filtered(Project(j.output :+ Alias(sign, m.name)(exprId = m.exprId),
+        fromLeft :+ Branch(filtered(Project(j.output :+ Alias(sign, multiplicity.name)(exprId = multiplicity.exprId),
               j.copy(left = Filter(decides, left), right = change))),
           leafNames(j.left).map(n =>
             if (valueRead) s"Pre($n)"
@@ -311,9 +311,9 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
     case v: View => delta(v.child)
     case s: Sort => delta(s.child)
     case Filter(cond, child) => delta(child).map(b => b.copy(plan = Filter(cond, b.plan)))
-    case Project(list, child) => delta(child).map(b => b.copy(plan = Project(list :+ m, b.plan)))
+    case Project(list, child) => delta(child).map(b => b.copy(plan = Project(list :+ multiplicity, b.plan)))
     case j: Join if j.joinType == Inner =>
-      val out = j.output :+ m
+      val out = j.output :+ multiplicity
       delta(j.left).map { b =>
         Branch(Project(out, j.copy(left = b.plan, right = post(j.right))),
           b.terms ++ leafNames(j.right).map(n => s"Post($n)"))
@@ -321,11 +321,12 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
         weightedPre(j.left) match {
           case Some((left, w)) =>
             // Pre(L) = Post(L) - D(L), weighted: a row's sign is its delta sign times its weight.
-            val inner = AttributeReference("__ivm_m_in", m.dataType, nullable = false)()
+            val inner = AttributeReference("__ivm_m_in", multiplicity.dataType, nullable = false)()
             val right =
-              Project(b.plan.output.filterNot(_.exprId == m.exprId) :+ Alias(m, inner.name)(exprId = inner.exprId),
+              Project(b.plan.output.filterNot(_.exprId == multiplicity.exprId) :+ Alias(multiplicity, inner.name)(
+                  exprId = inner.exprId),
                 b.plan)
-            Branch(Project(j.output :+ Alias(Multiply(inner, w), m.name)(exprId = m.exprId),
+            Branch(Project(j.output :+ Alias(Multiply(inner, w), multiplicity.name)(exprId = multiplicity.exprId),
                 j.copy(left = left, right = right)),
               leafNames(j.left).map(n => s"Pre($n)") ++ b.terms)
           case None =>
@@ -339,16 +340,18 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
           if (i == 0) b
           else b.copy(plan = Project(child.output.zip(u.output).map { case (c, o) =>
               Alias(c, o.name)(exprId = o.exprId)
-            } :+ m, b.plan))
+            } :+ multiplicity, b.plan))
         }
       }
     case a: Aggregate => onChangedKeys(a, Some(Seq(a.groupingExpressions)), "groups")
     case d: Distinct => onChangedKeys(d, Some(Seq(d.child.output)), "rows")
     // A generator is a flatMap: each input row's output rows carry its sign.
     case g: Generate =>
-      delta(g.child).map(b => b.copy(plan = Project(g.output :+ m, g.copy(unrequiredChildIndex = Nil, child = b.plan))))
+      delta(g.child).map(b =>
+        b.copy(plan = Project(g.output :+ multiplicity, g.copy(unrequiredChildIndex = Nil, child = b.plan))))
     // GROUPING SETS / ROLLUP / CUBE: each input row once per grouping set, with its sign.
-    case e: Expand => delta(e.child).map(b => b.copy(plan = Expand(e.projections.map(_ :+ m), e.output :+ m, b.plan)))
+    case e: Expand => delta(e.child).map(b =>
+        b.copy(plan = Expand(e.projections.map(_ :+ multiplicity), e.output :+ multiplicity, b.plan)))
     // Outer, semi, anti and existence joins: the output for an equi-join key depends only on
     // the rows of both sides with that key (Larson & Zhou 2007 maintain outer joins by key the
     // same way); with no equi-join key, on all of them.
@@ -364,9 +367,9 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
   /**
    * D of an operator whose output for a key depends only on its inputs' rows with that key
    * (GROUP BY keys, a join's equi-join keys, a window's PARTITION BY): the output of the keys
-   * that changed leaves with its Pre value (m = -1) and comes back with its Post value
-   * (m = +1); rows of unchanged keys are not read, and what did not change cancels when the
-   * view sums m. `keys(i)` are the key expressions over child i; None (or no keys) when the
+   * that changed leaves with its Pre value (multiplicity -1) and comes back with its Post
+   * value (+1); rows of unchanged keys are not read, and what did not change cancels when the
+   * view sums the multiplicities. `keys(i)` are the key expressions over child i; None (or no keys) when the
    * output does not split by key: then all of it is recomputed when anything under it changed.
    * A NULL key matches null-safely, so rows with NULL keys are recomputed with their key.
    */
@@ -388,7 +391,8 @@ class DeltaRules(reader: LeafReader, val m: Attribute, fkSettings: FkSettings = 
         case (child, i) =>
           keyed.map(perChild => restriction(read(child), perChild(i), affected, probes(i))).getOrElse(read(child))
       }
-      Branch(Project(node.output :+ Alias(Literal(sign), m.name)(exprId = m.exprId), node.withNewChildren(restricted)),
+      Branch(Project(node.output :+ Alias(Literal(sign), multiplicity.name)(exprId = multiplicity.exprId),
+          node.withNewChildren(restricted)),
         Seq(s"$label(${node.nodeName} over $inputs) on changed " + (if (keyed.isDefined) what else "input: all of it") +
           matches.map(x => s", its right side from the ${x._3}").getOrElse("")))
     }

@@ -79,8 +79,10 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
     val declared = FkGraph.of(block, settings.keys)
     val splits = declared.edges.map(_.to).distinct.flatMap(updatedKeys(block, _)).map(s => s.leaf.name -> s).toMap
     if (splits.isEmpty) return None
-    val others = new DeltaRules(new UpdatesSplitReader(reader, splits, rules.m, updatesOnly = false), rules.m, settings)
-    val updates = new DeltaRules(new UpdatesSplitReader(reader, splits, rules.m, updatesOnly = true), rules.m,
+    val others = new DeltaRules(new UpdatesSplitReader(reader, splits, rules.multiplicity, updatesOnly = false),
+      rules.multiplicity, settings)
+    val updates = new DeltaRules(new UpdatesSplitReader(reader, splits, rules.multiplicity, updatesOnly = true),
+      rules.multiplicity,
       // The updates are few: join them first, then along the block's conjuncts.
       settings.copy(pruning = false, deltaFirst = true))
     val first = others.delta(plan)
@@ -232,7 +234,7 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
       terms :+= term
     }
     val filtered = pending.reduceOption(And).map(Filter(_, acc)).getOrElse(acc)
-    Branch(Project(block.outputs :+ rules.m, filtered), terms)
+    Branch(Project(block.outputs :+ rules.multiplicity, filtered), terms)
   }
 
   /**
@@ -277,7 +279,7 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
         // small, and rows not referenced drop out in the join). Without a change held on the
         // driver (`inserted` is empty), Del(y) alone.
         val changedRows = reader.delta(l).map { d =>
-          Project(l.output, if (inserted.isEmpty) Filter(LessThan(rules.m, Literal(0)), d) else d)
+          Project(l.output, if (inserted.isEmpty) Filter(LessThan(rules.multiplicity, Literal(0)), d) else d)
         }
         val post = if (fromPost.isEmpty) None
         else kept.orElse(Some(Filter(InSet(pkAttr, fromPost), reader.post(l))))
@@ -348,8 +350,8 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
             if (signsPerKey(local, pk).values.exists { case (lo, hi) => lo < 0 && hi > 0 }) Some(why) else None
           case None =>
             val keys = leafAttrs(leaf, pk)
-            val lo = Alias(Min(rules.m).toAggregateExpression(), "__ivm_lo")()
-            val hi = Alias(Max(rules.m).toAggregateExpression(), "__ivm_hi")()
+            val lo = Alias(Min(rules.multiplicity).toAggregateExpression(), "__ivm_lo")()
+            val hi = Alias(Max(rules.multiplicity).toAggregateExpression(), "__ivm_hi")()
             val both = Filter(And(LessThan(lo.toAttribute, Literal(0)), GreaterThan(hi.toAttribute, Literal(0))),
               Aggregate(keys, keys ++ Seq(lo, hi), d))
             if (settings.steps.isEmpty(both)) None else Some(why)
@@ -397,7 +399,7 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
               (LocalRelation(attrs :+ d, rows), attrs, d: Attribute)
             case None =>
               val keyAliases = pk.zipWithIndex.map { case (k, i) => Alias(k, s"__ivm_k$i")() }
-              val dir = Alias(Max(rules.m).toAggregateExpression(), "__ivm_dir")()
+              val dir = Alias(Max(rules.multiplicity).toAggregateExpression(), "__ivm_dir")()
               (settings.steps.materialize(Aggregate(pk, keyAliases :+ dir, dy)), keyAliases.map(_.toAttribute),
                 dir.toAttribute)
           }
@@ -418,7 +420,7 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
                 Seq(Alias(post, "__ivm_post")(), Alias(pre, "__ivm_pre")()), p)
           val fromPost = counts(referencing, Literal(1L), Literal(1L))
           val fromDelta = reader.delta(xLeaf).map(dx =>
-            counts(dx, Literal(0L), UnaryMinus(Cast(rules.m, LongType)))).toSeq
+            counts(dx, Literal(0L), UnaryMinus(Cast(rules.multiplicity, LongType)))).toSeq
           val all = rules.unionAll(fromPost +: fromDelta)
           val fAttrs = fromPost.output.take(fk.size)
           val post = Alias(aggregate.Sum(fromPost.output(fk.size)).toAggregateExpression(), "__ivm_np")()

@@ -105,7 +105,7 @@ class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String]) {
       oldOfKeys: Seq[InternalRow] => Option[LogicalPlan] = _ => None): Option[LogicalPlan] = {
     val changed = branches(rules)
     if (changed.isEmpty) return None
-    val m = rules.m
+    val m = rules.multiplicity
     val keys = keyAliases()
     val dCount = Alias(Sum(Cast(m, LongType)).toAggregateExpression(), "__ivm_dcount")()
     val dStates = states.map(s =>
