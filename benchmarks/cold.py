@@ -55,6 +55,10 @@ def session(warehouse: str, master: str, memory: str, app: str) -> SparkSession:
                .enableHiveSupport())
     if master.startswith("local-cluster"):
         builder = builder.config("spark.executor.memory", "3g")
+    # SPARK_IVM_BENCH_CONF="key=value;key=value": other settings for every application (both sides).
+    for kv in os.environ.get("SPARK_IVM_BENCH_CONF", "").split(";"):
+        if "=" in kv:
+            builder = builder.config(*kv.split("=", 1))
     log_dir = os.environ.get("SPARK_IVM_BENCH_EVENT_LOG")
     if log_dir:
         os.makedirs(log_dir, exist_ok=True)

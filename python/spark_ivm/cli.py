@@ -20,9 +20,12 @@ def spark_home() -> str:
 
 
 def spark_sql_command(argv: List[str]) -> List[str]:
-    """The full ``spark-sql`` command line for these user arguments."""
+    """The full ``spark-sql`` command line for these user arguments: Spark's console progress
+    bar on (a long refresh then also says which view and phase it is at), unless they say
+    otherwise."""
     master = argv[argv.index("--master") + 1] if "--master" in argv[:-1] else "local[*]"
-    return [os.path.join(spark_home(), "bin", "spark-sql"), *spark_sql_args(master=master), *argv]
+    progress = ["--conf", "spark.ui.showConsoleProgress=true"]
+    return [os.path.join(spark_home(), "bin", "spark-sql"), *spark_sql_args(master=master), *progress, *argv]
 
 
 def main(argv: Optional[List[str]] = None) -> None:

@@ -14,17 +14,20 @@ class RefreshEntry:
     ``mode`` is ``create``, ``incremental``, ``full`` or ``failed``; ``reason`` says why the
     refresh ran in that mode; ``triggered_by`` is ``sql``, ``service``, ``cascade``, ``create`` or
     ``alter``. Committed refreshes come from the view's durable history; failed ones
-    (``refresh_number`` -1, with ``error``) from the memory of the process that saw them.
+    (``refresh_number`` None, with ``error``) from the memory of the process that saw them.
+    What is not known is None: the number of a failed refresh, the duration of one whose
+    process ended before measuring it, the source rows changed of a recomputation (which reads
+    none of the changes).
     """
 
     view: str
-    refresh_number: int
+    refresh_number: Optional[int]
     start_time: datetime
-    duration_ms: int
+    duration_ms: Optional[int]
     mode: str
     reason: str
     triggered_by: str
-    source_rows_changed: int
+    source_rows_changed: Optional[int]
     source_versions: str
     error: Optional[str]
 

@@ -231,9 +231,12 @@ class MaterializedView:
         )
 
     @raises_typed
-    def explain_refresh(self) -> str:
-        """What the next refresh would run, in words and as Spark's plan. Changes nothing."""
-        text: str = self.spark.sql(f"EXPLAIN REFRESH MATERIALIZED VIEW {self._sql_name}").collect()[0][0]
+    def explain_refresh(self, extended: bool = False) -> str:
+        """What the next refresh would run and why, in words (``EXPLAIN REFRESH``); with
+        ``extended``, Spark's plan of the rows it would compute too (``EXPLAIN EXTENDED
+        REFRESH``). Changes nothing."""
+        explain = "EXPLAIN EXTENDED" if extended else "EXPLAIN"
+        text: str = self.spark.sql(f"{explain} REFRESH MATERIALIZED VIEW {self._sql_name}").collect()[0][0]
         return text
 
     @property

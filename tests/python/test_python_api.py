@@ -154,6 +154,8 @@ SELECT concat('ROW ', region, ' ', total) FROM by_region ORDER BY region;
     exe = os.path.join(os.path.dirname(sys.executable), "spark-ivm-sql")
     proc = subprocess.run(
         [exe, "--conf", f"spark.sql.warehouse.dir={tmp_path}", "--conf", "spark.ui.enabled=false",
+         # a refresh says which view and phase it is at once it has run this long
+         "--conf", "spark.ivm.refresh.progressIntervalMs=10",
          "--driver-java-options", f"-Dderby.system.home={tmp_path}"],
         input=script.replace("SELECT mode, source_rows_changed FROM (REFRESH MATERIALIZED VIEW by_region);",
                              "REFRESH MATERIALIZED VIEW by_region;"),
@@ -162,6 +164,8 @@ SELECT concat('ROW ', region, ' ', total) FROM by_region ORDER BY region;
     lines = [line for line in proc.stdout.splitlines() if line.startswith("ROW ")]
     assert lines == ["ROW eu 5.0", "ROW us 8.0"], proc.stdout[-2000:]
     assert "incremental" in proc.stdout
+    progress = "spark-ivm: REFRESH MATERIALIZED VIEW spark_catalog.default.by_region: "
+    assert progress in proc.stderr, proc.stderr[-3000:]
 
 
 @pytest.mark.parametrize("name", ["MixedCase", "2fast", "select"])

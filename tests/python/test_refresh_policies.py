@@ -324,6 +324,7 @@ def test_history_and_lag(spark: SparkSession, base: str) -> None:
     assert [e.refresh_number for e in entries] == [2, 1, 0]
     assert [e.mode for e in entries] == ["incremental", "incremental", "create"]
     assert entries[1].source_rows_changed == 2 and entries[0].source_rows_changed == 1
+    assert entries[2].source_rows_changed is None  # CREATE reads no changes: unknown, never -1
     assert all(e.duration_ms > 0 and e.error is None for e in entries)
     assert [e.refresh_number for e in mv.history(limit=1)] == [2]
     rows = spark.sql("SHOW REFRESHES FOR h LIMIT 2").collect()

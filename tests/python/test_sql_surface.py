@@ -115,7 +115,12 @@ def test_describe_and_explain(spark: SparkSession, sales: str) -> None:
     assert f"1. D(spark_catalog.{sales}.sales)\n" in text  # one table, one branch
     assert "2. " not in text
     assert "Apply: the changed rows" in text and "one Delta commit" in text
-    assert "Estimated Spark jobs:" in text and "== Spark plan of the rows to merge ==" in text
+    assert "Estimated Spark jobs:" in text and "== Spark plan" not in text
+    # Spark's plan only on request: EXPLAIN EXTENDED
+    extended = spark.sql("EXPLAIN EXTENDED REFRESH MATERIALIZED VIEW agg").collect()[0][0]
+    on_request = "(EXPLAIN EXTENDED REFRESH MATERIALIZED VIEW adds Spark's plan)\n"
+    assert on_request in text and extended.startswith(text.replace(on_request, ""))
+    assert "== Spark plan of the rows to merge ==" in extended and "Aggregate" in extended
     # EXPLAIN changed nothing: the refresh still sees the change
     assert MaterializedView.for_name(spark, "agg").refresh().source_rows_changed == 1
 

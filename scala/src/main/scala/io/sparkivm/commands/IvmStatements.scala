@@ -29,7 +29,7 @@ case class ShowMaterializedViews(namespace: Option[Seq[String]]) extends IvmStat
 
 /** DESCRIBE MATERIALIZED VIEW name [AS JSON]. */
 case class DescribeMaterializedView(name: Seq[String], asJson: Boolean = false) extends IvmStatement
-case class ExplainRefresh(name: Seq[String]) extends IvmStatement
+case class ExplainRefresh(name: Seq[String], extended: Boolean = false) extends IvmStatement
 case class AlterMaterializedViewProperties(
     name: Seq[String], set: Map[String, String], unset: Seq[String])
     extends IvmStatement

@@ -27,6 +27,8 @@ object MaterializedViewCommands {
     AttributeReference(name, StringType, nullable = true)()
   private[commands] def long(name: String): AttributeReference =
     AttributeReference(name, LongType, nullable = false)()
+  private[commands] def nullableLong(name: String): AttributeReference =
+    AttributeReference(name, LongType, nullable = true)()
 }
 import MaterializedViewCommands._
 
@@ -81,7 +83,8 @@ case class DescribeMaterializedViewCommand(statement: DescribeMaterializedView) 
 
 case class ExplainRefreshCommand(statement: ExplainRefresh) extends LeafRunnableCommand {
   override val output: Seq[Attribute] = Seq(string("plan"))
-  override def run(spark: SparkSession): Seq[Row] = Seq(Row(ViewExplainer.explain(spark, statement.name)))
+  override def run(spark: SparkSession): Seq[Row] =
+    Seq(Row(ViewExplainer.explain(spark, statement.name, statement.extended)))
 }
 
 case class AlterMaterializedViewCommand(statement: AlterMaterializedViewProperties) extends LeafRunnableCommand {
@@ -98,18 +101,25 @@ case class AlterScheduleCommand(statement: AlterSchedule) extends LeafRunnableCo
   override def run(spark: SparkSession): Seq[Row] = { ViewLifecycle.alterSchedule(spark, statement); Nil }
 }
 
-/** SHOW REFRESHES [FOR v] [LIMIT n]: past refreshes, newest first ([[RefreshLog]]). */
+/**
+ * SHOW REFRESHES [FOR v] [LIMIT n]: past refreshes, newest first ([[RefreshLog]]). What is not
+ * known is NULL: the number of a failed refresh (none was committed), the duration of one whose
+ * process ended before measuring it, the rows changed in the sources of a recomputation (it reads
+ * none of the changes).
+ */
 case class ShowRefreshesCommand(statement: ShowRefreshes) extends LeafRunnableCommand {
-  override val output: Seq[Attribute] = Seq(string("view"), long("refresh_number"),
-    AttributeReference("start_time", TimestampType, nullable = false)(), long("duration_ms"), string("mode"),
-    string("reason"), string("triggered_by"), long("source_rows_changed"), string("source_versions"),
-    string("error"))
+  override val output: Seq[Attribute] = Seq(string("view"), nullableLong("refresh_number"),
+    AttributeReference("start_time", TimestampType, nullable = false)(), nullableLong("duration_ms"),
+    string("mode"), string("reason"), string("triggered_by"), nullableLong("source_rows_changed"),
+    string("source_versions"), string("error"))
   override def run(spark: SparkSession): Seq[Row] =
     RefreshLog.list(spark, statement.name, statement.limit).map { case (view, e) =>
-      Row(view, e.number, new java.sql.Timestamp(e.startMs), e.durationMs, e.mode, e.reason, e.trigger,
-        e.sourceRowsChanged, e.sourceVersions.toSeq.sorted.map { case (t, v) => s"$t@$v" }.mkString(", "),
-        e.error.orNull)
+      Row(view, known(e.number), new java.sql.Timestamp(e.startMs), known(e.durationMs), e.mode, e.reason,
+        e.trigger, known(e.sourceRowsChanged),
+        e.sourceVersions.toSeq.sorted.map { case (t, v) => s"$t@$v" }.mkString(", "), e.error.orNull)
     }
+
+  private def known(n: Long): java.lang.Long = if (n < 0) null else n
 }
 
 /**

@@ -230,10 +230,11 @@ object IvmConf {
 
   val RefreshInterpretedMaxBytes: IvmConfEntry[Long] = bytes("spark.ivm.refresh.interpretedMaxBytes", 32L << 20,
     "A refresh whose inputs (the base tables it reads and the view's backing table, sized from " +
-      "their Delta logs) total at most this many bytes runs its queries without whole-stage code " +
-      "generation (operators run one by one): a stage's code depends on the whole plan, which " +
-      "changes with the change, and compiling it costs the driver more than it saves on small " +
-      "inputs. 0: always generate it.", internal = true)
+      "their Delta logs) total at most this many bytes runs its queries without generated code: " +
+      "operators run one by one (no whole-stage code generation) and their expressions are " +
+      "interpreted. Generating and compiling the code (anew for each plan of a changing shape, " +
+      "and all of it in a new application) costs more than it saves on small inputs. 0: always " +
+      "generate it.", internal = true)
 
   val LayoutRowsPerFile: IvmConfEntry[Long] = long("spark.ivm.layout.rowsPerFile", 250000L,
     "Backing tables are written in files of at most this many rows, ordered by the view's first " +
@@ -298,6 +299,17 @@ object IvmConf {
       "doubles from 5 seconds with each failure in a row).", min = 0L)
 
   // ---- reports ----
+
+  val RefreshProgress: IvmConfEntry[String] = entry("spark.ivm.refresh.progress", "auto", "string",
+    "Whether a refresh that runs longer than spark.ivm.refresh.progressIntervalMs says on the " +
+      "console (standard error) what it is doing: the view, the phase and the time so far, again " +
+      "after each such interval. on, off, or auto: when Spark's console progress bar is on " +
+      "(spark.ui.showConsoleProgress, which spark-ivm-sql turns on).")(v =>
+    Some(v.trim.toLowerCase(Locale.ROOT)).filter(Seq("auto", "on", "off").contains).toRight("auto, on or off"))
+
+  val RefreshProgressIntervalMs: IvmConfEntry[Long] = millis("spark.ivm.refresh.progressIntervalMs", 5000L,
+    "How long a refresh runs before it first says on the console what it is doing, and how often " +
+      "it says so again (spark.ivm.refresh.progress).", min = 10L, internal = true)
 
   val MetricsRowsJoined: IvmConfEntry[Boolean] = bool("spark.ivm.metrics.rowsJoined", default = false,
     "Count the rows that enter joins in a refresh's queries (RefreshReport.rows_joined, the work " +

@@ -26,6 +26,8 @@ import org.apache.spark.sql.ivm.{CapturedSqlConf, JoinMetrics, ReadMetrics, Sess
  */
 object RefreshSession {
   private val SnapshotPartitions = "spark.databricks.delta.snapshotPartitions"
+  // Spark's switch between generated and interpreted expressions (an internal setting).
+  private val FactoryMode = "spark.sql.codegen.factoryMode"
 
   def of(user: SparkSession): SparkSession = {
     val spark = SparkInternals.isolated(user)
@@ -58,9 +60,11 @@ object RefreshSession {
    * Small inputs: operators run one by one, without whole-stage code generation, whose code
    * depends on the shape of the whole stage and so is compiled anew for many of a refresh's
    * plans, which costs more than running them over small inputs (up to about 25 MiB, where both
-   * ways cost the same: docs/benchmarks.md). The operators' expressions are still compiled: Spark
-   * interprets them only under its own tests (`spark.sql.codegen.factoryMode` is honoured only
-   * there); their classes come from Spark's code cache, which `session_defaults` enlarges.
+   * ways cost the same: docs/benchmarks.md). Their expressions are interpreted too
+   * (`spark.sql.codegen.factoryMode`): Spark generates the Java source of every projection,
+   * predicate and ordering each time an operator starts, on the driver and in every task, before
+   * its cache of compiled classes can answer, and compiles what the cache does not hold, which
+   * in a new application is all of it. Over a few thousand rows interpreting them costs less.
    */
   def forSmallInputs(spark: SparkSession, inputBytes: => Long): Option[String] = {
     val max = IvmConf.RefreshInterpretedMaxBytes.get(spark)
@@ -68,7 +72,8 @@ object RefreshSession {
     if (max <= 0 || bytes > max) None
     else {
       spark.conf.set("spark.sql.codegen.wholeStage", "false")
-      Some(s"queries without whole-stage code generation: ${CostModel.bytes(bytes)} of " +
+      spark.conf.set(FactoryMode, "NO_CODEGEN")
+      Some(s"queries without generated code: ${CostModel.bytes(bytes)} of " +
         s"inputs, at most ${CostModel.bytes(max)} (${IvmConf.RefreshInterpretedMaxBytes.key})")
     }
   }
@@ -142,7 +147,9 @@ object RefreshPipeline extends Logging {
     val measureJoins = IvmConf.MetricsRowsJoined.get(spark)
     val timer = new PhaseTimer
     // Active for the refresh: Delta's commands read their settings from the active session.
-    def run() = RefreshSession.active(spark)(attempt(spark, user, name, full, 1, timer, trigger, because))
+    def run() = RefreshProgress.during(spark, ViewCatalog.qualify(spark, name).unquotedString) {
+      RefreshSession.active(spark)(attempt(spark, user, name, full, 1, timer, trigger, because))
+    }
     val ((report, work), joined) =
       try {
         if (measureJoins) JoinMetrics.measure(spark)(ReadMetrics.measure(spark)(run()))
@@ -186,6 +193,8 @@ object RefreshPipeline extends Logging {
   private def refreshOnce(spark: SparkSession, user: SparkSession, name: Seq[String], full: Boolean,
       timer: PhaseTimer, trigger: String, because: Option[String]): RefreshReport = {
     val meta = ViewCatalog.lookup(spark, name)
+    def phase(what: String): Unit = RefreshProgress.phase(spark, meta.viewName, what)
+    phase("finding the base tables' changes")
     // The refresh's own session analyzes and runs the query under the settings the view captured.
     CapturedSqlConf.applyTo(spark, meta.sqlConf)
     FaultInjection.point(user, "refresh-start")
@@ -245,6 +254,7 @@ object RefreshPipeline extends Logging {
 
     if (!decision.incremental) {
       timer.mark("pin")
+      phase("recomputing the query")
       val reader = new PinnedReader(spark, Map.empty, pinned, meta.viewName)
       val rows = reader.fullRows(analyzed.maintenance)
       val epsilon = strategy.build(context(reader))
@@ -266,6 +276,7 @@ object RefreshPipeline extends Logging {
       changed.foreach(p => KnownFiles.listFirst(spark, p.table, last.sourceVersions(p.name), p.version))
     }
     timer.mark("pin")
+    phase("reading the changes")
     val changes = ChangeFeed.read(spark, meta.viewName, changed.map(request(_, last)),
       IvmConf.ChangesLocalMaxBytes.get(spark), sizes)
     val probe = PlanningConf.probe(spark)
@@ -280,6 +291,7 @@ object RefreshPipeline extends Logging {
       val counts = reader.changeCounts()
       timer.mark("changes")
       FaultInjection.point(user, "after-changes")
+      phase("computing the changed rows")
       val run = strategy.begin(context(reader))
       val rules = run.rules
       val branches = analyzed.maintenance.branches(rules).map(_.describe)
@@ -302,6 +314,7 @@ object RefreshPipeline extends Logging {
         }).map(steps.materialize)
       timer.mark("delta")
       val notes = mutable.ArrayBuffer[String]() ++= run.notes ++= interpreted ++= lookedUp
+      phase("moving the view's state")
       val epsilon = run.advance(notes)
       if (epsilon.isDefined) {
         timer.mark("state")
@@ -312,6 +325,7 @@ object RefreshPipeline extends Logging {
         entry("incremental", decision, counts.values.sum, sizes.values.sum, tableBytes))
       FaultInjection.point(user, "before-commit")
       val applied = if (FaultInjection.corruptApply(user)) rows.map(Filter(Literal(false), _)) else rows
+      phase("applying the changed rows in one commit")
       val metrics = BackingTable.apply(spark, meta, analyzed.maintenance, applied, record,
         () => timer.mark("apply"))
       timer.mark("commit")
@@ -323,6 +337,7 @@ object RefreshPipeline extends Logging {
         // The committed rows as any reader reads them, from the files (not rows held in memory,
         // which are what the check is to check).
         def committed() = SparkInternals.analyzed(DeltaSources.snapshot(spark, meta.backing, done.backingVersion))
+        phase("verifying the committed rows")
         val verified = RefreshVerification.run(spark, meta.viewName, () => committed(), analyzed.maintenance,
           pinned, rows)
         if (verified.isDefined) timer.mark("verify")

@@ -21,7 +21,7 @@ import org.apache.spark.sql.catalyst.trees.Origin
  *   SHOW REFRESHES [FOR name] [LIMIT n]
  *   SHOW MATERIALIZED VIEW STATE [FOR name]
  *   (DESCRIBE | DESC) MATERIALIZED VIEW name [AS JSON]
- *   EXPLAIN REFRESH MATERIALIZED VIEW name
+ *   EXPLAIN [EXTENDED] REFRESH MATERIALIZED VIEW name
  *   ALTER MATERIALIZED VIEW name (SET TBLPROPERTIES (k = v, ...) | UNSET TBLPROPERTIES (k, ...)
  *       | SET REFRESH POLICY policy | (ADD | ALTER) schedule | DROP (SCHEDULE | TRIGGER))
  *
@@ -46,6 +46,7 @@ object IvmStatementParser {
       case "SHOW" :: "MATERIALIZED" :: "VIEW" :: "STATE" :: _ => true
       case "SHOW" :: "REFRESHES" :: _ => true
       case "EXPLAIN" :: "REFRESH" :: "MATERIALIZED" :: "VIEW" :: Nil => true
+      case "EXPLAIN" :: "EXTENDED" :: "REFRESH" :: "MATERIALIZED" :: Nil => true
       case _ => false
     }
     if (!ours) None else Some(new StatementParser(sql).statement())
@@ -296,10 +297,11 @@ object IvmStatementParser {
           expectEnd()
           DescribeMaterializedView(name, asJson)
         case "EXPLAIN" =>
+          val extended = acceptKeyword("EXTENDED")
           expectKeyword("REFRESH"); expectKeyword("MATERIALIZED"); expectKeyword("VIEW")
           val name = multipartName()
           expectEnd()
-          ExplainRefresh(name)
+          ExplainRefresh(name, extended)
         case "ALTER" =>
           expectKeyword("MATERIALIZED"); expectKeyword("VIEW")
           val name = multipartName()

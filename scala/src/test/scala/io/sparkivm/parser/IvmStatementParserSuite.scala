@@ -16,7 +16,7 @@ class IvmStatementParserSuite extends AnyFunSuite {
   test("other statements go to Spark") {
     Seq("SELECT 1", "CREATE VIEW v AS SELECT 1", "REFRESH TABLE t", "DROP VIEW v",
       "CREATE STREAMING TABLE s AS SELECT 1", "CREATE FLOW f AS INSERT INTO t SELECT 1",
-      "SHOW VIEWS", "EXPLAIN SELECT 1", "-- comment only", "").foreach { sql =>
+      "SHOW VIEWS", "EXPLAIN SELECT 1", "EXPLAIN EXTENDED SELECT 1", "-- comment only", "").foreach { sql =>
       assert(IvmStatementParser.recognise(sql).isEmpty, sql)
     }
   }
@@ -61,6 +61,7 @@ class IvmStatementParserSuite extends AnyFunSuite {
     assert(parse("DESC MATERIALIZED VIEW v") == DescribeMaterializedView(Seq("v")))
     assert(parse("DESCRIBE MATERIALIZED VIEW db.v AS JSON") == DescribeMaterializedView(Seq("db", "v"), asJson = true))
     assert(parse("EXPLAIN REFRESH MATERIALIZED VIEW v") == ExplainRefresh(Seq("v")))
+    assert(parse("explain extended refresh materialized view db.v") == ExplainRefresh(Seq("db", "v"), extended = true))
     assert(parse("ALTER MATERIALIZED VIEW v SET TBLPROPERTIES ('ivm.refresh' = 'full')") ==
       AlterMaterializedViewProperties(Seq("v"), Map("ivm.refresh" -> "full"), Nil))
     assert(parse("ALTER MATERIALIZED VIEW v UNSET TBLPROPERTIES ('a', b.c)") ==
