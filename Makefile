@@ -13,7 +13,7 @@ STAMP     := $(VENV)/.installed
 PACKAGES  := $(VENV)/.packages
 
 .PHONY: install jar demo docs test lint lint-python fmt test-scala test-python test-cluster bench bench-fk bench-triangles \
-	bench-auto bench-lag bench-lookups bench-reads bench-compile-cache clean
+	bench-auto bench-lag bench-lookups bench-reads bench-compile-cache bench-first-refresh clean
 
 install: $(STAMP) $(JAR) $(PACKAGES)
 
@@ -102,6 +102,10 @@ bench-auto: install
 # The quickstart's views with Spark's cache of compiled classes at 100 (Spark's default) and 2,000.
 bench-compile-cache: install
 	$(PY) benchmarks/compile_cache.py --rounds 6 --runs 2
+
+# The first refreshes of an application, small refreshes' code interpreted against generated.
+bench-first-refresh: install
+	$(PY) benchmarks/first_refresh.py --rounds 3 --runs 2
 
 # Reads right after a refresh: Delta's scan planning against the file lists the refresh left held.
 bench-reads: install

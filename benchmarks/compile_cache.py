@@ -22,7 +22,7 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -31,8 +31,9 @@ sys.path.insert(0, os.path.join(ROOT, "examples"))
 VIEWS = ("revenue_by_customer", "busy_priorities")
 
 
-def one_run(entries: int, rounds: int) -> List[Dict[str, Any]]:
-    """One session with the cache at `entries`: every refresh's time, jobs and classes compiled."""
+def one_run(entries: int, rounds: int, conf: Optional[Dict[str, str]] = None) -> List[Dict[str, Any]]:
+    """One session with the cache at `entries` (and `conf`): every refresh's time, jobs and
+    classes compiled."""
     import quickstart as q
     from pyspark.sql import SparkSession
     from spark_ivm import MaterializedView, configure_spark_with_ivm
@@ -42,6 +43,8 @@ def one_run(entries: int, rounds: int) -> List[Dict[str, Any]]:
                .config("spark.sql.warehouse.dir", q.WAREHOUSE).config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.codegen.cache.maxEntries", str(entries)))
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
     spark = configure_spark_with_ivm(builder).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     tables = ["nation", "customer", "orders", "lineitem"]

@@ -36,6 +36,9 @@ object RefreshSession {
     if (!SessionInternals.isSet(user, SnapshotPartitions)) {
       spark.conf.set(SnapshotPartitions, math.max(1, math.min(8, spark.sparkContext.defaultParallelism)).toString)
     }
+    // Pinning reads Delta logs and the view's records: small work, whose expressions (Delta's
+    // log replay among them) are interpreted until forSmallInputs has sized the inputs.
+    if (IvmConf.RefreshInterpretedMaxBytes.get(spark) > 0) spark.conf.set(FactoryMode, "NO_CODEGEN")
     spark
   }
 
@@ -64,13 +67,20 @@ object RefreshSession {
    * (`spark.sql.codegen.factoryMode`): Spark generates the Java source of every projection,
    * predicate and ordering each time an operator starts, on the driver and in every task, before
    * its cache of compiled classes can answer, and compiles what the cache does not hold, which
-   * in a new application is all of it. Over a few thousand rows interpreting them costs less.
+   * in a new application is all of it. Over a few thousand rows interpreting them costs no more
+   * (docs/benchmarks.md, "First refresh of an application").
+   * Larger inputs get the `user`'s code generation back.
    */
-  def forSmallInputs(spark: SparkSession, inputBytes: => Long): Option[String] = {
+  def forSmallInputs(spark: SparkSession, user: SparkSession, inputBytes: => Long): Option[String] = {
     val max = IvmConf.RefreshInterpretedMaxBytes.get(spark)
     lazy val bytes = inputBytes // sized only when the switch is on
-    if (max <= 0 || bytes > max) None
-    else {
+    if (max <= 0 || bytes > max) {
+      user.conf.getOption(FactoryMode) match {
+        case Some(mode) => spark.conf.set(FactoryMode, mode)
+        case None => spark.conf.unset(FactoryMode)
+      }
+      None
+    } else {
       spark.conf.set("spark.sql.codegen.wholeStage", "false")
       spark.conf.set(FactoryMode, "NO_CODEGEN")
       Some(s"queries without generated code: ${CostModel.bytes(bytes)} of " +
@@ -250,7 +260,7 @@ object RefreshPipeline extends Logging {
     FaultInjection.point(user, "after-pin")
     // Read from the backing table's Delta log at most once, and only by those that need it.
     lazy val backingBytes = BackingTable.sizeInBytes(spark, meta)
-    val interpreted = RefreshSession.forSmallInputs(spark, pinned.values.map(_.sizeInBytes).sum + backingBytes)
+    val interpreted = RefreshSession.forSmallInputs(spark, user, pinned.values.map(_.sizeInBytes).sum + backingBytes)
 
     if (!decision.incremental) {
       timer.mark("pin")
