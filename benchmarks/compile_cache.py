@@ -69,6 +69,28 @@ def one_run(entries: int, rounds: int, conf: Optional[Dict[str, str]] = None) ->
     return out
 
 
+def child_runs(script: str, settings: List[str], runs: int, rounds: int) -> Dict[str, List[Dict[str, Any]]]:
+    """Runs `script --one <setting> --rounds <rounds>` in a process of its own per run and
+    setting, the settings alternating; each run's entries, by setting."""
+    out: Dict[str, List[Dict[str, Any]]] = {s: [] for s in settings}
+    for _ in range(runs):
+        for setting in settings:
+            child = subprocess.run([sys.executable, script, "--one", setting, "--rounds", str(rounds)],
+                                   capture_output=True, text=True, check=True)
+            line = next(x for x in child.stdout.splitlines() if x.startswith("RESULT "))
+            out[setting] += json.loads(line[len("RESULT "):])
+    return out
+
+
+def write_results(name: str, summary: Dict[str, Any], runs: Dict[str, List[Dict[str, Any]]]) -> None:
+    """benchmarks/results/<name>.json: the command, the machine, the summary and every run."""
+    path = os.path.join(HERE, "results", f"{name}.json")
+    with open(path, "w") as f:
+        json.dump({"command": " ".join(sys.argv), "machine": {"cpus": os.cpu_count(),
+                   "python": platform.python_version()}, "summary": summary, "runs": runs}, f, indent=2)
+    print(f"wrote {path}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -79,13 +101,7 @@ def main() -> None:
     if args.one is not None:
         print("RESULT " + json.dumps(one_run(args.one, args.rounds)), flush=True)
         return
-    runs: Dict[str, List[Dict[str, Any]]] = {"100": [], "2000": []}
-    for _ in range(args.runs):
-        for entries in runs:
-            child = subprocess.run([sys.executable, __file__, "--one", entries, "--rounds", str(args.rounds)],
-                                   capture_output=True, text=True, check=True)
-            line = next(x for x in child.stdout.splitlines() if x.startswith("RESULT "))
-            runs[entries] += json.loads(line[len("RESULT "):])
+    runs = child_runs(__file__, ["100", "2000"], args.runs, args.rounds)
     summary: Dict[str, Any] = {}
     for entries, rows in runs.items():
         for name in VIEWS:
@@ -97,11 +113,7 @@ def main() -> None:
                                                     if r["view"] == name and r["round"] == 0)}
             print(f"  {name}, cache {entries}: later refreshes {s['median_s']:.2f} s (median), "
                   f"{s['median_compiled']:g} classes compiled each", flush=True)
-    path = os.path.join(HERE, "results", "compile_cache.json")
-    with open(path, "w") as f:
-        json.dump({"command": " ".join(sys.argv), "machine": {"cpus": os.cpu_count(),
-                   "python": platform.python_version()}, "summary": summary, "runs": runs}, f, indent=2)
-    print(f"wrote {path}")
+    write_results("compile_cache", summary, runs)
 
 
 if __name__ == "__main__":

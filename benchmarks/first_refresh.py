@@ -18,16 +18,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
-import subprocess
 import sys
-from typing import Any, Dict, List
+from typing import Any, Dict
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from compile_cache import VIEWS, one_run  # noqa: E402
+from compile_cache import VIEWS, child_runs, one_run, write_results  # noqa: E402
 
 # Both incremental (AUTO could choose otherwise from one round to the next).
 INCREMENTAL = {"spark.ivm.refreshPolicy.default": "incremental"}
@@ -45,13 +43,7 @@ def main() -> None:
     if args.one is not None:
         print("RESULT " + json.dumps(one_run(2000, args.rounds, SETTINGS[args.one])), flush=True)
         return
-    runs: Dict[str, List[Dict[str, Any]]] = {k: [] for k in SETTINGS}
-    for _ in range(args.runs):
-        for setting in runs:
-            child = subprocess.run([sys.executable, __file__, "--one", setting, "--rounds", str(args.rounds)],
-                                   capture_output=True, text=True, check=True)
-            line = next(x for x in child.stdout.splitlines() if x.startswith("RESULT "))
-            runs[setting] += json.loads(line[len("RESULT "):])
+    runs = child_runs(__file__, list(SETTINGS), args.runs, args.rounds)
     summary: Dict[str, Any] = {}
     for setting, rows in runs.items():
         for name in VIEWS:
@@ -63,11 +55,7 @@ def main() -> None:
                     "median_compiled": statistics.median(r["compiled"] for r in these)}
                 print(f"  {name}, {setting}, round {round_ + 1}: {s['median_s']:.2f} s (median, "
                       f"{'/'.join(s['modes'])}), {s['median_compiled']:g} classes compiled", flush=True)
-    path = os.path.join(HERE, "results", "first_refresh.json")
-    with open(path, "w") as f:
-        json.dump({"command": " ".join(sys.argv), "machine": {"cpus": os.cpu_count(),
-                   "python": platform.python_version()}, "summary": summary, "runs": runs}, f, indent=2)
-    print(f"wrote {path}")
+    write_results("first_refresh", summary, runs)
 
 
 if __name__ == "__main__":
