@@ -13,10 +13,15 @@ lazy val sparkVersion = pins("pyspark")
 lazy val deltaVersion = pins("delta-spark")
 lazy val sparkMajorMinor = sparkVersion.split('.').take(2).mkString(".")
 
-// Libraries the extension needs at run time besides Spark and Delta, as Maven coordinates. The
-// jar lists them in `spark-ivm-packages.txt`, from which `configure_spark_with_ivm` adds them to
-// `spark.jars.packages` (their SLF4J is Spark's own, so it is excluded).
-lazy val runtimePackages = Seq("com.cronutils:cron-utils:9.2.1")
+// Libraries the extension needs at run time besides Spark and Delta are bundled into its jar,
+// renamed under io.sparkivm.shaded (Spark's own way with its dependencies), so that the jar alone
+// with Delta is a working extension: `--jars spark-ivm.jar --packages delta-spark` included.
+// Their SLF4J is Spark's own, so it stays out.
+lazy val bundled = Seq("com.cronutils" % "cron-utils" % "9.2.1" exclude ("org.slf4j", "slf4j-api"))
+// Maven coordinates the jar needs besides Spark and Delta (none while everything is bundled) and
+// exclusions from what Delta's package brings (SLF4J: Spark's own), listed in the jar's
+// `spark-ivm-packages.txt` for `configure_spark_with_ivm`.
+lazy val runtimePackages = Seq.empty[String]
 lazy val runtimeExcludes = Seq("org.slf4j:slf4j-api")
 
 ThisBuild / organization := "io.sparkivm"
@@ -34,11 +39,16 @@ lazy val root = (project in file("."))
       "org.apache.spark" %% "spark-sql" % sparkVersion % Provided,
       "io.delta" % s"delta-spark_${sparkMajorMinor}_2.13" % deltaVersion % Provided,
       "org.scalatest" %% "scalatest" % "3.2.19" % Test
-    ) ++ runtimePackages.map { coords =>
-      val Array(group, artifact, rev) = coords.split(':')
-      runtimeExcludes.foldLeft(group % artifact % rev) { (m, ex) =>
-        val Array(g, a) = ex.split(':'); m.exclude(g, a)
-      }
+    ) ++ bundled,
+    assembly / assemblyJarName := s"spark-ivm_2.13-${version.value}.jar",
+    assembly / assemblyOption ~= (_.withIncludeScala(false)),
+    assembly / assemblyShadeRules := Seq(
+      ShadeRule.rename("com.cronutils.**" -> "io.sparkivm.shaded.cronutils.@1").inAll),
+    assembly / assemblyMergeStrategy := {
+      case PathList("META-INF", "services", _*) => MergeStrategy.concat
+      case PathList("META-INF", _*) => MergeStrategy.discard
+      case PathList("module-info.class") => MergeStrategy.discard
+      case other => (assembly / assemblyMergeStrategy).value(other)
     },
     Compile / resourceGenerators += Def.task {
       val file = (Compile / resourceManaged).value / "spark-ivm-packages.txt"

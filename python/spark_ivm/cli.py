@@ -9,7 +9,7 @@ import os
 import sys
 from typing import List, Optional
 
-from spark_ivm.session import spark_sql_args
+from spark_ivm.session import fetch_once, spark_sql_args
 
 
 def spark_home() -> str:
@@ -23,19 +23,24 @@ def spark_sql_command(argv: List[str]) -> List[str]:
     """The full ``spark-sql`` command line for these user arguments: Spark's console progress
     bar on (a long refresh then also says which view and phase it is at), unless they say
     otherwise."""
+    fetch_once()
     master = argv[argv.index("--master") + 1] if "--master" in argv[:-1] else "local[*]"
     progress = ["--conf", "spark.ui.showConsoleProgress=true"]
     return [os.path.join(spark_home(), "bin", "spark-sql"), *spark_sql_args(master=master), *progress, *argv]
 
 
-def main(argv: Optional[List[str]] = None) -> None:
-    """Replace this process with spark-sql."""
-    cmd = spark_sql_command(list(sys.argv[1:] if argv is None else argv))
+def exec_spark(cmd: List[str]) -> None:
+    """Replace this process with one of the Spark distribution's commands."""
     os.environ["SPARK_HOME"] = spark_home()
     # spark-submit's scripts run Python helpers; make them find this environment's Python.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
     os.execv(cmd[0], cmd)
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    """Replace this process with spark-sql."""
+    exec_spark(spark_sql_command(list(sys.argv[1:] if argv is None else argv)))
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 from contextlib import contextmanager
-from typing import Any, Callable, Dict, Iterator, Optional, Type, TypeVar, cast
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple, Type, TypeVar, cast
 
 from pyspark.errors import AnalysisException
 from pyspark.errors.exceptions.captured import AnalysisException as CapturedAnalysisException
@@ -265,14 +265,43 @@ def error_class(condition: Optional[str]) -> Optional[Type[IvmAnalysisException]
 
 
 def typed(error: AnalysisException) -> AnalysisException:
-    """``error`` as its typed subclass when it is a spark-ivm error, else unchanged."""
+    """``error`` as its typed subclass when it is a spark-ivm error, else unchanged. An error
+    that came through Spark Connect becomes an instance of both the Connect exception and the
+    typed class (see :func:`_connect_class`)."""
     if isinstance(error, IvmAnalysisException):
         return error
     cls = error_class(error.getCondition())
-    origin = getattr(error, "_origin", None)
-    if cls is None or origin is None:
+    if cls is None:
         return error
-    return cls(origin=origin)
+    origin = getattr(error, "_origin", None)
+    if origin is not None:
+        return cls(origin=origin)
+    if not type(error).__module__.startswith("pyspark.errors.exceptions.connect"):
+        return error
+    klass = _connect_class(cls, type(error))
+    converted = klass.__new__(klass)
+    converted.__dict__.update(error.__dict__)
+    converted.args = error.args
+    return converted
+
+
+_CONNECT_CLASSES: Dict[Tuple[type, type], Type[AnalysisException]] = {}
+
+
+def _connect_class(cls: Type[IvmAnalysisException], connect: type) -> Type[AnalysisException]:
+    """A class under both ``connect`` (a Spark Connect client's exception, which holds what the
+    server sent: condition, parameters, SQLSTATE) and ``cls``, so that ``except
+    NotIncrementalizableError`` catches it. The Connect class answers every accessor; the classic
+    one would ask a JVM the client does not have."""
+    if (cls, connect) not in _CONNECT_CLASSES:
+        classic = {name for base in CapturedAnalysisException.__mro__
+                   if base.__module__.startswith("pyspark.errors.exceptions.captured")
+                   for name, value in vars(base).items() if callable(value) or isinstance(value, property)}
+        answers = {name: getattr(connect, name) for name in classic if hasattr(connect, name)}
+        _CONNECT_CLASSES[(cls, connect)] = type(cls.__name__, (connect, cls), {
+            **answers, "__module__": cls.__module__, "__qualname__": cls.__qualname__,
+            "__doc__": cls.__doc__})
+    return _CONNECT_CLASSES[(cls, connect)]
 
 
 @contextmanager

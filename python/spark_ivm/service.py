@@ -14,8 +14,9 @@ from typing import Any, Dict, Iterable, List, Optional
 
 from pyspark.sql import SparkSession
 
-from spark_ivm.errors import raises_typed
+from spark_ivm.errors import IvmError, raises_typed
 from spark_ivm.report import RefreshReport
+from spark_ivm.session import is_connect
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,10 @@ class RefreshService:
     """
 
     def __init__(self, spark: SparkSession, databases: Optional[Iterable[str]] = None) -> None:
+        if is_connect(spark):
+            raise IvmError("RefreshService runs in the driver of the session that starts it, which a "
+                           "Spark Connect client does not have: run `spark-ivm-refresh` beside the "
+                           "server, on the same catalog (or call refresh() from the client)")
         self.spark = spark
         jvm = spark.sparkContext._jvm
         assert jvm is not None

@@ -6,7 +6,10 @@ import glob
 import hashlib
 import os
 import re
+import subprocess
+import sys
 import tempfile
+import warnings
 import zipfile
 from importlib import metadata
 from typing import Any, Dict, Iterable, List, Optional, Tuple
@@ -17,6 +20,11 @@ from pyspark.sql import SparkSession
 IVM_EXTENSION = "io.sparkivm.IvmSparkSessionExtensions"
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+
+
+def is_connect(spark: SparkSession) -> bool:
+    """True for a Spark Connect session (whose client has no JVM to call)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
 def ivm_jar_path() -> str:
@@ -188,14 +196,34 @@ def configure_spark_with_ivm(
     (after any the builder already has) and the Delta catalog, then the settings of
     :func:`session_defaults` that the builder does not set. Works for ``local[*]`` and cluster
     masters alike: the jars are shipped to executors.
+
+    A Spark Connect builder (``builder.remote(...)``) is configured only for a local server
+    (``remote("local[2]")``), which this process starts; a server elsewhere (``sc://...``) takes
+    no settings from its clients, so it must have been started with spark-ivm
+    (``spark-ivm-server connect``) and the builder is returned unchanged.
     """
     options: Dict[str, Any] = dict(getattr(builder, "_options", {}))
+    remote = options.get("spark.remote")
+    if remote is not None and not str(remote).startswith("local"):
+        return builder
+    if remote is not None:
+        _quiet_connect_static_confs()
+    if not extra_packages:
+        fetch_once(options)
     for key, value in _session_confs(extra_packages or [], options).items():
         builder = builder.config(key, value)
-    for key, value in session_defaults(options.get("spark.master")).items():
+    for key, value in session_defaults(remote or options.get("spark.master")).items():
         if key not in options:
             builder = builder.config(key, value)
     return builder
+
+
+def _quiet_connect_static_confs() -> None:
+    """A Spark Connect client started with ``remote("local...")`` gives its builder's settings to
+    the server it starts, then sets them again on its session, where static ones cannot change,
+    and warns about each. Ours took effect on the server: silence the warnings about them."""
+    keys = "|".join(re.escape(k) for k in [*_session_confs([]), *session_defaults("local")])
+    warnings.filterwarnings("ignore", message=rf"Failed to set ({keys}) to ", category=UserWarning)
 
 
 def fetch_packages() -> None:
@@ -227,6 +255,27 @@ def fetch_packages() -> None:
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write("\n".join(jars) + "\n")
     os.replace(tmp, target)
+
+
+def fetch_once(options: Optional[Dict[str, Any]] = None) -> None:
+    """Runs :func:`fetch_packages` in a process of its own, its output to a log file, unless
+    its list is there already or ``options`` ask for resolution settings of their own: a user
+    who installed the package with pip (not ``make install``) then starts sessions on the local
+    jars from the second one on, without Ivy's report of some hundred lines at each start. If
+    the fetch fails (offline, say), sessions resolve the packages themselves, as Spark does."""
+    if any((options or {}).get(k) for k in _RESOLUTION_CONFS):
+        return
+    _, wanted, excludes = _packages()
+    if _resolved_jars(wanted, excludes) is not None:
+        return
+    log = os.path.splitext(_resolved_list(wanted, excludes))[0] + ".log"
+    os.makedirs(os.path.dirname(log), exist_ok=True)
+    print(f"spark-ivm: fetching the Maven packages it needs, once (log: {log})",
+          file=sys.stderr, flush=True)
+    with open(log, "w", encoding="utf-8") as out:
+        code = "from spark_ivm.session import fetch_packages; fetch_packages()"
+        subprocess.run([sys.executable, "-c", code], stdout=out, stderr=subprocess.STDOUT,
+                       stdin=subprocess.DEVNULL, check=False)
 
 
 def spark_sql_args(extra_packages: Optional[Iterable[str]] = None,

@@ -15,6 +15,7 @@ from pyspark.sql import functions as F
 from spark_ivm.errors import IvmError, raises_typed
 from spark_ivm.history import Lag, RefreshEntry
 from spark_ivm.report import RefreshReport
+from spark_ivm.session import is_connect
 from spark_ivm.state import HeldState, held_state
 
 POLICIES = ("AUTO", "INCREMENTAL", "INCREMENTAL STRICT", "FULL")
@@ -41,6 +42,10 @@ def _policy(value: str) -> str:
 def is_materialized_view(spark: SparkSession, name: str) -> bool:
     """True if ``name`` (``view``, ``db.view``) is a materialized view. A catalog lookup only."""
     try:
+        # Asked first, so that a missing name raises nothing (a Spark Connect client logs every
+        # error it receives, caught or not).
+        if not spark.catalog.tableExists(name.replace("`", "")):
+            return False
         rows = spark.sql(f"SHOW TBLPROPERTIES {quote_name(name)} ('ivm.materialized')").collect()
     except AnalysisException:
         return False
@@ -290,6 +295,8 @@ class MaterializedView:
         that are not the view's (which the eager path then reports)."""
         if not all(v is None or isinstance(v, (bool, int, float, str, Decimal)) for v in inputs.values()):
             return None
+        if is_connect(self.spark):
+            return None
         # One round trip: names joined, values pickled (lists would cost one per element).
         return self._resident_trees().open(self.spark._jsparkSession, self._sql_name, "\0".join(inputs),
                                            bytearray(pickle.dumps(list(inputs.values()), protocol=2)))
@@ -306,6 +313,9 @@ class MaterializedView:
     def lookup_structure(self) -> str:
         """How :meth:`lookup` answers: ``view trees held: <n> tuples at <versions>``, or ``no view
         trees: <why>`` (then it reads the view's rows). Builds the trees if the view has them."""
+        if is_connect(self.spark):
+            return ("no view trees: a Spark Connect client reads the view's rows (the trees live in a "
+                    "driver's memory, which a Connect client does not share)")
         text: str = self._resident_trees().describe(self.spark._jsparkSession, self._sql_name)
         return text
 

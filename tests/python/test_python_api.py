@@ -126,14 +126,23 @@ def test_sessions_use_the_jars_resolved_at_install_unless_asked_to_resolve(
 
 def test_fetch_packages_records_every_jar_the_packages_resolved_to(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """`make install`'s fetch, in a process of its own (this one has its session already)."""
+    """A pip user's first session set-up (no `make install`, nothing fetched): it fetches the
+    packages once, in a process of its own whose Ivy report goes to a log, and the builder gets
+    the local jars instead of packages to resolve at every start."""
     from spark_ivm import session
     env = {**short_jvm_env(), "SPARK_IVM_CACHE": str(tmp_path)}
-    code = "from spark_ivm.session import fetch_packages; fetch_packages()"
+    code = ("from pyspark.sql import SparkSession; from spark_ivm import configure_spark_with_ivm; "
+            "b = configure_spark_with_ivm(SparkSession.builder); print('PACKAGES', b._options.get("
+            "'spark.jars.packages')); print('JARS', b._options['spark.jars'])")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "PACKAGES None" in proc.stdout and "io.delta_delta-spark" in proc.stdout
+    assert "spark-ivm: fetching the Maven packages it needs, once" in proc.stderr
+    assert ":: resolving dependencies" not in proc.stdout + proc.stderr
     monkeypatch.setenv("SPARK_IVM_CACHE", str(tmp_path))
     packages, excludes = session.jar_packages()
+    log = os.path.splitext(session._resolved_list([delta_package(), *packages], excludes))[0] + ".log"
+    assert ":: resolving dependencies" in Path(log).read_text()
     jars = session._resolved_jars([delta_package(), *packages], excludes)
     assert jars is not None and all(os.path.isabs(j) for j in jars)
     assert any(delta_package().split(":")[1] in os.path.basename(j) for j in jars)
