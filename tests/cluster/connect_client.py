@@ -35,6 +35,7 @@ def main(warehouse: str) -> None:
     seen["lookup"] = sorted(r[0] for r in ap.lookup(k=1))
     seen["structure"] = ap.lookup_structure()
     seen["history"] = [e.mode for e in mv.history()]
+    seen["describe"] = [mv.describe()["maintenance"]["strategy"], mv.lag().pending_commits]
     try:
         MaterializedView.for_name(spark, "missing").refresh()
     except ViewNotFoundError as e:

@@ -1,5 +1,6 @@
-"""spark-ivm behind Spark's servers: a Spark Connect client, and JDBC through the Thrift server
-that ``spark-ivm-server thrift`` starts. Each runs in processes of its own."""
+"""spark-ivm where Spark users run Spark besides a session of their own: a Spark Connect client,
+JDBC through the Thrift server that ``spark-ivm-server thrift`` starts, and `spark-sql` given
+only the jar and Delta's package. Each runs in processes of its own."""
 
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ def test_a_spark_connect_client_uses_every_part_of_the_api(tmp_path: Path) -> No
     assert seen["lookup_before"] == [5, 10] and seen["lookup"] == [1, 5, 10]
     assert seen["structure"].startswith("no view trees: a Spark Connect client")
     assert seen["history"][0] == "incremental"
+    assert seen["describe"] == ["counting", 0]
     assert seen["not_found"] == ["IVM_VIEW_NOT_FOUND", "42P01"]
     assert seen["not_incremental"] == "LIMIT / OFFSET"
     assert "spark-ivm-refresh" in seen["service"]
@@ -75,7 +77,9 @@ def test_jdbc_clients_create_and_refresh_views_through_the_thrift_server(tmp_pat
                   "DELETE FROM t WHERE i = 1;"
                   "REFRESH MATERIALIZED VIEW v;"
                   "SELECT concat('ROW ', g, ' ', n) FROM v ORDER BY g;"
-                  "SHOW MATERIALIZED VIEWS;")
+                  "SHOW MATERIALIZED VIEWS;"
+                  "DESCRIBE MATERIALIZED VIEW v;"
+                  "SHOW REFRESHES FOR v;")
         beeline = os.path.join(SPARK_HOME, "bin", "beeline")
         proc = subprocess.run([beeline, "--silent=true", "--outputformat=tsv2",
                                "-u", f"jdbc:hive2://localhost:{port}", "-e", script],
@@ -84,7 +88,33 @@ def test_jdbc_clients_create_and_refresh_views_through_the_thrift_server(tmp_pat
         rows = [line for line in proc.stdout.splitlines() if line.startswith("ROW ")]
         assert rows == ["ROW a 1", "ROW b 2"], proc.stdout[-2000:]
         assert "SCHEDULE CRON '0 0 * * * ?'" in proc.stdout
+        assert "Maintenance\tcounting IVM, grouped aggregate" in proc.stdout, proc.stdout[-3000:]
+        # SHOW REFRESHES: view, refresh_number, start_time, duration_ms, mode, ...
+        refreshes = [(c[1], c[4]) for c in (line.split("\t") for line in proc.stdout.splitlines())
+                     if len(c) > 5 and c[0].endswith("`v`") and c[1] in ("0", "1")]
+        assert refreshes == [("1", "incremental"), ("0", "create")], proc.stdout[-3000:]
     finally:
         server.terminate()
         server.wait(timeout=60)
         log.close()
+
+
+def test_the_jar_with_deltas_package_alone_runs_a_cron_scheduled_view(tmp_path: Path) -> None:
+    """The README's own-session set-up, nothing more: `--jars` the spark-ivm jar and
+    `--packages` Delta. The cron parser a SCHEDULE CRON needs comes inside the jar."""
+    from spark_ivm import IVM_EXTENSION, delta_package, ivm_jar_path
+    script = ("CREATE TABLE t (i INT) USING delta; INSERT INTO t VALUES (1), (2);"
+              "CREATE MATERIALIZED VIEW v SCHEDULE CRON '0 0 * * * ?' AS SELECT count(*) AS n FROM t;"
+              "INSERT INTO t VALUES (3); REFRESH MATERIALIZED VIEW v;"
+              "SELECT concat('ROW ', n) FROM v;")
+    proc = subprocess.run(
+        [os.path.join(SPARK_HOME, "bin", "spark-sql"),
+         "--jars", ivm_jar_path(), "--packages", delta_package(),
+         "--conf", f"spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension,{IVM_EXTENSION}",
+         "--conf", "spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog",
+         "--conf", "spark.ui.enabled=false", "--conf", f"spark.sql.warehouse.dir={tmp_path / 'wh'}",
+         "--driver-java-options", f"-Dderby.system.home={tmp_path}", "-e", script],
+        capture_output=True, text=True, timeout=600, env=_env(), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert [line for line in proc.stdout.splitlines() if line.startswith("ROW ")] == ["ROW 3"]
+    assert "NoClassDefFoundError" not in proc.stderr
