@@ -101,7 +101,8 @@ class RefreshReport:
 
     @classmethod
     def from_json(cls, text: str) -> "RefreshReport":
-        """Parse the JSON that REFRESH MATERIALIZED VIEW returns in its ``report`` column."""
+        """Parse the JSON that REFRESH MATERIALIZED VIEW ... WITH REPORT returns in its ``report``
+        column."""
         d = json.loads(text)
         return cls(
             view=d["view"],

@@ -139,7 +139,7 @@ class MaterializedView:
         first refreshes the materialized views it reads (where they are stale), as
         ``REFRESH MATERIALIZED VIEW ... CASCADE`` does. Returns this view's report."""
         options = (" FULL" if full else "") + (" CASCADE" if cascade else "")
-        rows = self.spark.sql(f"REFRESH MATERIALIZED VIEW {self._sql_name}{options}").collect()
+        rows = self.spark.sql(f"REFRESH MATERIALIZED VIEW {self._sql_name}{options} WITH REPORT").collect()
         return RefreshReport.from_json(rows[-1]["report"])
 
     @property

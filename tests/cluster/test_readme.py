@@ -3,12 +3,13 @@ their own (the Python example starts its own session)."""
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 from typing import List
+
+from ivm_testing import short_jvm_env
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -48,7 +49,7 @@ def test_the_readme_examples_run_as_written(tmp_path: Path) -> None:
         "    spark.sql(stmt).collect()",
         python_blocks[0],
     ])
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    env = {**short_jvm_env(), "PYSPARK_PYTHON": sys.executable}
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=900,
                           env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pyspark
+from ivm_testing import short_jvm_env
 
 HERE = Path(__file__).resolve().parent
 BIN = Path(sys.executable).parent
@@ -20,7 +21,8 @@ SPARK_HOME = os.path.dirname(os.path.abspath(pyspark.__file__))
 
 
 def _env() -> dict:
-    return {**os.environ, "SPARK_HOME": SPARK_HOME, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    """The processes' environment: their JVMs compile with C1 only (they run briefly)."""
+    return {**short_jvm_env(), "SPARK_HOME": SPARK_HOME, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
 
 
 def test_a_spark_connect_client_uses_every_part_of_the_api(tmp_path: Path) -> None:

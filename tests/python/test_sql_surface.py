@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from ivm_testing import assert_matches_query, condition, refused
 from pyspark.errors import ParseException
@@ -184,3 +186,19 @@ def test_names_that_need_quoting_work_everywhere(spark: SparkSession, db: str) -
     for mv in views.values():
         mv.drop()
     assert list_materialized_views(spark) == []
+
+
+def test_refresh_returns_a_compact_row_and_the_report_on_request(spark: SparkSession, sales: str) -> None:
+    """REFRESH's row fits a terminal (the reason in one sentence); WITH REPORT adds the whole
+    report as JSON, which is what Python's refresh() parses."""
+    spark.sql("CREATE MATERIALIZED VIEW compact AS SELECT region, count(*) AS n FROM sales GROUP BY region")
+    spark.sql("INSERT INTO sales VALUES (9, 'eu', 1.0)")
+    rows = spark.sql("REFRESH MATERIALIZED VIEW compact").collect()
+    assert rows[0].__fields__ == ["view", "mode", "refresh_number", "source_rows_changed",
+                                  "view_rows_changed", "duration_ms", "reason"]
+    assert rows[0].mode == "incremental" and rows[0].source_rows_changed == 1
+    assert rows[0].reason and "\n" not in rows[0].reason and len(rows[0].reason) < 300
+    spark.sql("DELETE FROM sales WHERE id = 9")
+    full = spark.sql("REFRESH MATERIALIZED VIEW compact FULL WITH REPORT").collect()[0]
+    assert full.__fields__[-1] == "report" and full.mode == "full"
+    assert json.loads(full.report)["reason"] == full.reason

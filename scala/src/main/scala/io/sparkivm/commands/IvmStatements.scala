@@ -23,7 +23,9 @@ case class CreateMaterializedView(
     extends IvmStatement
 
 /** REFRESH MATERIALIZED VIEW name [FULL] [CASCADE]. */
-case class RefreshMaterializedView(name: Seq[String], full: Boolean, cascade: Boolean = false) extends IvmStatement
+case class RefreshMaterializedView(name: Seq[String], full: Boolean, cascade: Boolean = false,
+    withReport: Boolean = false)
+    extends IvmStatement
 case class DropMaterializedView(name: Seq[String], ifExists: Boolean) extends IvmStatement
 case class ShowMaterializedViews(namespace: Option[Seq[String]]) extends IvmStatement
 

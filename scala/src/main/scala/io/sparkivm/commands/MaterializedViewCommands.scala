@@ -37,8 +37,11 @@ case class CreateMaterializedViewCommand(statement: CreateMaterializedView) exte
 }
 
 case class RefreshMaterializedViewCommand(statement: RefreshMaterializedView) extends LeafRunnableCommand {
+
+  /** A compact row per view (the reason in one sentence); the whole report as JSON on request. */
   override val output: Seq[Attribute] = Seq(string("view"), string("mode"), long("refresh_number"),
-    long("source_rows_changed"), long("view_rows_changed"), long("duration_ms"), string("report"))
+    long("source_rows_changed"), long("view_rows_changed"), long("duration_ms"), string("reason")) ++
+    (if (statement.withReport) Seq(string("report")) else Nil)
 
   /** One row per view refreshed: with CASCADE the views it reads first, the named view last. */
   override def run(spark: SparkSession): Seq[Row] = {
@@ -48,7 +51,8 @@ case class RefreshMaterializedViewCommand(statement: RefreshMaterializedView) ex
       reason =
         if (rebuilt) Some("the view's backing table was gone: rebuilt from its definition, and recomputed") else None
     ).map { r =>
-      Row(r.view, r.mode, r.refreshNumber, r.sourceRowsChanged, r.viewRowsChanged, r.totalMs, r.toJson)
+      val compact = Seq(r.view, r.mode, r.refreshNumber, r.sourceRowsChanged, r.viewRowsChanged, r.totalMs, r.reason)
+      Row.fromSeq(if (statement.withReport) compact :+ r.toJson else compact)
     }
   }
 }

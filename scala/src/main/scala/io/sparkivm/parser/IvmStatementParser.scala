@@ -15,7 +15,7 @@ import org.apache.spark.sql.catalyst.trees.Origin
  *   CREATE [OR REPLACE] MATERIALIZED VIEW [IF NOT EXISTS] name [(col, ...)]
  *       [COMMENT 'text'] [TBLPROPERTIES (key = value, ...)]
  *       [REFRESH POLICY (AUTO | INCREMENTAL [STRICT] | FULL)] [schedule] [ACCESS BY (col, ...)] AS query
- *   REFRESH MATERIALIZED VIEW name [FULL] [CASCADE]
+ *   REFRESH MATERIALIZED VIEW name [FULL] [CASCADE] [WITH REPORT]
  *   DROP MATERIALIZED VIEW [IF EXISTS] name
  *   SHOW MATERIALIZED VIEWS [(IN | FROM) namespace]
  *   SHOW REFRESHES [FOR name] [LIMIT n]
@@ -262,8 +262,9 @@ object IvmStatementParser {
             else if (!cascade && acceptKeyword("CASCADE")) cascade = true
             else more = false
           }
+          val withReport = acceptKeyword("WITH") && { expectKeyword("REPORT"); true }
           expectEnd()
-          RefreshMaterializedView(name, full, cascade)
+          RefreshMaterializedView(name, full, cascade, withReport)
         case "DROP" =>
           expectKeyword("MATERIALIZED"); expectKeyword("VIEW")
           val ifExists = if (acceptKeyword("IF")) { expectKeyword("EXISTS"); true }

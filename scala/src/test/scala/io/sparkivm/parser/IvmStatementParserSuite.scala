@@ -99,6 +99,10 @@ class IvmStatementParserSuite extends AnyFunSuite {
       cascade = true))
     assert(parse("REFRESH MATERIALIZED VIEW v FULL CASCADE") == RefreshMaterializedView(Seq("v"), full = true,
       cascade = true))
+    assert(parse("refresh materialized view v full cascade with report") ==
+      RefreshMaterializedView(Seq("v"), full = true, cascade = true, withReport = true))
+    assert(error("REFRESH MATERIALIZED VIEW v WITH").getMessage.contains("REPORT"))
+    assert(error("REFRESH MATERIALIZED VIEW v WITH REPORT FULL").getMessage.contains("end of statement"))
     assert(parse("ALTER MATERIALIZED VIEW v SET REFRESH POLICY auto") == AlterRefreshPolicy(Seq("v"), RefreshPolicy.Auto))
     assert(parse("ALTER MATERIALIZED VIEW v ADD SCHEDULE EVERY 2 DAYS") ==
       AlterSchedule(Seq("v"), "ADD", Some(Schedule.Every(2, "DAY"))))
