@@ -22,7 +22,7 @@ case class CreateMaterializedView(
     accessBy: Seq[String] = Nil)
     extends IvmStatement
 
-/** REFRESH MATERIALIZED VIEW name [FULL] [CASCADE]. */
+/** REFRESH MATERIALIZED VIEW name [FULL] [CASCADE] [WITH REPORT]. */
 case class RefreshMaterializedView(name: Seq[String], full: Boolean, cascade: Boolean = false,
     withReport: Boolean = false)
     extends IvmStatement
