@@ -44,7 +44,7 @@ def is_materialized_view(spark: SparkSession, name: str) -> bool:
     try:
         # Asked first, so that a missing name raises nothing (a Spark Connect client logs every
         # error it receives, caught or not).
-        if not spark.catalog.tableExists(name.replace("`", "")):
+        if not spark.catalog.tableExists(quote_name(name)):
             return False
         rows = spark.sql(f"SHOW TBLPROPERTIES {quote_name(name)} ('ivm.materialized')").collect()
     except AnalysisException:
