@@ -71,6 +71,7 @@ object KnownFiles extends Logging {
     hit.getOrElse {
       val files = earlier.flatMap(advance(log, _, snapshot.version))
         .orElse(fromFirstCommit(log, snapshot))
+        .orElse(fromCheckpoint(log, snapshot))
         .getOrElse(snapshot.allFiles.collect().iterator.map(a => key(a) -> new KnownFile(a)).toMap)
       remember(new Version(idOf(snapshot), snapshot.version, files))
     }
@@ -111,6 +112,7 @@ object KnownFiles extends Logging {
     hit.orElse(earlier.filter(snapshot.version - _.version <= ReplayMaxCommits)
         .flatMap(advance(log, _, snapshot.version))
         .orElse(fromFirstCommit(log, snapshot))
+        .orElse(fromCheckpoint(log, snapshot))
         .map(files => remember(new Version(idOf(snapshot), snapshot.version, files))))
   }
 
@@ -134,6 +136,17 @@ object KnownFiles extends Logging {
     if (segment.checkpointProvider.version >= 0 || snapshot.version >= ReplayMaxCommits) None
     else advance(log, new Version(idOf(snapshot), -1L, Map.empty), snapshot.version)
   }
+
+  /**
+   * The files of a version at most [[ReplayMaxCommits]] commits after a classic checkpoint: the
+   * checkpoint's adds read on the driver ([[CheckpointFiles]]), advanced by the commits after it.
+   */
+  private def fromCheckpoint(log: DeltaLog, snapshot: Snapshot): Option[Map[(String, String), KnownFile]] =
+    if (snapshot.version - snapshot.logSegment.checkpointProvider.version > ReplayMaxCommits) None
+    else CheckpointFiles.adds(SparkSession.active, snapshot).flatMap { case (version, adds) =>
+      val files = adds.iterator.map(a => key(a) -> new KnownFile(a)).toMap
+      advance(log, new Version(idOf(snapshot), version, files), snapshot.version)
+    }
 
   /** The files of `snapshot`'s version if held now (no work is done to get them). */
   def held(snapshot: Snapshot): Option[Version] = get(idOf(snapshot), snapshot.version)

@@ -48,7 +48,7 @@ class KnownFilesSuite extends AnyFunSuite with BeforeAndAfterAll {
     (0L to last).foreach(check) // each version advanced from the one before
     KnownFiles.clear()
     (last to 0L by -1L).foreach(check) // each version replayed from the first commit (a young table)
-    // After a checkpoint, a version is listed by Delta (its log is no longer replayed from 0).
+    // After a checkpoint, a version is listed from it (its log is no longer replayed from 0).
     log.checkpoint()
     spark.sql("DELETE FROM kf WHERE k = 205")
     KnownFiles.clear()
@@ -61,6 +61,38 @@ class KnownFilesSuite extends AnyFunSuite with BeforeAndAfterAll {
     // A scan with a filter reads only what matches, and the same rows as Delta's.
     val filtered = KnownFiles.read(spark, TableIdentifier("kf"), last).get.where("k IN (3, 150, 205)")
     assert(filtered.collect().map(_.getInt(0)).sorted.toSeq == Seq(3, 150, 205))
+  }
+
+  test("a version after a checkpoint is listed from it on the driver: parts and deletion vectors, no job") {
+    Seq(None, Some("3")).foreach { partSize =>
+      spark.sql("DROP TABLE IF EXISTS ck")
+      spark.sql("CREATE TABLE ck (k INT, s STRING) USING delta TBLPROPERTIES (delta.enableDeletionVectors = true)")
+      (0 until 4).foreach(i => spark.sql(s"INSERT INTO ck SELECT id, 'v$i' FROM range(${i * 50}, ${i * 50 + 50})"))
+      spark.sql("DELETE FROM ck WHERE k % 9 = 0")
+      val log = DeltaLog.forTable(spark, TableIdentifier("ck"))
+      partSize.foreach(spark.conf.set("spark.databricks.delta.checkpoint.partSize", _))
+      try log.checkpoint()
+      finally spark.conf.unset("spark.databricks.delta.checkpoint.partSize")
+      val checkpointed = log.update().version
+      spark.sql("INSERT INTO ck VALUES (1000, 'new')")
+      spark.sql("UPDATE ck SET s = 'u' WHERE k < 20")
+      spark.sql("DELETE FROM ck WHERE k = 1000")
+      val last = log.update().version
+      Seq(checkpointed, last).foreach { v =>
+        KnownFiles.clear()
+        DeltaLog.clearCache()
+        val fresh = DeltaLog.forTable(spark, TableIdentifier("ck"))
+        val snap = KnownFiles.snapshot(fresh, v)
+        val parts = snap.logSegment.checkpointProvider.topLevelFiles.size
+        assert((parts > 1) == partSize.isDefined, s"checkpoint parts at version $v: $parts")
+        val (files, work) = ReadMetrics.measure(spark)(KnownFiles.of(fresh, snap))
+        assert(work.jobs == 0, s"version $v listed with ${work.jobs} jobs")
+        assert(paths(files.files.values.map(_.add)) == paths(snap.allFiles.collect()), s"version $v")
+        val read = KnownFiles.read(spark, TableIdentifier("ck"), v).get
+        assert(read.collect().toSet == spark.read.format("delta").option("versionAsOf", v).table("ck")
+            .collect().toSet, s"rows of version $v")
+      }
+    }
   }
 
   test("a young table's first read lists its files from its log: no job but the scan's") {
