@@ -105,14 +105,15 @@ object KnownFiles extends Logging {
   /**
    * The files of `snapshot`'s version if they cost no Spark job: held, or advanced on the driver
    * from a held earlier version at most [[ReplayMaxCommits]] commits before it, or replayed from
-   * a young table's first commit (a view just created, a table just written).
+   * a young table's first commit (a view just created, a table just written). Not from a
+   * checkpoint: a query of any table would read and hold its checkpoint on the driver, though
+   * a large table's scan is then left to Delta (`spark.ivm.knownFiles.queryMaxBytes`).
    */
   def withoutJob(log: DeltaLog, snapshot: Snapshot): Option[Version] = {
     val (hit, earlier) = lookup(snapshot)
     hit.orElse(earlier.filter(snapshot.version - _.version <= ReplayMaxCommits)
         .flatMap(advance(log, _, snapshot.version))
         .orElse(fromFirstCommit(log, snapshot))
-        .orElse(fromCheckpoint(log, snapshot))
         .map(files => remember(new Version(idOf(snapshot), snapshot.version, files))))
   }
 
