@@ -3,6 +3,7 @@ package io.sparkivm.planner
 import io.sparkivm.errors.IvmErrors
 import org.apache.spark.sql.catalyst.analysis.DeduplicateRelations
 import org.apache.spark.sql.catalyst.expressions._
+import org.apache.spark.sql.catalyst.expressions.aggregate.{Count, Max}
 import org.apache.spark.sql.catalyst.optimizer.{
   InlineCTE, PullupCorrelatedPredicates, PushDownPredicates, ReplaceExceptWithAntiJoin, ReplaceIntersectWithSemiJoin,
   RewriteCorrelatedScalarSubquery, RewriteExceptAll, RewriteIntersectAll, RewriteLateralSubquery,
@@ -10,6 +11,7 @@ import org.apache.spark.sql.catalyst.optimizer.{
 }
 import org.apache.spark.sql.catalyst.plans.Inner
 import org.apache.spark.sql.catalyst.plans.logical._
+import org.apache.spark.sql.types.{MapType, StringType}
 
 /**
  * Rewrites a view's analyzed query into the operators the delta rules know, before it is
@@ -20,8 +22,9 @@ import org.apache.spark.sql.catalyst.plans.logical._
  *    its NULL semantics: a null-aware anti join condition);
  *  - a correlated scalar subquery becomes an aggregate left-joined back on its correlation;
  *  - a LATERAL subquery whose correlation Spark can pull up becomes a join on it;
- *  - an uncorrelated scalar subquery over a global aggregate (exactly one row) becomes an inner
- *    join with that aggregate, whose delta the aggregate and join rules then give.
+ *  - an uncorrelated scalar subquery becomes an inner join with a global aggregate (exactly one
+ *    row): itself if it is one, else the aggregate that gives its value or its error,
+ *    whose delta the aggregate and join rules then give.
  * The rewritten plan computes the same rows; recomputation (FULL) runs the original one.
  */
 object QueryRewrites {
@@ -54,7 +57,6 @@ object QueryRewrites {
     else Seq(RewriteExceptAll, RewriteIntersectAll, ReplaceIntersectWithSemiJoin, ReplaceExceptWithAntiJoin)
       .foldLeft(plan)((p, rule) => rule(p))
 
-  /** A plan that returns exactly one row: a global aggregate under projections. */
   /** True if `p` is a global aggregate (one row), under projections and aliases. */
   def singleRow(p: LogicalPlan): Boolean = p match {
     case a: Aggregate => a.groupingExpressions.isEmpty
@@ -62,6 +64,29 @@ object QueryRewrites {
     case SubqueryAlias(_, c) => singleRow(c)
     case v: View => singleRow(v.child)
     case _ => false
+  }
+
+  /**
+   * A scalar subquery that is not a global aggregate (`WHERE d = (SELECT id FROM dept WHERE
+   * name = 'SALES')`) as the one-row aggregate that gives the same value: NULL over no rows,
+   * the value over one row, and over more the error Spark raises for it
+   * (SCALAR_SUBQUERY_TOO_MANY_ROWS), since `max` of one value is that value. Its count and max
+   * are then maintained like any global aggregate's, and a refresh that would give the
+   * subquery a second row fails as the query does, before anything is applied.
+   */
+  private def atMostOneRow(plan: LogicalPlan): LogicalPlan = {
+    val value = plan.output.head
+    if (!RowOrdering.isOrderable(value.dataType)) {
+      throw IvmErrors.unsupported(
+        s"A scalar subquery of type ${value.dataType.simpleString} that is not " +
+          "a global aggregate",
+        "Write it as an aggregate without GROUP BY, which returns exactly one row, or as a join.")
+    }
+    val rows = Count(Literal(1)).toAggregateExpression()
+    val tooMany = RaiseError(Literal("SCALAR_SUBQUERY_TOO_MANY_ROWS"),
+      Literal.create(Map.empty[String, String], MapType(StringType, StringType)), value.dataType)
+    val one = If(GreaterThan(rows, Literal(1L)), tooMany, Max(value).toAggregateExpression())
+    Aggregate(Nil, Seq(Alias(one, value.name)()), plan)
   }
 
   private def uncorrelated(s: ScalarSubquery): Boolean =
@@ -79,13 +104,9 @@ object QueryRewrites {
       var joined = child
       val replaced = node.transformExpressionsUp {
         case s: ScalarSubquery if uncorrelated(s) =>
-          if (!singleRow(s.plan)) {
-            throw IvmErrors.unsupported("A scalar subquery that is not a global aggregate",
-              "Write it as an aggregate without GROUP BY (max(...), sum(...)), which returns " +
-                "exactly one row, or as a join.")
-          }
-          joined = Join(joined, s.plan, Inner, None, JoinHint.NONE)
-          s.plan.output.head
+          val one = if (singleRow(s.plan)) s.plan else atMostOneRow(s.plan)
+          joined = Join(joined, one, Inner, None, JoinHint.NONE)
+          one.output.head
       }
       val rebuilt = replaced.withNewChildren(Seq(joined))
       rebuilt match {

@@ -96,6 +96,20 @@ class PlannerSuite extends AnyFunSuite with BeforeAndAfterAll {
     assert(PlanValidator.validate(rewritten("SELECT a FROM r WHERE b IN (SELECT b FROM s)")).size == 2)
   }
 
+  test("a scalar subquery that is not an aggregate gives its one row's value, NULL or its error") {
+    def value(over: String): Any = {
+      val plan = rewritten(s"SELECT (SELECT v FROM VALUES (5), (6), (NULL) AS t(v) WHERE $over) AS s")
+      assert(joinTypes(plan) == Seq("INNER") && plan.exists(_.isInstanceOf[Aggregate]))
+      SparkInternals.dataFrame(spark, plan).collect().map(_.get(0)).toSeq match { case Seq(v) => v }
+    }
+    assert(value("v = 6") == 6)
+    assert(value("v IS NULL") == null)
+    assert(value("v > 6") == null)
+    val tooMany = intercept[Exception](value("v > 4"))
+    assert(Iterator.iterate[Throwable](tooMany)(_.getCause).takeWhile(_ != null)
+        .exists(_.getMessage.contains("SCALAR_SUBQUERY_TOO_MANY_ROWS")), tooMany)
+  }
+
   test("outer, semi and anti joins and windows recompute their changed keys") {
     def keyed(sql: String, changed: Set[String]) =
       new DeltaRules(new MarkingReader(changed), m).delta(rewritten(sql)).map(_.describe)
