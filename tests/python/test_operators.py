@@ -232,6 +232,40 @@ def test_scalar_subqueries_of_at_most_one_row_follow_changes(spark: SparkSession
     assert [r.id for r in spark.table("q38").collect()] == [8]
 
 
+# ORDER BY ... LIMIT / OFFSET at the top, ordering rows completely (ties would let the view and
+# its query pick different rows, both right).
+TOP_K_QUERIES = {
+    "top_groups": "SELECT b, sum(x) AS sx, count(*) AS n FROM r GROUP BY b "
+                  "ORDER BY sx DESC NULLS LAST, b NULLS FIRST LIMIT 2",
+    "top_rows_offset": "SELECT a, b, x FROM r ORDER BY x DESC NULLS FIRST, a, b NULLS LAST LIMIT 3 OFFSET 1",
+    "top_join": "SELECT t.c, r.a FROM r JOIN t ON r.b = t.b ORDER BY c DESC, a LIMIT 2",
+    "offset_only": "SELECT s, count(*) AS n FROM r GROUP BY s ORDER BY n, s OFFSET 1",
+}
+
+
+def test_top_k_views_follow_changes(spark: SparkSession, db: str) -> None:
+    """A top-k view keeps the rows under its ORDER BY ... LIMIT and applies them when read, so
+    changes inside and outside the top k, deletes of the top rows and a table emptied and
+    refilled are all refreshed incrementally; EXPLAIN and DESCRIBE say so."""
+    for stmt in BASE:
+        spark.sql(stmt)
+    follow_changes(spark, TOP_K_QUERIES, CHANGES, "REFRESH POLICY INCREMENTAL STRICT")
+    plan = "\n".join(r[0] for r in spark.sql("EXPLAIN REFRESH MATERIALIZED VIEW top_groups").collect())
+    assert ("Top rows: ORDER BY sx DESC NULLS LAST, b ASC NULLS FIRST LIMIT 2, applied when the view "
+            "is read") in plan
+    described = MaterializedView.for_name(spark, "top_rows_offset").describe()["info"]
+    assert described["Top rows"].startswith(
+        "ORDER BY x DESC NULLS FIRST, a ASC NULLS FIRST, b ASC NULLS LAST LIMIT 3 OFFSET 1"), described
+    # A view over a top-k view reads its top rows (it is recomputed: LIMIT is below its top).
+    over = "SELECT sum(sx) AS total, count(*) AS n FROM top_groups"
+    spark.sql(f"CREATE MATERIALIZED VIEW over_top AS {over}")
+    spark.sql("INSERT INTO r VALUES (11, 9, 100.0, 'p'), (12, 8, 50.0, 'q')")
+    spark.sql("REFRESH MATERIALIZED VIEW over_top CASCADE")  # top_groups first
+    assert_matches_query(spark, "top_groups", TOP_K_QUERIES["top_groups"])
+    assert_matches_query(spark, "over_top", over)
+    assert spark.table("over_top").first().n == 2
+
+
 def test_explain_shows_how_each_operator_is_maintained(spark: SparkSession, db: str) -> None:
     for stmt in BASE:
         spark.sql(stmt)
@@ -297,6 +331,8 @@ def test_refused_shapes_say_why(spark: SparkSession, db: str) -> None:
     ("SELECT a, sum(x) OVER (ORDER BY a) AS run FROM r", "window function without PARTITION BY"),
     ("SELECT a FROM r WHERE size((SELECT map(b, c) FROM t WHERE c > 30)) > 0", "not a global aggregate"),
     ("SELECT b, sum(x) / (SELECT sum(x) FROM r) AS share FROM r GROUP BY b", "subquery expression"),
+    ("SELECT b FROM r GROUP BY b ORDER BY sum(x) DESC LIMIT 2", "a value the view does not select"),
+    ("SELECT a, b FROM r LIMIT 2", "Without ORDER BY any rows of the query would do"),
 ])
 def test_operators_that_stay_refused(spark: SparkSession, db: str, query: str, operator: str) -> None:
     for stmt in BASE:

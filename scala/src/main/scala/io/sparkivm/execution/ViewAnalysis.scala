@@ -5,7 +5,7 @@ import scala.util.control.NonFatal
 import io.sparkivm.catalog.{SourceInfo, ViewCatalog, ViewMetadata}
 import io.sparkivm.changes.{DeltaSources, PinnedSource}
 import io.sparkivm.errors.{IvmErrors, IvmException}
-import io.sparkivm.planner.{PlanValidator, QueryRewrites, RowsShape, SourceLeaf, ViewMaintenance, ViewShape}
+import io.sparkivm.planner.{PlanValidator, QueryRewrites, RowsShape, SourceLeaf, TopRows, ViewMaintenance, ViewShape}
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.ivm.{CapturedSqlConf, SessionInternals, SparkInternals}
@@ -42,11 +42,12 @@ object ViewAnalysis {
   def prepare(plan: LogicalPlan, columns: Seq[String], incremental: Boolean): AnalyzedView = {
     PlanValidator.requirePermanent(plan)
     if (incremental) {
-      val rewritten = QueryRewrites(plan)
+      // A top-level ORDER BY ... LIMIT is applied when the view is read, over the rows under it.
+      val (rewritten, top) = TopRows.split(QueryRewrites(plan))
       val leaves = PlanValidator.validate(rewritten)
       val shape = ViewShape.of(rewritten)
       PlanValidator.requireComparableRows(shape, columns)
-      AnalyzedView(rewritten, leaves, new ViewMaintenance(shape, columns))
+      AnalyzedView(rewritten, leaves, new ViewMaintenance(shape, columns, top))
     } else {
       val leaves = plan.collect { case SourceLeaf(l) if l.provider.exists(_.equalsIgnoreCase("delta")) => l }
       AnalyzedView(plan, leaves,

@@ -43,7 +43,9 @@ object PlanValidator {
               "it when reading the view.")
         case g: Generate if g.generator.deterministic =>
         case _: GlobalLimit | _: LocalLimit | _: Tail | _: Offset =>
-          throw IvmErrors.unsupported("LIMIT / OFFSET", "Apply it when reading the view.")
+          throw IvmErrors.unsupported("LIMIT / OFFSET",
+            "Only a LIMIT at the top of the query, after its ORDER BY, is maintained (the view applies it " +
+              "when it is read); move it there, or apply it when reading the view.")
         // GROUPING SETS, ROLLUP and CUBE: each input row once per grouping set.
         case _: Expand =>
         case _: Sample => throw IvmErrors.unsupported("TABLESAMPLE", "Sample when reading the view.")

@@ -18,7 +18,7 @@ import org.apache.spark.sql.types.LongType
  *  - for aggregate views, the output columns computed from that state, and `__ivm_having`
  *    when filters sit above the aggregate (the group's state is kept even when it is hidden).
  */
-class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String]) {
+class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String], val top: Option[TopRows] = None) {
   import ViewMaintenance._
 
   /** Where each view column is stored. */
@@ -65,10 +65,11 @@ class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String]) {
     val conditions = (if (global) Nil else Seq(s"$CountColumn > 0")) ++
       (if (hasHaving) Seq(HavingColumn) else Nil)
     val where = if (conditions.isEmpty) "" else conditions.mkString(" WHERE ", " AND ", "")
+    val ordered = top.map(_.sql(viewColumns, quote)).getOrElse("")
     shape match {
       case r: RowsShape if !r.distinct =>
-        s"SELECT $cols FROM $backing LATERAL VIEW explode(sequence(1L, $CountColumn)) __ivm_r AS __ivm_i$where"
-      case _ => s"SELECT $cols FROM $backing$where"
+        s"SELECT $cols FROM $backing LATERAL VIEW explode(sequence(1L, $CountColumn)) __ivm_r AS __ivm_i$where$ordered"
+      case _ => s"SELECT $cols FROM $backing$where$ordered"
     }
   }
 

@@ -110,6 +110,24 @@ class PlannerSuite extends AnyFunSuite with BeforeAndAfterAll {
         .exists(_.getMessage.contains("SCALAR_SUBQUERY_TOO_MANY_ROWS")), tooMany)
   }
 
+  test("a top-level ORDER BY with LIMIT or OFFSET is split off the query the view maintains") {
+    def split(sql: String) = TopRows.split(analyzed(sql))
+    def refused(sql: String): String =
+      intercept[IvmException](PlanValidator.validate(split(sql)._1)).getMessage
+    val (inner, top) = split("SELECT b, sum(x) AS sx FROM r GROUP BY b ORDER BY sx DESC, b LIMIT 3 OFFSET 1")
+    assert(top.contains(TopRows(Seq((1, false, false), (0, true, true)), Some(3), 1)))
+    assert(inner.isInstanceOf[Aggregate] && ViewShape.of(inner).kind == "grouped aggregate")
+    assert(top.get.sql(Seq("b", "sx"), ViewMaintenance.quote) ==
+      " ORDER BY `sx` DESC NULLS LAST, `b` ASC NULLS FIRST LIMIT 3 OFFSET 1")
+    // A projection between the limit and the sort stays; OFFSET alone is a top too.
+    val (projected, byA) = split("SELECT x, a FROM r ORDER BY a OFFSET 2")
+    assert(byA.contains(TopRows(Seq((1, true, true)), None, 2)) && projected.output.map(_.name) == Seq("x", "a"))
+    assert(split("SELECT a FROM r ORDER BY a")._2.isEmpty)
+    assert(refused("SELECT a FROM r LIMIT 2").contains("Without ORDER BY"))
+    assert(refused("SELECT b FROM r GROUP BY b ORDER BY sum(x) LIMIT 2").contains("does not select"))
+    assert(refused("SELECT * FROM (SELECT a FROM r ORDER BY a LIMIT 2) WHERE a > 1").contains("LIMIT"))
+  }
+
   test("outer, semi and anti joins and windows recompute their changed keys") {
     def keyed(sql: String, changed: Set[String]) =
       new DeltaRules(new MarkingReader(changed), m).delta(rewritten(sql)).map(_.describe)

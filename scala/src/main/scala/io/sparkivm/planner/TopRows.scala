@@ -1,0 +1,88 @@
+package io.sparkivm.planner
+
+import io.sparkivm.errors.IvmErrors
+import org.apache.spark.sql.catalyst.expressions.{Ascending, Attribute, Expression, NullsFirst}
+import org.apache.spark.sql.catalyst.plans.logical._
+
+/**
+ * ORDER BY ... LIMIT / OFFSET at the top of a view's query: a top-k view. Its backing table
+ * keeps every row of the query under them (one per group for a top-k of an aggregate),
+ * maintained like any view's, and its catalog view applies them when it is read. So a refresh
+ * costs what changed, whether or not the change reaches the top k (no deleted row can leave the
+ * view short of candidates), and a read sorts the kept rows instead of the base tables.
+ *
+ * @param order  per sort key: the view column's position, ascending, nulls first
+ * @param limit  LIMIT, if any
+ * @param offset OFFSET (0 if none)
+ */
+case class TopRows(order: Seq[(Int, Boolean, Boolean)], limit: Option[Int], offset: Int) {
+
+  /** The clause the catalog view ends with, over the view's column names. */
+  def sql(columns: Seq[String], quote: String => String): String = {
+    val keys = order.map { case (i, asc, nullsFirst) =>
+      s"${quote(columns(i))} ${if (asc) "ASC" else "DESC"} NULLS ${if (nullsFirst) "FIRST" else "LAST"}"
+    }
+    s" ORDER BY ${keys.mkString(", ")}" + limit.map(k => s" LIMIT $k").getOrElse("") +
+      (if (offset > 0) s" OFFSET $offset" else "")
+  }
+
+  def describe(columns: Seq[String]): String =
+    sql(columns, identity).trim + ", applied when the view is read (the backing table keeps every " +
+      "row of the query under it)"
+}
+
+object TopRows {
+
+  /**
+   * The query under its top-level ORDER BY with LIMIT or OFFSET, and those; the query itself
+   * and None where it has neither. Refuses a LIMIT without ORDER BY (any k rows would do, so a
+   * refresh could not say which to keep) and an ORDER BY of a value the view does not select.
+   */
+  def split(plan: LogicalPlan): (LogicalPlan, Option[TopRows]) = {
+    val top = unwrap(plan)
+    val (limit, underLimit) = top match {
+      case GlobalLimit(k, LocalLimit(_, c)) => (Some(int(k)), c)
+      case GlobalLimit(k, c) => (Some(int(k)), c)
+      case LocalLimit(k, c) => (Some(int(k)), c)
+      case other => (None, other)
+    }
+    val (offset, underOffset) = underLimit match {
+      case Offset(o, c) => (int(o), c)
+      case other => (0, other)
+    }
+    if (limit.isEmpty && offset == 0) return (plan, None)
+    val (project, sort) = underOffset match {
+      case p @ Project(_, s: Sort) if s.global => (Some(p), s)
+      case s: Sort if s.global => (None, s)
+      case _ =>
+        throw IvmErrors.unsupported("LIMIT / OFFSET",
+          "Without ORDER BY any rows of the query would do, so a refresh could not say which to keep: " +
+            "add an ORDER BY whose columns order the rows completely, or apply LIMIT when reading the view.")
+    }
+    val output = project.getOrElse(sort).output
+    val order = sort.order.map { o =>
+      val at = o.child match {
+        case a: Attribute => output.indexWhere(_.exprId == a.exprId)
+        case _ => -1
+      }
+      if (at < 0) {
+        throw IvmErrors.unsupported(s"ORDER BY ${o.child.sql} under LIMIT, a value the view does not select",
+          "Select it as a column of the view: the view then keeps the query's rows and applies ORDER BY " +
+            "... LIMIT when it is read.")
+      }
+      (at, o.direction == Ascending, o.nullOrdering == NullsFirst)
+    }
+    (project.map(_.copy(child = sort.child)).getOrElse(sort.child), Some(TopRows(order, limit, offset)))
+  }
+
+  private def unwrap(p: LogicalPlan): LogicalPlan = p match {
+    case SubqueryAlias(_, c) => unwrap(c)
+    case v: View => unwrap(v.child)
+    case other => other
+  }
+
+  private def int(e: Expression): Int = e.eval() match {
+    case i: Int => i
+    case other => throw IvmErrors.unsupported(s"LIMIT / OFFSET of $other", "Use an integer literal.")
+  }
+}
