@@ -256,6 +256,13 @@ def test_top_k_views_follow_changes(spark: SparkSession, db: str) -> None:
     described = MaterializedView.for_name(spark, "top_rows_offset").describe()["info"]
     assert described["Top rows"].startswith(
         "ORDER BY x DESC NULLS FIRST, a ASC NULLS FIRST, b ASC NULLS LAST LIMIT 3 OFFSET 1"), described
+    # Lookups by an access pattern answer from the top rows, never from the rows kept under them.
+    spark.sql("CREATE MATERIALIZED VIEW top_of ACCESS BY (b) AS SELECT r.b, t.c FROM r JOIN t "
+              "ON r.b = t.b ORDER BY c DESC, b LIMIT 2")
+    top_of = MaterializedView.for_name(spark, "top_of")
+    assert top_of.lookup_structure().startswith("no view trees"), top_of.lookup_structure()
+    top = spark.table("top_of").collect()
+    assert len(top) == 2 and [r.c for r in top_of.lookup(b=top[0].b)] == [r.c for r in top if r.b == top[0].b]
     # A view over a top-k view reads its top rows (it is recomputed: LIMIT is below its top).
     over = "SELECT sum(sx) AS total, count(*) AS n FROM top_groups"
     spark.sql(f"CREATE MATERIALIZED VIEW over_top AS {over}")

@@ -260,11 +260,15 @@ object ResidentTrees extends Logging {
       return Left(s"${IvmConf.StateDriverMaxBytes.key} is ${StateRegistry.budget(spark, StatePlace.Driver)} " +
         s"bytes: too little for one tuple ($TupleBytes bytes, in at most half the budget)")
     }
-    val analyzed =
-      try ViewAnalysis.reanalyze(spark, meta, incremental = true).plan
+    val view =
+      try ViewAnalysis.reanalyze(spark, meta, incremental = true)
       catch {
         case NonFatal(e) => return Left(s"the query is not maintained incrementally (${e.getMessage})")
       }
+    if (view.maintenance.top.nonEmpty) {
+      return Left("the view applies ORDER BY ... LIMIT when it is read, over rows the trees would not limit")
+    }
+    val analyzed = view.plan
     val count = countColumn(analyzed)
     val body = if (count.isDefined) analyzed.asInstanceOf[Aggregate].child else analyzed
     if (body.exists { case _: Aggregate | _: Distinct | _: Window => true; case _ => false }) {
