@@ -1,7 +1,7 @@
 package io.sparkivm.planner
 
 import io.sparkivm.errors.IvmErrors
-import org.apache.spark.sql.catalyst.expressions.{Ascending, Attribute, Expression, NullsFirst}
+import org.apache.spark.sql.catalyst.expressions.{Alias, Ascending, Attribute, Expression, NullsFirst}
 import org.apache.spark.sql.catalyst.plans.logical._
 
 /**
@@ -36,7 +36,8 @@ object TopRows {
   /**
    * The query under its top-level ORDER BY with LIMIT or OFFSET, and those; the query itself
    * and None where it has neither. Refuses a LIMIT without ORDER BY (any k rows would do, so a
-   * refresh could not say which to keep) and an ORDER BY of a value the view does not select.
+   * refresh could not say which to keep), an ORDER BY of a value the view does not select, and
+   * one under which distinct rows can tie.
    */
   def split(plan: LogicalPlan): (LogicalPlan, Option[TopRows]) = {
     val top = unwrap(plan)
@@ -72,8 +73,37 @@ object TopRows {
       }
       (at, o.direction == Ascending, o.nullOrdering == NullsFirst)
     }
-    (project.map(_.copy(child = sort.child)).getOrElse(sort.child), Some(TopRows(order, limit, offset)))
+    val inner = project.map(_.copy(child = sort.child)).getOrElse(sort.child)
+    if (!ordersCompletely(inner, output, order.map(_._1).toSet)) {
+      throw IvmErrors.unsupported("ORDER BY ... LIMIT that does not order the rows completely",
+        "The view and the query could each keep other rows among those that tie on its columns: add the " +
+          "view's other columns (for a grouped query, its GROUP BY columns) to the ORDER BY.")
+    }
+    (inner, Some(TopRows(order, limit, offset)))
   }
+
+  /**
+   * True if no two distinct rows of `inner` tie on the ordered columns, so the rows a LIMIT
+   * keeps are the same whichever order the rows are read in (the view reads its backing table,
+   * the query its base tables): the ordered columns hold every GROUP BY key of a grouped
+   * query, or every column of any other (identical rows are interchangeable).
+   */
+  private def ordersCompletely(inner: LogicalPlan, output: Seq[Attribute], ordered: Set[Int]): Boolean =
+    ViewShape.of(inner) match {
+      case a: AggregateShape if a.global => true
+      case a: AggregateShape =>
+        val agg = a.aggregate
+        a.aggregate.groupingExpressions.forall { g =>
+          agg.aggregateExpressions.zip(agg.output).exists { case (e, out) =>
+            val computesKey = e match {
+              case Alias(child, _) => child.semanticEquals(g)
+              case other => other.semanticEquals(g)
+            }
+            computesKey && ordered.contains(output.indexWhere(_.exprId == out.exprId))
+          }
+        }
+      case _ => output.indices.forall(ordered.contains)
+    }
 
   private def unwrap(p: LogicalPlan): LogicalPlan = p match {
     case SubqueryAlias(_, c) => unwrap(c)
