@@ -93,7 +93,7 @@ object TopRows {
       case a: AggregateShape if a.global => true
       case a: AggregateShape =>
         val agg = a.aggregate
-        a.aggregate.groupingExpressions.forall { g =>
+        agg.groupingExpressions.forall { g =>
           agg.aggregateExpressions.zip(agg.output).exists { case (e, out) =>
             val computesKey = e match {
               case Alias(child, _) => child.semanticEquals(g)
