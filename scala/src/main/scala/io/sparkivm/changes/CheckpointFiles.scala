@@ -4,14 +4,11 @@ import scala.util.control.NonFatal
 
 import org.apache.hadoop.fs.FileStatus
 import org.apache.spark.internal.Logging
-import org.apache.spark.paths.SparkPath
 import org.apache.spark.sql.SparkSession
-import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.encoders.ExpressionEncoder
 import org.apache.spark.sql.delta.actions.{Action, AddFile, SingleAction}
 import org.apache.spark.sql.delta.{CheckpointProvider, Snapshot}
-import org.apache.spark.sql.execution.datasources.parquet.ParquetFileFormat
-import org.apache.spark.sql.execution.datasources.{FileFormat, PartitionedFile}
+import org.apache.spark.sql.ivm.DriverParquet
 import org.apache.spark.sql.types.{StructField, StructType}
 
 /**
@@ -52,15 +49,12 @@ object CheckpointFiles extends Logging {
   }
 
   private def read(spark: SparkSession, snapshot: Snapshot, parts: Seq[FileStatus]): Seq[AddFile] = {
-    val reader = new ParquetFileFormat().buildReaderWithPartitionValues(spark, addSchema, new StructType(),
-      addSchema, Nil, Map(FileFormat.OPTION_RETURNING_BATCH -> "false"), snapshot.deltaLog.newDeltaHadoopConf())
+    val reader = DriverParquet.reader(spark, addSchema, snapshot.deltaLog.newDeltaHadoopConf())
     val toAdd = SingleAction.addFileEncoder.asInstanceOf[ExpressionEncoder[AddFile]].resolveAndBind()
       .createDeserializer()
     val width = Action.addFileSchema.length
     parts.flatMap { part =>
-      val file = PartitionedFile(InternalRow.empty, SparkPath.fromPath(part.getPath), 0L, part.getLen,
-        Array.empty[String], part.getModificationTime, part.getLen)
-      reader(file).filterNot(_.isNullAt(0)).map(r => toAdd(r.getStruct(0, width).copy())).toSeq
+      reader(part.getPath, part.getLen).filterNot(_.isNullAt(0)).map(r => toAdd(r.getStruct(0, width).copy())).toSeq
     }
   }
 }

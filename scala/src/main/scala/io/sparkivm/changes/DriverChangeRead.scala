@@ -6,15 +6,12 @@ import scala.collection.mutable
 import scala.util.control.NonFatal
 
 import org.apache.hadoop.fs.Path
-import org.apache.spark.paths.SparkPath
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.GenericInternalRow
 import org.apache.spark.sql.delta.actions.{AddCDCFile, AddFile, Metadata, Protocol, RemoveFile}
 import org.apache.spark.sql.delta.{DeltaLog, NoMapping}
-import org.apache.spark.sql.execution.datasources.parquet.ParquetFileFormat
-import org.apache.spark.sql.execution.datasources.{FileFormat, PartitionedFile}
-import org.apache.spark.sql.ivm.{Parallel, SparkInternals}
+import org.apache.spark.sql.ivm.{DriverParquet, Parallel, SparkInternals}
 import org.apache.spark.sql.types.{IntegerType, StringType, StructField, StructType}
 import org.apache.spark.unsafe.types.UTF8String
 
@@ -82,9 +79,7 @@ object DriverChangeRead {
   private def rows(spark: SparkSession, log: DeltaLog, schema: StructType,
       files: Seq[(Path, Long, Int)]): (StructType, IndexedSeq[InternalRow]) = {
     val hadoopConf = log.newDeltaHadoopConf()
-    val format = new ParquetFileFormat()
-    def reader(fileSchema: StructType) = format.buildReaderWithPartitionValues(spark, fileSchema, new StructType(),
-      fileSchema, Nil, Map(FileFormat.OPTION_RETURNING_BATCH -> "false"), hadoopConf)
+    def reader(fileSchema: StructType) = DriverParquet.reader(spark, fileSchema, hadoopConf)
     val withType = schema.add(StructField(ChangeType, StringType))
     // Built before the threads start (they share them), and only those needed.
     val readData = if (files.exists(_._3 != 0)) Some(reader(schema)) else None
@@ -93,9 +88,7 @@ object DriverChangeRead {
     def read(group: Seq[(Path, Long, Int)]): IndexedSeq[InternalRow] = {
       val out = IndexedSeq.newBuilder[InternalRow]
       group.foreach { case (path, bytes, sign) =>
-        val file =
-          PartitionedFile(InternalRow.empty, SparkPath.fromPath(path), 0L, bytes, Array.empty[String], 0L, bytes)
-        val it = (if (sign == 0) readChanges else readData).get(file)
+        val it = (if (sign == 0) readChanges else readData).get(path, bytes)
         it.foreach { r =>
           val values = new Array[Any](types.length + 1)
           var i = 0

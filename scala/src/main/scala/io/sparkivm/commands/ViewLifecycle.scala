@@ -12,7 +12,7 @@ import io.sparkivm.epsilon.{EpsilonStrategy, TriangleStateTables, TriangleViews}
 import io.sparkivm.errors.{IvmErrors, IvmException}
 import io.sparkivm.execution.{
   AnalyzedView, BackingLayout, BackingTable, CatalogViews, FaultInjection, MaintenanceStrategy, PinnedReader,
-  RefreshContext, RefreshFailures, RefreshPipeline, ViewAnalysis
+  RefreshContext, RefreshFailures, RefreshPipeline, ResidentKeyCounts, ViewAnalysis
 }
 import io.sparkivm.planner.ViewMaintenance
 import io.sparkivm.policy.RefreshPolicies
@@ -140,6 +140,8 @@ object ViewLifecycle extends Logging {
           throw IvmErrors.alreadyExists(id.quotedString)
       }
       RefreshHistory.measuredAfterCommit(meta.id, 0, System.currentTimeMillis() - startMs)
+      if (incremental)
+        ResidentKeyCounts.store(spark, BackingTable.stateRoot(spark, backing), analyzed.plan, pinned, reader)
       FaultInjection.point(spark, "create-after-backing")
       CatalogViews.create(spark, meta, analyzed.maintenance, replace = replacing.isDefined)
     } catch {

@@ -4,10 +4,11 @@ import io.sparkivm.catalog.{RefreshHistory, RefreshRecord, ViewCatalog, ViewMeta
 import io.sparkivm.changes.DeltaSources
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.planner.ViewMaintenance
-import org.apache.spark.sql.catalyst.InternalRow
+import org.apache.hadoop.fs.Path
 import org.apache.spark.sql.catalyst.expressions.AttributeReference
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.catalyst.types.DataTypeUtils
+import org.apache.spark.sql.catalyst.{InternalRow, TableIdentifier}
 import org.apache.spark.sql.delta.{DeltaLog, Snapshot}
 import org.apache.spark.sql.functions.{col, lit}
 import org.apache.spark.sql.ivm.SparkInternals
@@ -83,6 +84,14 @@ object BackingTable {
     at(spark, meta, latest(spark, meta), positions)
 
   /** The backing table's latest snapshot. */
+  /**
+   * Where a view keeps state in storage beside its rows ([[io.sparkivm.state.StoredKeyCounts]]):
+   * a hidden directory of the backing table's, which Delta's VACUUM leaves alone and a DROP
+   * removes with the table.
+   */
+  def stateRoot(spark: SparkSession, backing: TableIdentifier): Path =
+    new Path(DeltaLog.forTable(spark, backing).dataPath, "_ivm_state")
+
   def latest(spark: SparkSession, meta: ViewMetadata): Snapshot = DeltaLog.forTable(spark, meta.backing).update()
 
   /** [[current]] at `snapshot`, which a refresh reads once for its delta's reads of the table. */

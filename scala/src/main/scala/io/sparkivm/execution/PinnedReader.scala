@@ -7,6 +7,8 @@ import io.sparkivm.planner.{
   Branch, CountedTable, DeltaRules, DriverDeltaRows, KeyCounts, LeafReader, PlanOnly, PlanSteps, SourceLeaf,
   ViewMaintenance
 }
+import io.sparkivm.state.StoredKeyCounts
+import org.apache.hadoop.fs.Path
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, AttributeReference, Expression, LessThan, Literal}
 import org.apache.spark.sql.catalyst.plans.logical.{Filter, LocalRelation, LogicalPlan, Project, Union}
@@ -24,7 +26,7 @@ import org.apache.spark.sql.{DataFrame, SparkSession}
  */
 class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
     pinned: Map[String, PinnedSource], view: String, steps: PlanSteps = PlanOnly,
-    changes: Map[String, TableChange] = Map.empty)
+    changes: Map[String, TableChange] = Map.empty, stateRoot: Option[Path] = None)
     extends LeafReader {
 
   /** The sign column of delta rows, shared by this reader's deltas and its rules. */
@@ -111,7 +113,8 @@ class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
       source <- pinned.get(table.leaf.name)
       from <- consumed.get(table.leaf.name)
       counts <- ResidentKeyCounts.read(spark, table, keys, source, from, changes.get(table.leaf.name),
-        post(table.leaf), refreshToken)
+        post(table.leaf), refreshToken,
+        stateRoot.map(StoredKeyCounts.dirOf(_, source.tableId, table.definition)))
     } yield counts
 
   override def keyedRows(leaf: SourceLeaf, key: String, columns: Seq[StructField], keys: Iterable[Any],

@@ -296,7 +296,8 @@ object RefreshPipeline extends Logging {
       IvmConf.LocalMaxRows.get(spark))
     // Small changes (held on the driver) make small queries: run them for latency.
     if (changes.values.forall(_.isInstanceOf[DriverChange])) RefreshSession.forSmallWork(spark)
-    val reader = new PinnedReader(spark, last.sourceVersions, pinned, meta.viewName, steps, changes)
+    val reader = new PinnedReader(spark, last.sourceVersions, pinned, meta.viewName, steps, changes,
+      Some(BackingTable.stateRoot(spark, meta.backing)))
     try {
       val counts = reader.changeCounts()
       timer.mark("changes")

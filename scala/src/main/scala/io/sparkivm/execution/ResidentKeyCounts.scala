@@ -4,8 +4,10 @@ import scala.util.control.NonFatal
 
 import io.sparkivm.changes.{DriverChange, PinnedSource, TableChange}
 import io.sparkivm.conf.IvmConf
-import io.sparkivm.planner.{CountedTable, KeyCounts, KeyProbe}
-import io.sparkivm.state.{StateBuilds, StatePlace, StateRegistry}
+import io.sparkivm.planner.{CountedTable, FkDeltaPlanner, KeyCounts, KeyProbe, PlanOnly}
+import io.sparkivm.state.{StateBuilds, StateId, StateKind, StatePlace, StateRegistry, StoredKeyCounts}
+import org.apache.hadoop.fs.Path
+import org.apache.spark.internal.Logging
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.expressions.aggregate.Count
 import org.apache.spark.sql.catalyst.expressions.{Alias, And, AttributeReference, Literal}
@@ -28,7 +30,7 @@ import org.apache.spark.sql.types.StructType
  * reach Pre (Pre = Post - D), or counts the table at Post once: the second time a refresh in
  * the application asks for them, so that an application that refreshes once never counts.
  */
-object ResidentKeyCounts {
+object ResidentKeyCounts extends Logging {
   private val CountColumn = "__ivm_cnt"
 
   /**
@@ -38,9 +40,9 @@ object ResidentKeyCounts {
    * or no earlier refresh (`refresh` names this one) has asked for them.
    */
   def read(spark: SparkSession, t: CountedTable, keys: Seq[Any], source: PinnedSource, from: Long,
-      change: Option[TableChange], post: => LogicalPlan, refresh: String): Option[KeyCounts] = {
-    val kept = IvmConf.KeyCountsEnabled.get(spark) && KeyProbe.equalsAsJvm(t.key.dataType) &&
-      source.sizeInBytes >= IvmConf.KeyCountsMinTableBytes.get(spark)
+      change: Option[TableChange], post: => LogicalPlan, refresh: String,
+      stored: Option[Path] = None): Option[KeyCounts] = {
+    val kept = worthKeeping(spark, t, source)
     lazy val delta: Option[Map[Any, Long]] = change.filter(_.nonEmpty) match {
       case None => Some(Map.empty)
       // A filter the driver cannot evaluate: the table is read instead.
@@ -64,6 +66,28 @@ object ResidentKeyCounts {
       val name = s"keycounts/${DeltaLog.forTable(spark, t.leaf.table).logPath}#${source.tableId}/${t.definition}"
       val (preStamp, postStamp) = (from.toString, source.version.toString)
       val askedBefore = ResidentState.ask(name, refresh)
+      // The counts in storage, read at Pre for a refresh that finds none in memory (the first
+      // of an application), and moved on to Post by every refresh whatever answers it.
+      lazy val fromStorage: Option[KeyCounts] = stored.flatMap { dir =>
+        val wantedHere = wanted.map(CatalystTypeConverters.convertToCatalyst).toSet
+        StoredKeyCounts.at(spark, dir, from, keyType, wantedHere).map { pre =>
+          val p = pre.map { case (k, n) => CatalystTypeConverters.convertToScala(k, keyType) -> n }
+          KeyCounts(p, plus(p, 1))
+        }
+      }
+      stored.foreach { dir =>
+        StoredKeyCounts.chainLength(spark, dir, from) match {
+          case Some(n) if n < StoredKeyCounts.MaxChain =>
+            StoredKeyCounts.addChange(spark, dir, from, source.version, keyType, d)
+          // No chain reaches Pre (a change too large to hold, counts never written) or it is
+          // long: a new base at Post, made between refreshes.
+          case _ =>
+            val plan = post
+            StateBuilds.submit(spark, StateId(StateKind.KeyCounts, s"stored:$dir")) {
+              StoredKeyCounts.writeBase(spark, dir, source.version, SparkInternals.dataFrame(spark, countsOf(t, plan)))
+            }
+        }
+      }
       ResidentState.get(spark, name, postStamp) match {
         case Some(e) => e.sums(spark, wanted, CountColumn).map(p => KeyCounts(plus(p, -1), p))
         case None => ResidentState.get(spark, name, preStamp) match {
@@ -78,15 +102,13 @@ object ResidentKeyCounts {
               counted
             // Counted the second time a refresh in this application asks: an application that
             // refreshes once (a scheduled job) reads the rows of its keys and never pays for counting.
-            case None if !askedBefore => None
+            case None if !askedBefore => fromStorage
             // Counts take at most the table's rows (one per key), about their bytes in its files.
-            case None if !StateRegistry.admits(spark, StatePlace.Executors, source.sizeInBytes) => None
+            case None if !StateRegistry.admits(spark, StatePlace.Executors, source.sizeInBytes) => fromStorage
             case None =>
               val plan = post
               def make(): ResidentState.Entry = {
-                val filtered = t.filters.reduceOption(And).map(Filter(_, plan)).getOrElse(plan)
-                val counts = Aggregate(Seq(t.key),
-                  Seq(t.key, Alias(Count(Literal(1)).toAggregateExpression(), CountColumn)()), filtered)
+                val counts = countsOf(t, plan)
                 val parts = ResidentState.partitions(spark, source.sizeInBytes / (16L << 20) + 1)
                 ResidentState.Entry(postStamp,
                   ResidentState.rows(SparkInternals.dataFrame(spark, counts), t.key.name, parts), Vector.empty)
@@ -98,7 +120,7 @@ object ResidentKeyCounts {
                   entry.base.load()
                   ResidentState.put(name, entry)
                 }
-                None
+                fromStorage
               } else {
                 val entry = make()
                 ResidentState.put(name, entry)
@@ -107,6 +129,36 @@ object ResidentKeyCounts {
           }
       }
     }
+  }
+
+  private def worthKeeping(spark: SparkSession, t: CountedTable, source: PinnedSource): Boolean =
+    IvmConf.KeyCountsEnabled.get(spark) && KeyProbe.equalsAsJvm(t.key.dataType) &&
+      source.sizeInBytes >= IvmConf.KeyCountsMinTableBytes.get(spark)
+
+  /**
+   * Writes to storage under `root` the counts that the integrity checks of `plan` read
+   * ([[FkDeltaPlanner.integrityCounts]]), at the versions `reader` reads, for the tables large
+   * enough to keep counts of: a view's first refresh in a new application then reads the counts
+   * of its changed keys instead of scanning the referencing tables. A count that cannot be
+   * written is left out (the refresh scans, as without it).
+   */
+  def store(spark: SparkSession, root: Path, plan: LogicalPlan, pinned: Map[String, PinnedSource],
+      reader: PinnedReader): Unit =
+    FkDeltaPlanner.integrityCounts(plan, PlanningConf.fk(spark, PlanOnly).keys).foreach { t =>
+      pinned.get(t.leaf.name).filter(worthKeeping(spark, t, _)).foreach { source =>
+        try {
+          StoredKeyCounts.writeBase(spark, StoredKeyCounts.dirOf(root, source.tableId, t.definition), source.version,
+            SparkInternals.dataFrame(spark, countsOf(t, reader.post(t.leaf))))
+        } catch {
+          case NonFatal(e) => logWarning(s"spark-ivm: the ${t.describe} were not stored (${e.getMessage})")
+        }
+      }
+    }
+
+  /** `SELECT key, count(*) FROM plan WHERE filters GROUP BY key`. */
+  def countsOf(t: CountedTable, plan: LogicalPlan): LogicalPlan = {
+    val filtered = t.filters.reduceOption(And).map(Filter(_, plan)).getOrElse(plan)
+    Aggregate(Seq(t.key), Seq(t.key, Alias(Count(Literal(1)).toAggregateExpression(), CountColumn)()), filtered)
   }
 
   /**

@@ -469,6 +469,24 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
   }
 }
 
+object FkDeltaPlanner {
+
+  /**
+   * The counts that the integrity checks of `plan`'s join blocks read ([[FkDeltaPlanner]]'s
+   * `integrityByCounts`): per edge x -> y whose key is one column and not RELY, x's rows counted
+   * per foreign key. One per table and key.
+   */
+  def integrityCounts(plan: LogicalPlan, keys: SourceLeaf => TableKeys): Seq[CountedTable] =
+    plan.flatMap(p => JoinBlock.of(p).toSeq).flatMap { block =>
+      FkGraph.of(block, keys).edges.filter(e => !e.rely && e.pairs.size == 1).flatMap { e =>
+        block.leafOf(e.from).flatMap { case (leaf, cols) =>
+          cols.get(e.pairs.head._1.exprId).flatMap(c => leaf.output.find(_.name.equalsIgnoreCase(c)))
+            .map(CountedTable(leaf, Nil, _))
+        }
+      }
+    }.groupBy(t => (t.leaf.name, t.definition)).values.map(_.head).toSeq.sortBy(_.leaf.name)
+}
+
 /** The keys of a dimension table that a refresh's change both deletes and inserts (updates). */
 private case class UpdatedKeys(leaf: SourceLeaf, pk: String, keys: Set[Any])
 

@@ -1,0 +1,181 @@
+package io.sparkivm.state
+
+import java.nio.charset.StandardCharsets
+import java.security.MessageDigest
+import java.util.UUID
+
+import scala.collection.mutable
+import scala.util.control.NonFatal
+
+import org.apache.hadoop.conf.Configuration
+import org.apache.hadoop.fs.{FileSystem, Path}
+import org.apache.spark.internal.Logging
+import org.apache.spark.sql.catalyst.InternalRow
+import org.apache.spark.sql.ivm.{DriverParquet, Parallel}
+import org.apache.spark.sql.types.{DataType, LongType, StructField, StructType}
+import org.apache.spark.sql.{DataFrame, SparkSession}
+
+/**
+ * A table's rows counted per key, kept in storage beside a view's backing table, so that the
+ * first refresh of a new application reads the counts of its changed keys (Wang & Yi 2020's
+ * reference counts `I(R, Rc)`, section 4) instead of scanning the table: a scheduled job
+ * refreshes once per application, and the counts kept in memory ([[StateRegistry]]) are gone by
+ * the next one.
+ *
+ * Counts are a function of one table version, so files named by the versions they are at are
+ * right for as long as they exist, whatever became of the refresh that wrote them; nothing needs
+ * a commit protocol of its own, and Delta's log cleanup cannot make them wrong. A directory holds:
+ *  - `base-<v>/`: every key's count at table version v, written by a Spark job (at CREATE, or
+ *    between refreshes);
+ *  - `change-<a>-<b>.parquet`: the change of the counts from version a to version b, written on
+ *    the driver by the refresh that consumed those versions (the change it holds anyway).
+ * The counts at version t are a base at some v <= t plus a chain of changes from v to t; a
+ * version no chain reaches has no counts here (the refresh scans, as without them). Files are
+ * written under a hidden name and renamed into place, so a reader sees whole files only; a
+ * reader that fails (a file removed by compaction meanwhile) answers nothing.
+ */
+object StoredKeyCounts extends Logging {
+  private val Schema = StructType(Seq(StructField("key", LongType), StructField("count", LongType)))
+  private val Base = "base-(\\d+)".r
+  private val Change = "change-(\\d+)-(\\d+)\\.parquet".r
+
+  /** Changes in a chain past which the next refresh queues a new base (reads stay few files). */
+  val MaxChain = 8
+
+  /** The directory of the counts `definition` of the table with Delta id `tableId`, under `root`. */
+  def dirOf(root: Path, tableId: String, definition: String): Path = {
+    val digest = MessageDigest.getInstance("SHA-256").digest(s"$tableId|$definition".getBytes(StandardCharsets.UTF_8))
+    new Path(root, "keycounts/" + digest.take(12).map("%02x".format(_)).mkString)
+  }
+
+  private def schemaOf(keyType: DataType) = Schema.copy(fields = Schema.fields.updated(0, StructField("key", keyType)))
+
+  private final case class Files(bases: Map[Long, Path], changes: Seq[(Long, Long, Path)])
+
+  private def list(fs: FileSystem, dir: Path): Files =
+    if (!fs.exists(dir)) Files(Map.empty, Nil)
+    else {
+      val paths = fs.listStatus(dir).map(_.getPath).toSeq
+      Files(
+        paths.flatMap(p =>
+          p.getName match {
+            case Base(v) => Some(v.toLong -> p)
+            case _ => None
+          }).toMap,
+        paths.flatMap(p =>
+          p.getName match {
+            case Change(a, b) => Some((a.toLong, b.toLong, p))
+            case _ => None
+          }))
+    }
+
+  /**
+   * The base and changes whose sums are the counts at `version`: the newest base with a chain of
+   * changes to `version` (the fewest changes, breadth first); None if none reaches it.
+   */
+  private def chainTo(files: Files, version: Long): Option[(Path, Seq[Path])] = {
+    val from = files.changes.groupBy(_._1)
+    files.bases.toSeq.filter(_._1 <= version).sortBy(-_._1).iterator.flatMap { case (v, base) =>
+      val via = mutable.Map[Long, Seq[Path]](v -> Nil)
+      var frontier = Seq(v)
+      while (frontier.nonEmpty && !via.contains(version)) {
+        frontier = frontier.flatMap { a =>
+          from.getOrElse(a, Nil).collect {
+            case (_, b, p) if b <= version && !via.contains(b) =>
+              via(b) = via(a) :+ p
+              b
+          }
+        }
+      }
+      via.get(version).map(base -> _)
+    }.nextOption()
+  }
+
+  private def fsOf(spark: SparkSession, dir: Path): (FileSystem, Configuration) = {
+    val conf = spark.sessionState.newHadoopConf()
+    (dir.getFileSystem(conf), conf)
+  }
+
+  /** The length of the chain of changes that reaches `version`, if one does. */
+  def chainLength(spark: SparkSession, dir: Path, version: Long): Option[Int] =
+    try {
+      val (fs, _) = fsOf(spark, dir)
+      chainTo(list(fs, dir), version).map(_._2.size)
+    } catch { case NonFatal(_) => None }
+
+  /**
+   * The counts at `version` of `keys` (Catalyst values of `keyType`; keys without rows left
+   * out), read on the driver from the files of a chain; None if no chain reaches the version or
+   * a file cannot be read.
+   */
+  def at(spark: SparkSession, dir: Path, version: Long, keyType: DataType, keys: Set[Any]): Option[Map[Any, Long]] =
+    try {
+      val (fs, conf) = fsOf(spark, dir)
+      chainTo(list(fs, dir), version).map { case (base, changes) =>
+        val files = fs.listStatus(base).filter(s =>
+          s.isFile && !s.getPath.getName.startsWith("_") &&
+            !s.getPath.getName.startsWith(".")).map(s => s.getPath -> s.getLen).toSeq ++
+          changes.map(p => p -> fs.getFileStatus(p).getLen)
+        val schema = schemaOf(keyType)
+        val read = DriverParquet.reader(spark, schema, conf)
+        val perFile = Parallel.run(spark,
+          files.map { case (path, bytes) =>
+            () => {
+              val sums = mutable.Map[Any, Long]()
+              read(path, bytes).foreach { r =>
+                if (!r.isNullAt(0)) {
+                  val k = r.get(0, keyType)
+                  if (keys.contains(k)) {
+                    val kept = InternalRow.copyValue(k)
+                    sums(kept) = sums.getOrElse(kept, 0L) + r.getLong(1)
+                  }
+                }
+              }
+              sums.toMap
+            }
+          })
+        perFile.flatten.groupMapReduce(_._1)(_._2)(_ + _).filter(_._2 != 0)
+      }
+    } catch {
+      case NonFatal(e) =>
+        logInfo(s"spark-ivm: stored key counts in $dir not read (${e.getMessage})")
+        None
+    }
+
+  /**
+   * Records the change of the counts from version `from` to `to` (Catalyst keys), if a chain
+   * reaches `from`: nothing is written that no reader could use. Written on the driver.
+   */
+  def addChange(spark: SparkSession, dir: Path, from: Long, to: Long, keyType: DataType,
+      change: Map[Any, Long]): Unit =
+    try {
+      val (fs, conf) = fsOf(spark, dir)
+      val files = list(fs, dir)
+      if (to > from && chainTo(files, from).isDefined && !files.changes.exists(c => c._1 == from && c._2 == to)) {
+        val tmp = new Path(dir, s".tmp-${UUID.randomUUID()}.parquet")
+        val rows = change.iterator.filter(_._2 != 0).map { case (k, n) => InternalRow(k, n) }
+        DriverParquet.write(spark, conf, tmp, schemaOf(keyType), rows)
+        if (!fs.rename(tmp, new Path(dir, s"change-$from-$to.parquet"))) fs.delete(tmp, false)
+      }
+    } catch {
+      case NonFatal(e) => logInfo(s"spark-ivm: stored key counts in $dir not advanced (${e.getMessage})")
+    }
+
+  /**
+   * Writes `counts` (columns key and count: every key's count at table version `version`) as
+   * the base at that version, by a Spark job, and removes the files no chain from it needs.
+   */
+  def writeBase(spark: SparkSession, dir: Path, version: Long, counts: DataFrame): Unit = {
+    val (fs, _) = fsOf(spark, dir)
+    val tmp = new Path(dir, s".tmp-base-${UUID.randomUUID()}")
+    counts.toDF("key", "count").write.parquet(tmp.toString)
+    val target = new Path(dir, s"base-$version")
+    if (fs.exists(target) || !fs.rename(tmp, target)) fs.delete(tmp, true)
+    else {
+      // Older bases and the changes before this one: a reader at an older version scans instead.
+      val files = list(fs, dir)
+      files.bases.foreach { case (v, p) => if (v < version) fs.delete(p, true) }
+      files.changes.foreach { case (a, _, p) => if (a < version) fs.delete(p, false) }
+    }
+  }
+}

@@ -1,0 +1,71 @@
+package io.sparkivm.state
+
+import java.nio.file.Files
+
+import io.sparkivm.TestSpark
+import org.apache.hadoop.fs.Path
+import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.types.{LongType, StringType}
+import org.apache.spark.unsafe.types.UTF8String
+import org.scalatest.funsuite.AnyFunSuite
+
+/**
+ * Counts kept in storage: the counts at a version are a base plus a chain of changes that
+ * reaches exactly that version, and nothing at all where no chain reaches it.
+ */
+class StoredKeyCountsSuite extends AnyFunSuite {
+  private lazy val spark: SparkSession = TestSpark.session("stored-key-counts")
+
+  private def newDir(): Path = new Path(Files.createTempDirectory("ivm-keycounts").toUri.toString, "counts")
+
+  test("counts at a version: a base and the chain of changes that reaches it") {
+    import spark.implicits._
+    val dir = newDir()
+    // Version 3: keys 0..99, key k counted k % 5 times (0 times: no row).
+    val base = (0L until 100L).map(k => (k, k % 5)).filter(_._2 > 0).toDF("k", "n")
+    StoredKeyCounts.writeBase(spark, dir, 3, base)
+    val all = (0L until 100L).map(k => k: Any).toSet
+    def expected(k: Long) = k % 5
+    assert(StoredKeyCounts.at(spark, dir, 3, LongType, Set(1L, 5L, 7L)) === Some(Map(1L -> 1L, 7L -> 2L)))
+    assert(StoredKeyCounts.at(spark, dir, 2, LongType, all) === None, "before the base")
+    assert(StoredKeyCounts.at(spark, dir, 4, LongType, all) === None, "no change recorded to 4")
+
+    // 3 -> 5: key 1 loses its row, key 5 gains two, key 200 appears.
+    StoredKeyCounts.addChange(spark, dir, 3, 5, LongType, Map(1L -> -1L, 5L -> 2L, 200L -> 1L))
+    // A change from a version no chain reaches is not written.
+    StoredKeyCounts.addChange(spark, dir, 4, 6, LongType, Map(1L -> 7L))
+    assert(StoredKeyCounts.chainLength(spark, dir, 6) === None)
+    val at5 = StoredKeyCounts.at(spark, dir, 5, LongType, all + 200L).get
+    assert(at5 === (0L until 100L).map(k => k -> expected(k)).toMap.updated(1L, 0L).updated(5L, 2L)
+      .updated(200L, 1L).filter(_._2 != 0))
+    assert(StoredKeyCounts.at(spark, dir, 3, LongType, Set(1L)) === Some(Map(1L -> 1L)), "still at 3")
+
+    // A refresh that consumed 5 -> 9 and did not commit, then one that consumed 5 -> 8 and 8 -> 9:
+    // the shortest chain is read, and both chains agree.
+    StoredKeyCounts.addChange(spark, dir, 5, 9, LongType, Map(7L -> 3L))
+    StoredKeyCounts.addChange(spark, dir, 5, 8, LongType, Map(7L -> 1L))
+    StoredKeyCounts.addChange(spark, dir, 8, 9, LongType, Map(7L -> 2L))
+    assert(StoredKeyCounts.chainLength(spark, dir, 9) === Some(2))
+    assert(StoredKeyCounts.at(spark, dir, 9, LongType, Set(7L)) === Some(Map(7L -> 5L)))
+    assert(StoredKeyCounts.at(spark, dir, 8, LongType, Set(7L)) === Some(Map(7L -> 3L)))
+
+    // A new base at 9 removes what no chain from it needs; older versions are then not read.
+    StoredKeyCounts.writeBase(spark, dir, 9, Seq((7L, 5L), (200L, 1L)).toDF("k", "n"))
+    assert(StoredKeyCounts.at(spark, dir, 9, LongType, Set(7L, 200L)) === Some(Map(7L -> 5L, 200L -> 1L)))
+    assert(StoredKeyCounts.at(spark, dir, 5, LongType, Set(7L)) === None)
+    val fs = dir.getFileSystem(spark.sessionState.newHadoopConf())
+    assert(fs.listStatus(dir).map(_.getPath.getName).sorted.toSeq === Seq("base-9"))
+  }
+
+  test("string keys, and a directory per table and definition") {
+    import spark.implicits._
+    val root = newDir()
+    val a = StoredKeyCounts.dirOf(root, "table-1", "k||UTC|ansi=true")
+    assert(a !== StoredKeyCounts.dirOf(root, "table-2", "k||UTC|ansi=true"))
+    assert(a !== StoredKeyCounts.dirOf(root, "table-1", "k||UTC|ansi=false"))
+    StoredKeyCounts.writeBase(spark, a, 0, Seq(("x", 2L), ("y", 1L)).toDF("k", "n"))
+    StoredKeyCounts.addChange(spark, a, 0, 1, StringType, Map(UTF8String.fromString("y") -> -1L))
+    assert(StoredKeyCounts.at(spark, a, 1, StringType, Set("x", "y", "z").map(UTF8String.fromString)) ===
+      Some(Map(UTF8String.fromString("x") -> 2L)))
+  }
+}
