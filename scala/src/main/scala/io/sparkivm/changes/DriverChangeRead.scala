@@ -71,7 +71,8 @@ object DriverChangeRead {
       case NonFatal(_) => None
     }
 
-  private def absolute(log: DeltaLog, path: String): Path = {
+  /** A data file's path in the log, made absolute. */
+  def absolute(log: DeltaLog, path: String): Path = {
     val p = new Path(new URI(path))
     if (p.isAbsolute) p else new Path(log.dataPath, p)
   }

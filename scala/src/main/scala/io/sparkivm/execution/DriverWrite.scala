@@ -15,7 +15,7 @@ import org.apache.spark.internal.io.FileNameSpec
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.RowOrdering
 import org.apache.spark.sql.catalyst.types.DataTypeUtils
-import org.apache.spark.sql.catalyst.util.{CharVarcharUtils, TypeUtils}
+import org.apache.spark.sql.catalyst.util.TypeUtils
 import org.apache.spark.sql.delta.actions.AddFile
 import org.apache.spark.sql.delta.constraints.Constraints
 import org.apache.spark.sql.delta.files.DelayedCommitProtocol
@@ -94,8 +94,8 @@ object DriverWrite extends Logging {
     sameColumns(table, schema) &&
     Constraints.getAll(metadata, spark).isEmpty && !GeneratedColumn.hasGeneratedColumns(table) &&
     !ColumnWithDefaultExprUtils.hasIdentityColumn(table) &&
-    !ColumnWithDefaultExprUtils.tableHasDefaultExpr(txn.protocol, metadata, false) && !CharVarcharUtils.hasCharVarchar(
-      table) &&
+    !ColumnWithDefaultExprUtils.tableHasDefaultExpr(txn.protocol, metadata, false) &&
+    !SparkInternals.declaresCharVarchar(metadata.schemaString) &&
     !metadata.configuration.exists { case (k, v) => k.startsWith("delta.enableIcebergCompat") && v == "true" } &&
     !txn.protocol.writerFeatureNames.exists(_.toLowerCase(java.util.Locale.ROOT).contains("clustering"))
   }

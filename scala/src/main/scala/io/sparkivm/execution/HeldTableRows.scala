@@ -1,6 +1,6 @@
 package io.sparkivm.execution
 
-import io.sparkivm.changes.{DeltaSources, KnownFiles}
+import io.sparkivm.changes.{DeltaSources, DriverTableRead, KnownFiles}
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.planner.{RowCounts, SharedScans}
 import io.sparkivm.state.{Arrangement, StateId, StateKind, StatePlace, StateRegistry, StateSize, TableCommit, TableStamp}
@@ -25,7 +25,8 @@ import org.apache.spark.sql.types.StructType
  * known without reading the table after spark-ivm's own apply: the rows held at the version it
  * read, less the rows of the changed keys, plus the new rows it wrote (which is what
  * [[RewriteCommit]] commits); or, for a view without keys, just the new rows. Otherwise a small
- * table in a few files is read once, by one job, when a refresh asks for it.
+ * table in a few files is read once when a refresh asks for it: on the driver from its files
+ * ([[DriverTableRead]]), or by one job.
  */
 object HeldTableRows {
 
@@ -81,11 +82,14 @@ object HeldTableRows {
     lookup(path, snapshot).map(_.rows).orElse {
       if (!holdable(spark, snapshot)) None
       else {
-        val df = DeltaSources.snapshot(spark, table, snapshot.version)
-        DriverRows.collect(spark, Seq(df), maxRows.toInt).flatMap(_.headOption).filter(_.size <= maxRows).map { rows =>
-          put(path, Held(snapshot.metadata.id, snapshot.version, snapshot.metadata.schema, rows, maxRows))
-          rows
-        }
+        // Read here from its few files (no job), or by Delta's reader where that adds to them.
+        def scanned = DriverRows.collect(spark, Seq(DeltaSources.snapshot(spark, table, snapshot.version)),
+          maxRows.toInt).flatMap(_.headOption)
+        DriverTableRead.rows(spark, snapshot, KnownFiles.matching(snapshot.deltaLog, snapshot, Nil))
+          .orElse(scanned).filter(_.size <= maxRows).map { rows =>
+            put(path, Held(snapshot.metadata.id, snapshot.version, snapshot.metadata.schema, rows, maxRows))
+            rows
+          }
       }
     }
   }

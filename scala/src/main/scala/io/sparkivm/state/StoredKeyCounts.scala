@@ -11,7 +11,7 @@ import org.apache.hadoop.conf.Configuration
 import org.apache.hadoop.fs.{FileSystem, Path}
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.catalyst.InternalRow
-import org.apache.spark.sql.ivm.{DriverParquet, Parallel}
+import org.apache.spark.sql.ivm.{DriverParquet, Parallel, ReadMetrics}
 import org.apache.spark.sql.types.{DataType, LongType, StructField, StructType}
 import org.apache.spark.sql.{DataFrame, SparkSession}
 
@@ -118,11 +118,14 @@ object StoredKeyCounts extends Logging {
           changes.map(p => p -> fs.getFileStatus(p).getLen)
         val schema = schemaOf(keyType)
         val read = DriverParquet.reader(spark, schema, conf)
+        // Per file: the sums of the wanted keys, and the rows read.
         val perFile = Parallel.run(spark,
           files.map { case (path, bytes) =>
             () => {
               val sums = mutable.Map[Any, Long]()
+              var rows = 0L
               read(path, bytes).foreach { r =>
+                rows += 1
                 if (!r.isNullAt(0)) {
                   val k = r.get(0, keyType)
                   if (keys.contains(k)) {
@@ -131,10 +134,11 @@ object StoredKeyCounts extends Logging {
                   }
                 }
               }
-              sums.toMap
+              (sums.toMap, rows)
             }
           })
-        perFile.flatten.groupMapReduce(_._1)(_._2)(_ + _).filter(_._2 != 0)
+        ReadMetrics.readOnDriver(spark.sparkContext, perFile.map(_._2).sum)
+        perFile.flatMap(_._1).groupMapReduce(_._1)(_._2)(_ + _).filter(_._2 != 0)
       }
     } catch {
       case NonFatal(e) =>

@@ -31,6 +31,11 @@ object SparkInternals {
     spark.asInstanceOf[classic.SparkSession].cloneSession()
 
   /** The schema with every field nullable, as Delta stores a written table's schema. */
+  /** True if a Delta schema's JSON declares a CHAR or VARCHAR column (Delta's parsed schema
+   * may not carry the metadata that says so). */
+  def declaresCharVarchar(schemaJson: String): Boolean =
+    schemaJson.contains(org.apache.spark.sql.catalyst.util.CharVarcharUtils.CHAR_VARCHAR_TYPE_STRING_METADATA_KEY)
+
   def nullable(schema: org.apache.spark.sql.types.StructType): org.apache.spark.sql.types.StructType =
     schema.asNullable
 
