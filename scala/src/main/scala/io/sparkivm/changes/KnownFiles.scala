@@ -69,7 +69,9 @@ object KnownFiles extends Logging {
   def of(log: DeltaLog, snapshot: Snapshot): Version = {
     val (hit, earlier) = lookup(snapshot)
     hit.getOrElse {
-      val files = earlier.flatMap(advance(log, _, snapshot.version))
+      // Pre first, where a refresh asked for that and nothing earlier is held (listFirst).
+      val pre = if (earlier.isDefined) None else listFirstHint(log, snapshot).map(v => of(log, this.snapshot(log, v)))
+      val files = earlier.orElse(pre).flatMap(advance(log, _, snapshot.version))
         .orElse(fromFirstCommit(log, snapshot))
         .orElse(fromCheckpoint(log, snapshot))
         .getOrElse(snapshot.allFiles.collect().iterator.map(a => key(a) -> new KnownFile(a)).toMap)
@@ -77,30 +79,36 @@ object KnownFiles extends Logging {
     }
   }
 
+  /** Per table log, the Pre version a refresh asked to list first ([[listFirst]]). */
+  private val firstVersions = new java.util.concurrent.ConcurrentHashMap[String, java.lang.Long]()
+
   /**
-   * Lists the files of version `from` of `table` (a refresh's Pre), when neither it nor any
-   * version up to `to` (its Post) is held, so that the refresh lists each table once: Post's
-   * files are then Pre's advanced by the commits in between, on the driver, where reading Post
-   * first would leave Pre to a second listing (Delta's state reconstruction: a Spark job, the
-   * largest part of a refresh in a new application). Only when at most [[ReplayMaxCommits]]
-   * commits lie in between (replaying more on the driver may cost more than a second listing),
-   * and once the table has a checkpoint (before it, any version is replayed from the first
-   * commit on the driver).
+   * Asks that the files of version `from` of `table` (a refresh's Pre) be listed first when the
+   * refresh lists any version up to `to` (its Post) and none is held, so that the refresh
+   * lists each table once: Post's files are then Pre's advanced by the commits in between, on
+   * the driver, where reading Post first would leave Pre to a second listing (Delta's state
+   * reconstruction: a Spark job, the largest part of a refresh in a new application). Only
+   * when at most [[ReplayMaxCommits]] commits lie in between (replaying more on the driver may
+   * cost more than a second listing). Nothing is listed here: a table the refresh reads no file
+   * of (its counts and change answer it) is not listed at all.
    */
   def listFirst(spark: SparkSession, table: TableIdentifier, from: Long, to: Long): Unit =
     if (from < to && to - from <= ReplayMaxCommits)
-      try {
-        val log = DeltaLog.forTable(spark, table)
-        // A young table's Post is replayed from its first commit with no job anyway.
-        val post = log.unsafeVolatileSnapshot
-        val young = post.version == to && post.logSegment.checkpointProvider.version < 0 && to < ReplayMaxCommits
-        if (young) return
-        val pre = snapshot(log, from)
-        val id = idOf(pre)
-        if (!ofTable(id).exists(v => v.version <= to)) of(log, pre)
-      } catch {
+      try firstVersions.put(DeltaLog.forTable(spark, table).logPath.toString, from)
+      catch {
         case NonFatal(e) => logInfo(s"spark-ivm: listing version $from of $table first: ${e.getMessage}")
       }
+
+  /**
+   * The version [[listFirst]] asked to list before `snapshot`'s (taken: asked once), if it lies
+   * at most [[ReplayMaxCommits]] commits before it and the table has a checkpoint (before one,
+   * any version is replayed from the first commit on the driver, with no job).
+   */
+  private def listFirstHint(log: DeltaLog, snapshot: Snapshot): Option[Long] =
+    Option(firstVersions.remove(log.logPath.toString)).map(_.longValue).filter { from =>
+      val young = snapshot.logSegment.checkpointProvider.version < 0 && snapshot.version < ReplayMaxCommits
+      from < snapshot.version && snapshot.version - from <= ReplayMaxCommits && !young
+    }
 
   /**
    * The files of `snapshot`'s version if they cost no Spark job: held, or advanced on the driver
