@@ -12,7 +12,7 @@ import io.sparkivm.changes.{ChangeFeed, ChangeRequest, DeltaSources, DriverChang
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.errors.IvmErrors
 import io.sparkivm.policy.{CostModel, PolicyDecision, RefreshPolicies, ViewGraph}
-import io.sparkivm.state.StateBuilds
+import io.sparkivm.state.{StateBuilds, StoredKeyCounts}
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.expressions.Literal
@@ -127,7 +127,10 @@ object RefreshPipeline extends Logging {
     // State is made between refreshes, never during one (StateBuilds).
     StateBuilds.refreshStarted(user)
     try refreshVerified(user, name, full, trigger, reason)
-    finally StateBuilds.refreshEnded()
+    finally {
+      StoredKeyCounts.awaitWrites()
+      StateBuilds.refreshEnded()
+    }
   }
 
   private def refreshVerified(user: SparkSession, name: Seq[String], full: Boolean, trigger: String,

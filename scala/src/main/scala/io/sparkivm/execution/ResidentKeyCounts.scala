@@ -24,11 +24,14 @@ import org.apache.spark.sql.types.StructType
  *
  * An entry is named by the table's Delta id and what is counted, and stamped with the table
  * version its counts are of. Counts are a function of one table version, so an entry is right
- * whatever became of the refresh that made it, and needs no durable copy or exactly-once
- * protocol of its own: a refresh finds the entry at its Pre version and adds the change (held on
- * the driver) to reach Post, or finds it at Post (a retried refresh) and subtracts the change to
- * reach Pre (Pre = Post - D), or counts the table at Post once: the second time a refresh in
- * the application asks for them, so that an application that refreshes once never counts.
+ * whatever became of the refresh that made it, and needs no exactly-once protocol of its own:
+ * a refresh finds the entry at its Pre version and adds the change (held on the driver) to reach
+ * Post, or finds it at Post (a retried refresh) and subtracts the change to reach Pre
+ * (Pre = Post - D), or counts the table at Post once: the second time a refresh in the
+ * application asks for them, so that an application that refreshes once never counts. Until
+ * then, and in a new application, the copy kept in storage beside the view answers
+ * ([[StoredKeyCounts]]: written at CREATE for the integrity checks, or between refreshes), and
+ * every refresh moves that copy on by its change.
  */
 object ResidentKeyCounts extends Logging {
   private val CountColumn = "__ivm_cnt"
@@ -37,7 +40,8 @@ object ResidentKeyCounts extends Logging {
    * The counts of `keys` at `from` (Pre) and at `source.version` (Post), or None where they
    * are not kept: the setting is off, the table is small, the key's values cannot be indexed,
    * the change is too large to be held on the driver or its filters cannot be evaluated there,
-   * or no earlier refresh (`refresh` names this one) has asked for them.
+   * or no earlier refresh (`refresh` names this one) has asked for them and `stored` (their
+   * directory in storage) holds none at Pre.
    */
   def read(spark: SparkSession, t: CountedTable, keys: Seq[Any], source: PinnedSource, from: Long,
       change: Option[TableChange], post: => LogicalPlan, refresh: String,

@@ -3,6 +3,7 @@ package io.sparkivm.state
 import java.nio.charset.StandardCharsets
 import java.security.MessageDigest
 import java.util.UUID
+import java.util.concurrent.{ConcurrentLinkedQueue, Executors, ThreadFactory}
 
 import scala.collection.mutable
 import scala.util.control.NonFatal
@@ -146,11 +147,38 @@ object StoredKeyCounts extends Logging {
         None
     }
 
+  /** Writes of changes, one at a time beside the refresh that asked for them. */
+  private val writer = Executors.newSingleThreadExecutor(new ThreadFactory {
+    override def newThread(r: Runnable): Thread = {
+      val t = new Thread(r, "spark-ivm-stored-counts")
+      t.setDaemon(true)
+      t
+    }
+  })
+  private val pending = new ConcurrentLinkedQueue[java.util.concurrent.Future[_]]()
+
   /**
    * Records the change of the counts from version `from` to `to` (Catalyst keys), if a chain
-   * reaches `from`: nothing is written that no reader could use. Written on the driver.
+   * reaches `from`: nothing is written that no reader could use. Written on the driver, on a
+   * thread of its own while the refresh goes on; [[awaitWrites]] waits for it.
    */
   def addChange(spark: SparkSession, dir: Path, from: Long, to: Long, keyType: DataType,
+      change: Map[Any, Long]): Unit =
+    pending.add(writer.submit(new Runnable {
+      override def run(): Unit = addChangeNow(spark, dir, from, to, keyType, change)
+    }))
+
+  /**
+   * Waits for the changes being written: a refresh ends with its writes done, so that an
+   * application that stops after it (a scheduled job) leaves the chain whole.
+   */
+  def awaitWrites(): Unit =
+    Iterator.continually(pending.poll()).takeWhile(_ != null).foreach { f =>
+      try f.get()
+      catch { case NonFatal(_) => }
+    }
+
+  private def addChangeNow(spark: SparkSession, dir: Path, from: Long, to: Long, keyType: DataType,
       change: Map[Any, Long]): Unit =
     try {
       val (fs, conf) = fsOf(spark, dir)

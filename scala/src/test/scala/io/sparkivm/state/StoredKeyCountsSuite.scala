@@ -32,8 +32,10 @@ class StoredKeyCountsSuite extends AnyFunSuite {
 
     // 3 -> 5: key 1 loses its row, key 5 gains two, key 200 appears.
     StoredKeyCounts.addChange(spark, dir, 3, 5, LongType, Map(1L -> -1L, 5L -> 2L, 200L -> 1L))
+    StoredKeyCounts.awaitWrites()
     // A change from a version no chain reaches is not written.
     StoredKeyCounts.addChange(spark, dir, 4, 6, LongType, Map(1L -> 7L))
+    StoredKeyCounts.awaitWrites()
     assert(StoredKeyCounts.chainLength(spark, dir, 6) === None)
     val at5 = StoredKeyCounts.at(spark, dir, 5, LongType, all + 200L).get
     assert(at5 === (0L until 100L).map(k => k -> expected(k)).toMap.updated(1L, 0L).updated(5L, 2L)
@@ -43,8 +45,10 @@ class StoredKeyCountsSuite extends AnyFunSuite {
     // A refresh that consumed 5 -> 9 and did not commit, then one that consumed 5 -> 8 and 8 -> 9:
     // the shortest chain is read, and both chains agree.
     StoredKeyCounts.addChange(spark, dir, 5, 9, LongType, Map(7L -> 3L))
+    StoredKeyCounts.awaitWrites()
     StoredKeyCounts.addChange(spark, dir, 5, 8, LongType, Map(7L -> 1L))
     StoredKeyCounts.addChange(spark, dir, 8, 9, LongType, Map(7L -> 2L))
+    StoredKeyCounts.awaitWrites()
     assert(StoredKeyCounts.chainLength(spark, dir, 9) === Some(2))
     assert(StoredKeyCounts.at(spark, dir, 9, LongType, Set(7L)) === Some(Map(7L -> 5L)))
     assert(StoredKeyCounts.at(spark, dir, 8, LongType, Set(7L)) === Some(Map(7L -> 3L)))
@@ -65,6 +69,7 @@ class StoredKeyCountsSuite extends AnyFunSuite {
     assert(a !== StoredKeyCounts.dirOf(root, "table-1", "k||UTC|ansi=false"))
     StoredKeyCounts.writeBase(spark, a, 0, Seq(("x", 2L), ("y", 1L)).toDF("k", "n"))
     StoredKeyCounts.addChange(spark, a, 0, 1, StringType, Map(UTF8String.fromString("y") -> -1L))
+    StoredKeyCounts.awaitWrites()
     assert(StoredKeyCounts.at(spark, a, 1, StringType, Set("x", "y", "z").map(UTF8String.fromString)) ===
       Some(Map(UTF8String.fromString("x") -> 2L)))
   }
