@@ -4,6 +4,7 @@ import scala.util.control.NonFatal
 
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.InternalRow
+import org.apache.spark.sql.catalyst.expressions.UnsafeProjection
 import org.apache.spark.sql.delta.{NoMapping, Snapshot}
 import org.apache.spark.sql.ivm.{DriverParquet, ReadMetrics, SparkInternals}
 
@@ -31,8 +32,14 @@ object DriverTableRead {
     } else {
       try {
         val log = snapshot.deltaLog
-        val read = DriverParquet.reader(spark, SparkInternals.nullable(metadata.schema), log.newDeltaHadoopConf())
-        val rows = files.flatMap(f => read(DriverChangeRead.absolute(log, f.path), f.size).map(_.copy())).toIndexedSeq
+        val schema = SparkInternals.nullable(metadata.schema)
+        val read = DriverParquet.reader(spark, schema, log.newDeltaHadoopConf())
+        // Unsafe rows, as a scan's: held rows are matched against rows computed by Spark (a
+        // change's, an apply's) by equality, and an array read into a generic row is not equal
+        // to the same array in an unsafe one.
+        val unsafe = UnsafeProjection.create(schema)
+        val rows = files.flatMap(f =>
+          read(DriverChangeRead.absolute(log, f.path), f.size).map(r => unsafe(r).copy(): InternalRow)).toIndexedSeq
         val counted = files.map(_.numLogicalRecords)
         if (counted.forall(_.isDefined) && counted.flatten.sum != rows.size) None
         else {

@@ -49,6 +49,14 @@ class DriverTableReadSuite extends AnyFunSuite {
     assert(here.isDefined)
     assert(same(here.get, spark.table("tr").collect().toSeq), here.get)
     assert(work.jobs === 0)
+    // As a scan's rows, equal to them as rows: held rows are matched by equality against rows
+    // Spark computes (an array in a generic row is not equal to the same array in an unsafe one).
+    val log = DeltaLog.forTable(spark, TableIdentifier("tr"))
+    val snapshot = log.update()
+    val raw = DriverTableRead.rows(spark, snapshot, KnownFiles.matching(log, snapshot, Nil)).get
+    val scanned = spark.table("tr").queryExecution.executedPlan.executeCollect().map(_.copy()).toSeq
+    assert(raw.forall(_.isInstanceOf[org.apache.spark.sql.catalyst.expressions.UnsafeRow]))
+    assert(raw.toSet === scanned.toSet)
   }
 
   test("deletion vectors, column mapping, partitions and CHAR columns are left to Delta") {

@@ -38,9 +38,14 @@ class RefreshProgressSuite extends AnyFunSuite {
     sc.setJobDescription("the user's own")
     sc.addJobTag("users-tag")
     sc.addSparkListener(listener)
+    // The backing rows read by a job (a table this small is otherwise read on the driver).
+    spark.conf.set("spark.ivm.heldTables.maxRows", "0")
     val report =
       try RefreshPipeline.refresh(spark, Seq("jl_mv"), full = false)
-      finally sc.removeSparkListener(listener)
+      finally {
+        sc.removeSparkListener(listener)
+        spark.conf.unset("spark.ivm.heldTables.maxRows")
+      }
     assert(report.mode == "incremental", report)
 
     val tag = RefreshProgress.tag("spark_catalog.default.jl_mv")
