@@ -171,8 +171,10 @@ object IvmConf {
       "equi-join key (EXISTS, IN, NOT EXISTS), and the referencing side of a foreign key whose " +
       "integrity a refresh checks. A refresh then looks up its changed keys' counts instead of " +
       "scanning the table. The counts are made (one aggregate of the table) the second time a " +
-      "refresh in the application needs them, so an application that refreshes once never counts; " +
-      "they take executor memory in proportion to the table's distinct keys.")
+      "refresh in the application needs them; they take executor memory in proportion to the " +
+      "table's distinct keys. The integrity checks' counts are also kept in storage, in the " +
+      "backing table's hidden `_ivm_state` directory (written at CREATE, moved on by each " +
+      "refresh), so that an application's first refresh reads them instead of scanning.")
 
   val KeyCountsMinTableBytes: IvmConfEntry[Long] = bytes("spark.ivm.keyCounts.minTableBytes", 1L << 20,
     "Tables smaller than this are read for their changed keys instead of being counted.", internal = true)
