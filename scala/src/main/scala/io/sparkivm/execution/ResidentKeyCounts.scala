@@ -82,7 +82,8 @@ object ResidentKeyCounts extends Logging {
       stored.foreach { dir =>
         StoredKeyCounts.chainLength(spark, dir, from) match {
           case Some(n) if n < StoredKeyCounts.MaxChain =>
-            StoredKeyCounts.addChange(spark, dir, from, source.version, keyType, d)
+            // Nothing to record where the table did not change.
+            if (source.version > from) StoredKeyCounts.addChange(spark, dir, from, source.version, keyType, d)
           // No chain reaches Pre (a change too large to hold, counts never written) or it is
           // long: a new base at Post, made between refreshes.
           case _ =>

@@ -36,7 +36,6 @@ import org.apache.spark.sql.{DataFrame, SparkSession}
  * reader that fails (a file removed by compaction meanwhile) answers nothing.
  */
 object StoredKeyCounts extends Logging {
-  private val Schema = StructType(Seq(StructField("key", LongType), StructField("count", LongType)))
   private val Base = "base-(\\d+)".r
   private val Change = "change-(\\d+)-(\\d+)\\.parquet".r
 
@@ -49,7 +48,7 @@ object StoredKeyCounts extends Logging {
     new Path(root, "keycounts/" + digest.take(12).map("%02x".format(_)).mkString)
   }
 
-  private def schemaOf(keyType: DataType) = Schema.copy(fields = Schema.fields.updated(0, StructField("key", keyType)))
+  private def schemaOf(keyType: DataType) = StructType(Seq(StructField("key", keyType), StructField("count", LongType)))
 
   private final case class Files(bases: Map[Long, Path], changes: Seq[(Long, Long, Path)])
 
