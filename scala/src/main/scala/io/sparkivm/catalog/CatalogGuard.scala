@@ -9,7 +9,6 @@ import org.apache.spark.sql.catalyst.analysis.{
   UnresolvedIdentifier, UnresolvedRelation, UnresolvedTable, UnresolvedTableOrView, UnresolvedView
 }
 import org.apache.spark.sql.catalyst.plans.logical._
-import org.apache.spark.sql.delta.DeltaLog
 import org.apache.spark.sql.ivm.SessionInternals
 
 /**
@@ -113,7 +112,7 @@ object CatalogGuard {
   /** The materialized view a backing table stores, from its Delta metadata (`ivm.view`). */
   private def viewOfBacking(spark: SparkSession, table: TableIdentifier): Option[String] =
     try {
-      DeltaLog.forTable(spark, table).update().metadata.configuration.get(ViewCatalog.ViewProperty)
+      DeltaTables.log(spark, table).update().metadata.configuration.get(ViewCatalog.ViewProperty)
         .map(v => ViewCatalog.qualify(spark, v.split('.').toSeq.takeRight(2)).quotedString)
     } catch { case NonFatal(_) => None }
 }

@@ -4,7 +4,6 @@ import java.util.Locale
 
 import io.sparkivm.errors.IvmErrors
 import org.apache.spark.sql.catalyst.TableIdentifier
-import org.apache.spark.sql.delta.DeltaLog
 import org.apache.spark.sql.functions.{col, count, lit}
 import org.apache.spark.sql.{DataFrame, SparkSession}
 
@@ -47,7 +46,7 @@ object KeyConstraints {
 
   /** The constraints declared on a table, read from its latest Delta metadata. */
   def of(spark: SparkSession, table: TableIdentifier): Seq[KeyConstraint] = {
-    val conf = DeltaLog.forTable(spark, table).update().metadata.configuration
+    val conf = DeltaTables.log(spark, table).update().metadata.configuration
     conf.toSeq.collect { case (k, v) if k.startsWith(Prefix) => parse(k.stripPrefix(Prefix), table, v) }
       .sortBy(_.name)
   }

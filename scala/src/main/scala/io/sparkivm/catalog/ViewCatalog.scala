@@ -206,7 +206,7 @@ object ViewCatalog extends Logging {
   }
 
   def deltaLog(spark: SparkSession, table: TableIdentifier): DeltaLog =
-    DeltaLog.forTable(spark, table)
+    DeltaTables.log(spark, table)
 
   // ---- refresh records, kept in the commits of the backing table ----
 

@@ -3,11 +3,11 @@ package io.sparkivm.changes
 import scala.collection.mutable
 import scala.util.control.NonFatal
 
+import io.sparkivm.catalog.DeltaTables
 import io.sparkivm.errors.IvmErrors
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.TableIdentifier
 import org.apache.spark.sql.catalyst.expressions.{BoundReference, GenericInternalRow, UnsafeProjection, UnsafeRow}
-import org.apache.spark.sql.delta.DeltaLog
 import org.apache.spark.sql.delta.actions.{AddCDCFile, AddFile, RemoveFile}
 import org.apache.spark.sql.ivm.{DriverRows, Parallel}
 import org.apache.spark.sql.types.{IntegerType, StructField, StructType}
@@ -117,7 +117,7 @@ object ChangeFeed {
    * the data files it added and removed (which the change feed then reads). */
   def changeBytes(spark: SparkSession, view: String, r: ChangeRequest): Long =
     try {
-      DeltaLog.forTable(spark, r.table).getChanges(r.from + 1, None, false)
+      DeltaTables.log(spark, r.table).getChanges(r.from + 1, None, false)
         .takeWhile(_._1 <= r.to).map { case (_, actions) =>
           val cdc = actions.collect { case c: AddCDCFile => c.size }
           if (cdc.nonEmpty) cdc.sum

@@ -2,13 +2,13 @@ package io.sparkivm.changes
 
 import scala.util.control.NonFatal
 
-import io.sparkivm.catalog.SourceInfo
+import io.sparkivm.catalog.{DeltaTables, SourceInfo}
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.errors.{IvmErrors, IvmException}
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.catalyst.TableIdentifier
+import org.apache.spark.sql.delta.Snapshot
 import org.apache.spark.sql.delta.ivm.DeltaInternals
-import org.apache.spark.sql.delta.{DeltaLog, Snapshot}
 import org.apache.spark.sql.functions._
 import org.apache.spark.sql.types.StructType
 import org.apache.spark.sql.{Column, DataFrame, SparkSession}
@@ -44,7 +44,7 @@ object DeltaSources extends Logging {
    */
   def pin(spark: SparkSession, table: TableIdentifier, requireChangeFeed: Boolean,
       autoEnable: Boolean, consumed: Option[(String, SourceInfo)] = None): PinnedSource = {
-    var snapshot = DeltaLog.forTable(spark, table).update()
+    var snapshot = DeltaTables.log(spark, table).update()
     consumed.foreach { case (view, before) =>
       if (before.tableId != snapshot.metadata.id) {
         throw IvmErrors.sourceChanged(view, before.table, "it was dropped and created again")
@@ -56,7 +56,8 @@ object DeltaSources extends Logging {
       logWarning(s"spark-ivm: enabling the change data feed of ${table.quotedString} so that " +
         "views over it can be refreshed incrementally")
       spark.sql(s"ALTER TABLE ${table.quotedString} SET TBLPROPERTIES ($CdfProperty = true)")
-      snapshot = DeltaLog.forTable(spark, table).update()
+      DeltaTables.forget(spark, table)
+      snapshot = DeltaTables.log(spark, table).update()
     }
     val pinned = snapshot
     PinnedSource(table, pinned.metadata.id, pinned.version, pinned.schema)(() => sizeInBytes(pinned))
@@ -75,7 +76,7 @@ object DeltaSources extends Logging {
 
   /** The Delta table id and current version of a table, from its log (no Spark job). */
   def current(spark: SparkSession, table: TableIdentifier): (String, Long) = {
-    val snapshot = DeltaLog.forTable(spark, table).update()
+    val snapshot = DeltaTables.log(spark, table).update()
     snapshot.metadata.id -> snapshot.version
   }
 

@@ -5,6 +5,7 @@ import java.net.URI
 import scala.collection.mutable
 import scala.util.control.NonFatal
 
+import io.sparkivm.catalog.DeltaTables
 import org.apache.hadoop.fs.Path
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.InternalRow
@@ -40,7 +41,7 @@ object DriverChangeRead {
   def read(spark: SparkSession, table: org.apache.spark.sql.catalyst.TableIdentifier, schema: StructType,
       from: Long, to: Long, maxBytes: Long): Option[(StructType, IndexedSeq[InternalRow])] =
     try {
-      val log = DeltaLog.forTable(spark, table)
+      val log = DeltaTables.log(spark, table)
       val atEnd = log.unsafeVolatileSnapshot
       if (atEnd.version != to || atEnd.metadata.partitionColumns.nonEmpty ||
         atEnd.metadata.columnMappingMode != NoMapping) return None

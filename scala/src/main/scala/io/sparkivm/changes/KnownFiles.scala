@@ -2,6 +2,7 @@ package io.sparkivm.changes
 
 import scala.util.control.NonFatal
 
+import io.sparkivm.catalog.DeltaTables
 import io.sparkivm.errors.IvmErrors
 import io.sparkivm.state.{Arrangement, StateId, StateKind, StatePlace, StateRegistry}
 import org.apache.spark.internal.Logging
@@ -94,7 +95,7 @@ object KnownFiles extends Logging {
    */
   def listFirst(spark: SparkSession, table: TableIdentifier, from: Long, to: Long): Unit =
     if (from < to && to - from <= ReplayMaxCommits)
-      try firstVersions.put(DeltaLog.forTable(spark, table).logPath.toString, from)
+      try firstVersions.put(DeltaTables.log(spark, table).logPath.toString, from)
       catch {
         case NonFatal(e) => logInfo(s"spark-ivm: listing version $from of $table first: ${e.getMessage}")
       }
@@ -225,7 +226,7 @@ object KnownFiles extends Logging {
    * scan of its files (CHAR and VARCHAR columns, which a table read pads or checks).
    */
   def read(spark: SparkSession, table: TableIdentifier, version: Long): Option[DataFrame] = {
-    val log = DeltaLog.forTable(spark, table)
+    val log = DeltaTables.log(spark, table)
     val snap = snapshot(log, version)
     if (CharVarcharUtils.hasCharVarchar(snap.metadata.schema)) return None
     val files = of(log, snap).files.values.toSeq

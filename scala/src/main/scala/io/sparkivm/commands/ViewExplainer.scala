@@ -5,7 +5,7 @@ import java.sql.Timestamp
 import scala.util.control.NonFatal
 
 import io.sparkivm.access.{AccessPatterns, CqapAnalysis}
-import io.sparkivm.catalog.{RefreshMode, RefreshRecord, ViewCatalog, ViewMetadata}
+import io.sparkivm.catalog.{DeltaTables, RefreshMode, RefreshRecord, ViewCatalog, ViewMetadata}
 import io.sparkivm.changes.{ChangeFeed, ChangeRequest, DeltaSources, PinnedSource}
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.epsilon.{TriangleMaintenance, TriangleStateTables, TriangleViews}
@@ -15,7 +15,6 @@ import io.sparkivm.execution.{
 import io.sparkivm.planner.{AggregateState, PlanOnly}
 import io.sparkivm.policy.{CostModel, PolicyDecision, RefreshPolicies}
 import org.apache.spark.sql.SparkSession
-import org.apache.spark.sql.delta.DeltaLog
 import org.apache.spark.sql.ivm.{SessionInternals, SparkInternals}
 import org.json4s._
 import org.json4s.jackson.JsonMethods.{compact, render}
@@ -285,7 +284,7 @@ object ViewExplainer {
             n.startsWith("integrity fails"))
         val recompute = if (maintenance.states.exists(_.recompute.isDefined)) 2 else 0
         val kept = maintenance.keyNames.nonEmpty &&
-          ResidentBackingRows.keptAt(DeltaLog.forTable(spark, meta.backing).update(), maintenance.foldColumns)
+          ResidentBackingRows.keptAt(DeltaTables.log(spark, meta.backing).update(), maintenance.foldColumns)
         line("Old rows of the changed groups: " + (if (kept) "looked up in the view's rows kept in memory by key " +
                                                      s"(${IvmConf.StateExecutorMaxBytes.key}), no job"
                                                    else s"read from ${meta.backing.quotedString}"))

@@ -3,7 +3,7 @@ package io.sparkivm.epsilon
 import scala.collection.mutable
 import scala.util.control.NonFatal
 
-import io.sparkivm.catalog.{EpsilonState, ViewCatalog, ViewMetadata}
+import io.sparkivm.catalog.{DeltaTables, EpsilonState, ViewCatalog, ViewMetadata}
 import io.sparkivm.changes.DeltaSources
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.errors.IvmErrors
@@ -30,7 +30,7 @@ class TriangleStateTables(spark: SparkSession, meta: ViewMetadata, attempt: Stri
   val names: Seq[TableIdentifier] = EpsilonState.tables(meta.backing)
   private val tag = s"""{"ivmState":"$attempt"}"""
 
-  private def log(i: Int): DeltaLog = DeltaLog.forTable(spark, names(i))
+  private def log(i: Int): DeltaLog = DeltaTables.log(spark, names(i))
   def version(i: Int): Long = log(i).update().version
 
   private val ids = mutable.Map[Int, String]()
@@ -127,7 +127,7 @@ class TriangleStateTables(spark: SparkSession, meta: ViewMetadata, attempt: Stri
    * are written by the driver ([[DriverWrite]]), with no Spark job.
    */
   def append(i: Int, rows: WeightedDelta, sortKey: String): Long = {
-    val txn = log(i).startTransaction(Some(SessionInternals.catalog(spark).getTableMetadata(names(i))), None)
+    val txn = log(i).startTransaction(Some(DeltaTables.entry(spark, names(i))), None)
     val table = txn.metadata.schema
     // Rows held here whose columns have the table's types are written here, without a job.
     val here =
@@ -186,6 +186,7 @@ class TriangleStateTables(spark: SparkSession, meta: ViewMetadata, attempt: Stri
   def drop(): Unit = names.foreach { n =>
     ResidentState.remove(ResidentState.tableName(n))
     spark.sql(s"DROP TABLE IF EXISTS ${n.quotedString}")
+    DeltaTables.forget(spark, n)
   }
 }
 
@@ -203,6 +204,7 @@ object TriangleStateTables {
     EpsilonState.tables(backing).foreach { n =>
       ResidentState.remove(ResidentState.tableName(n))
       if (ViewCatalog.exists(spark, n)) spark.sql(s"DROP TABLE IF EXISTS ${n.quotedString}")
+      DeltaTables.forget(spark, n)
     }
   }
 }

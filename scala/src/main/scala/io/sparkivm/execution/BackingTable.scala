@@ -1,6 +1,6 @@
 package io.sparkivm.execution
 
-import io.sparkivm.catalog.{RefreshHistory, RefreshRecord, ViewCatalog, ViewMetadata}
+import io.sparkivm.catalog.{DeltaTables, RefreshHistory, RefreshRecord, ViewCatalog, ViewMetadata}
 import io.sparkivm.changes.DeltaSources
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.planner.ViewMaintenance
@@ -9,7 +9,7 @@ import org.apache.spark.sql.catalyst.expressions.AttributeReference
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.catalyst.types.DataTypeUtils
 import org.apache.spark.sql.catalyst.{InternalRow, TableIdentifier}
-import org.apache.spark.sql.delta.{DeltaLog, Snapshot}
+import org.apache.spark.sql.delta.Snapshot
 import org.apache.spark.sql.functions.{col, lit}
 import org.apache.spark.sql.ivm.SparkInternals
 import org.apache.spark.sql.types.BooleanType
@@ -90,9 +90,9 @@ object BackingTable {
    * removes with the table.
    */
   def stateRoot(spark: SparkSession, backing: TableIdentifier): Path =
-    new Path(DeltaLog.forTable(spark, backing).dataPath, "_ivm_state")
+    new Path(DeltaTables.log(spark, backing).dataPath, "_ivm_state")
 
-  def latest(spark: SparkSession, meta: ViewMetadata): Snapshot = DeltaLog.forTable(spark, meta.backing).update()
+  def latest(spark: SparkSession, meta: ViewMetadata): Snapshot = DeltaTables.log(spark, meta.backing).update()
 
   /** [[current]] at `snapshot`, which a refresh reads once for its delta's reads of the table. */
   def at(spark: SparkSession, meta: ViewMetadata, snapshot: Snapshot, positions: Boolean): LogicalPlan = {

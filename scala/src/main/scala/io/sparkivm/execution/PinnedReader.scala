@@ -1,5 +1,6 @@
 package io.sparkivm.execution
 
+import io.sparkivm.catalog.DeltaTables
 import io.sparkivm.changes.{DeltaSources, DriverChange, KnownFiles, PinnedSource, TableChange}
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.errors.IvmErrors
@@ -14,7 +15,6 @@ import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, AttributeRef
 import org.apache.spark.sql.catalyst.plans.logical.{Filter, LocalRelation, LogicalPlan, Project, Union}
 import org.apache.spark.sql.catalyst.types.DataTypeUtils
 import org.apache.spark.sql.catalyst.util.CharVarcharUtils
-import org.apache.spark.sql.delta.DeltaLog
 import org.apache.spark.sql.ivm.SparkInternals
 import org.apache.spark.sql.types.{IntegerType, StructField, StructType}
 import org.apache.spark.sql.{DataFrame, SparkSession}
@@ -62,7 +62,7 @@ class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
    */
   private def heldRows(leaf: SourceLeaf, version: Long): Option[LogicalPlan] = for {
     p <- pinned.get(leaf.name) if p.sizeInBytes <= HeldTableRows.MaxBytes && IvmConf.KnownFilesEnabled.get(spark)
-    snapshot = KnownFiles.snapshot(DeltaLog.forTable(spark, leaf.table), p.version)
+    snapshot = KnownFiles.snapshot(DeltaTables.log(spark, leaf.table), p.version)
     // CHAR and VARCHAR columns are padded or checked by a table read, not by a relation.
     if snapshot.metadata.id == p.tableId && !CharVarcharUtils.hasCharVarchar(snapshot.metadata.schema)
     local = changes.get(leaf.name).collect { case DriverChange(schema, data) => (schema, data) }

@@ -6,7 +6,7 @@ import scala.annotation.tailrec
 import scala.collection.mutable
 
 import io.sparkivm.catalog.{
-  HistoryEntry, RefreshHistory, RefreshMode, RefreshPolicy, RefreshRecord, ViewCatalog, ViewMetadata
+  DeltaTables, HistoryEntry, RefreshHistory, RefreshMode, RefreshPolicy, RefreshRecord, ViewCatalog, ViewMetadata
 }
 import io.sparkivm.changes.{ChangeFeed, ChangeRequest, DeltaSources, DriverChange, KnownFiles, PinnedSource}
 import io.sparkivm.conf.IvmConf
@@ -29,8 +29,9 @@ object RefreshSession {
   // Spark's switch between generated and interpreted expressions (an internal setting).
   private val FactoryMode = "spark.sql.codegen.factoryMode"
 
+  /** A session of the refresh's own, which keeps catalog entries until [[DeltaTables.release]]. */
   def of(user: SparkSession): SparkSession = {
-    val spark = SparkInternals.isolated(user)
+    val spark = DeltaTables.scoped(SparkInternals.isolated(user))
     // A Delta version read for the first time is rebuilt from its log by a job of this many
     // tasks; Delta's default of 50 is meant for clusters and large logs.
     if (!SessionInternals.isSet(user, SnapshotPartitions)) {
@@ -171,7 +172,7 @@ object RefreshPipeline extends Logging {
         case e: Throwable =>
           RefreshFailures.record(user, name, trigger, timer.startedAtMs, e)
           throw IvmErrors.inView(name.mkString("."), e)
-      }
+      } finally DeltaTables.release(spark)
     report.copy(rowsRead = work.rowsRead, rowsJoined = joined, sparkJobs = work.jobs, sparkTasks = work.tasks,
       phasesJobs = timer.jobsPerPhase(work.jobStarts))
   }

@@ -2,6 +2,7 @@ package io.sparkivm.execution
 
 import scala.util.control.NonFatal
 
+import io.sparkivm.catalog.DeltaTables
 import io.sparkivm.changes.{DriverChange, PinnedSource, TableChange}
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.planner.{CountedTable, FkDeltaPlanner, KeyCounts, KeyProbe, PlanOnly}
@@ -13,7 +14,6 @@ import org.apache.spark.sql.catalyst.expressions.aggregate.Count
 import org.apache.spark.sql.catalyst.expressions.{Alias, And, AttributeReference, Literal}
 import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, Filter, LocalRelation, LogicalPlan, Project}
 import org.apache.spark.sql.catalyst.{CatalystTypeConverters, InternalRow}
-import org.apache.spark.sql.delta.DeltaLog
 import org.apache.spark.sql.ivm.SparkInternals
 import org.apache.spark.sql.types.StructType
 
@@ -67,7 +67,7 @@ object ResidentKeyCounts extends Logging {
         k -> (counts.getOrElse(k, 0L) + sign * dOut.getOrElse(k, 0L))
       }.filter(_._2 != 0).toMap
       // The log's path with the id: a copied table keeps its id.
-      val name = s"keycounts/${DeltaLog.forTable(spark, t.leaf.table).logPath}#${source.tableId}/${t.definition}"
+      val name = s"keycounts/${DeltaTables.log(spark, t.leaf.table).logPath}#${source.tableId}/${t.definition}"
       val (preStamp, postStamp) = (from.toString, source.version.toString)
       val askedBefore = ResidentState.ask(name, refresh)
       // The counts in storage, read at Pre for a refresh that finds none in memory (the first

@@ -1,5 +1,6 @@
 package io.sparkivm.execution
 
+import io.sparkivm.catalog.DeltaTables
 import io.sparkivm.changes.{DriverChange, PinnedSource, TableChange}
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.planner.{KeyProbe, RowCounts, SharedScans}
@@ -8,7 +9,6 @@ import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.expressions.{Alias, Expression, GenericInternalRow, Literal, Predicate}
 import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, Project}
 import org.apache.spark.sql.catalyst.{CatalystTypeConverters, InternalRow, TableIdentifier}
-import org.apache.spark.sql.delta.DeltaLog
 import org.apache.spark.sql.ivm.{DriverRows, SparkInternals}
 import org.apache.spark.sql.types.StructField
 
@@ -103,7 +103,7 @@ object ResidentTableRows {
 
   /** Entries of a table start with this; then the key, a slash and the columns' [[signature]]. */
   private def prefix(spark: SparkSession, table: TableIdentifier, source: PinnedSource): String =
-    s"rows/${DeltaLog.forTable(spark, table).logPath}#${source.tableId}/"
+    s"rows/${DeltaTables.log(spark, table).logPath}#${source.tableId}/"
 
   private def signature(columns: Seq[StructField]): String =
     columns.map(c => s"${c.name} ${c.dataType.catalogString}").mkString(",")

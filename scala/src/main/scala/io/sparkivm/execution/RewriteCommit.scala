@@ -1,6 +1,6 @@
 package io.sparkivm.execution
 
-import io.sparkivm.catalog.{RefreshHistory, RefreshRecord, ViewCatalog, ViewMetadata}
+import io.sparkivm.catalog.{DeltaTables, RefreshHistory, RefreshRecord, ViewCatalog, ViewMetadata}
 import io.sparkivm.changes.{DeltaSources, KnownFiles}
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.planner.{KeyProbe, ViewMaintenance}
@@ -250,8 +250,8 @@ object RewriteCommit extends DeltaCommand {
   }
 
   private def start(spark: SparkSession, meta: ViewMetadata): (DeltaLog, OptimisticTransaction) = {
-    val log = DeltaLog.forTable(spark, meta.backing)
-    (log, log.startTransaction(Some(SessionInternals.catalog(spark).getTableMetadata(meta.backing)), None))
+    val log = DeltaTables.log(spark, meta.backing)
+    (log, log.startTransaction(Some(DeltaTables.entry(spark, meta.backing)), None))
   }
 
   /** The refresh record (and other `properties`, a new `schema`) into the table's metadata. */
