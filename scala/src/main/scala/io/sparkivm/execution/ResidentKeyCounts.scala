@@ -6,7 +6,7 @@ import io.sparkivm.catalog.DeltaTables
 import io.sparkivm.changes.{DriverChange, PinnedSource, TableChange}
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.planner.{CountedTable, FkDeltaPlanner, KeyCounts, KeyProbe, PlanOnly}
-import io.sparkivm.state.{StateBuilds, StateId, StateKind, StatePlace, StateRegistry, StoredKeyCounts}
+import io.sparkivm.state.{StateBuilds, StatePlace, StateRegistry, StoredKeyCounts}
 import org.apache.hadoop.fs.Path
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.SparkSession
@@ -81,16 +81,14 @@ object ResidentKeyCounts extends Logging {
       }
       stored.foreach { dir =>
         StoredKeyCounts.chainLength(spark, dir, from) match {
-          case Some(n) if n < StoredKeyCounts.MaxChain =>
-            // Nothing to record where the table did not change.
+          // Nothing to record where the table did not change.
+          case Some(_) =>
             if (source.version > from) StoredKeyCounts.addChange(spark, dir, from, source.version, keyType, d)
-          // No chain reaches Pre (a change too large to hold, counts never written) or it is
-          // long: a new base at Post, made between refreshes.
-          case _ =>
+          // No chain reaches Pre (a change too large to hold, counts never written): a new base
+          // at Post, beside this refresh.
+          case None =>
             val plan = post
-            StateBuilds.submit(spark, StateId(StateKind.KeyCounts, s"stored:$dir")) {
-              StoredKeyCounts.writeBase(spark, dir, source.version, SparkInternals.dataFrame(spark, countsOf(t, plan)))
-            }
+            StoredKeyCounts.writeBaseBeside(spark, dir, source.version, SparkInternals.dataFrame(spark, countsOf(t, plan)))
         }
       }
       ResidentState.get(spark, name, postStamp) match {

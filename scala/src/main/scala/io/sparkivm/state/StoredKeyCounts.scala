@@ -12,7 +12,7 @@ import org.apache.hadoop.conf.Configuration
 import org.apache.hadoop.fs.{FileSystem, Path}
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.catalyst.InternalRow
-import org.apache.spark.sql.ivm.{DriverParquet, Parallel, ReadMetrics}
+import org.apache.spark.sql.ivm.{DriverParquet, Parallel, ReadMetrics, SparkInternals}
 import org.apache.spark.sql.types.{DataType, LongType, StructField, StructType}
 import org.apache.spark.sql.{DataFrame, SparkSession}
 
@@ -31,16 +31,23 @@ import org.apache.spark.sql.{DataFrame, SparkSession}
  *  - `change-<a>-<b>.parquet`: the change of the counts from version a to version b, written on
  *    the driver by the refresh that consumed those versions (the change it holds anyway).
  * The counts at version t are a base at some v <= t plus a chain of changes from v to t; a
- * version no chain reaches has no counts here (the refresh scans, as without them). Files are
- * written under a hidden name and renamed into place, so a reader sees whole files only; a
- * reader that fails (a file removed by compaction meanwhile) answers nothing.
+ * version no chain reaches has no counts here (the refresh scans, as without them). A chain is
+ * kept short without a job: the change that would make it longer than [[MaxChain]] is written
+ * summed with the chain's changes, as one change from the base (their keys only: small beside
+ * the base while fewer than [[MaxMergedRows]]), so an application that refreshes once, and never
+ * has time between refreshes to write a new base, reads a few files. Files are written under a
+ * hidden name and renamed into place, so a reader sees whole files only; a reader that fails (a
+ * file removed meanwhile) answers nothing.
  */
 object StoredKeyCounts extends Logging {
   private val Base = "base-(\\d+)".r
   private val Change = "change-(\\d+)-(\\d+)\\.parquet".r
 
-  /** Changes in a chain past which the next refresh queues a new base (reads stay few files). */
+  /** Changes in a chain past which the next change is written summed with them (reads stay few files). */
   val MaxChain = 8
+
+  /** Rows of a summed change past which changes are chained again (driver memory), until a new base. */
+  val MaxMergedRows = 500000L
 
   /** The directory of the counts `definition` of the table with Delta id `tableId`, under `root`. */
   def dirOf(root: Path, tableId: String, definition: String): Path = {
@@ -73,21 +80,25 @@ object StoredKeyCounts extends Logging {
    * The base and changes whose sums are the counts at `version`: the newest base with a chain of
    * changes to `version` (the fewest changes, breadth first); None if none reaches it.
    */
-  private def chainTo(files: Files, version: Long): Option[(Path, Seq[Path])] = {
+  private def chainTo(files: Files, version: Long): Option[(Path, Seq[Path])] =
+    chainFrom(files, version).map { case (_, base, changes) => base -> changes.map(_._3) }
+
+  /** [[chainTo]] with the base's version and each change's versions. */
+  private def chainFrom(files: Files, version: Long): Option[(Long, Path, Seq[(Long, Long, Path)])] = {
     val from = files.changes.groupBy(_._1)
     files.bases.toSeq.filter(_._1 <= version).sortBy(-_._1).iterator.flatMap { case (v, base) =>
-      val via = mutable.Map[Long, Seq[Path]](v -> Nil)
+      val via = mutable.Map[Long, Seq[(Long, Long, Path)]](v -> Nil)
       var frontier = Seq(v)
       while (frontier.nonEmpty && !via.contains(version)) {
         frontier = frontier.flatMap { a =>
           from.getOrElse(a, Nil).collect {
-            case (_, b, p) if b <= version && !via.contains(b) =>
-              via(b) = via(a) :+ p
+            case c @ (_, b, _) if b <= version && !via.contains(b) =>
+              via(b) = via(a) :+ c
               b
           }
         }
       }
-      via.get(version).map(base -> _)
+      via.get(version).map(changes => (v, base, changes))
     }.nextOption()
   }
 
@@ -182,15 +193,54 @@ object StoredKeyCounts extends Logging {
     try {
       val (fs, conf) = fsOf(spark, dir)
       val files = list(fs, dir)
-      if (to > from && chainTo(files, from).isDefined && !files.changes.exists(c => c._1 == from && c._2 == to)) {
+      for ((baseVersion, _, chain) <- chainFrom(files, from)
+        if to > from && !files.changes.exists(c => c._1 == from && c._2 == to)) {
+        val schema = schemaOf(keyType)
+        // Past MaxChain, the chain's changes and this one summed, as one change from the base.
+        val merged = if (chain.size < MaxChain) None
+        else {
+          val read = DriverParquet.reader(spark, schema, conf)
+          val sums = mutable.Map[Any, Long]()
+          chain.foreach { case (_, _, p) =>
+            read(p, fs.getFileStatus(p).getLen).foreach { r =>
+              val k = if (r.isNullAt(0)) null else InternalRow.copyValue(r.get(0, keyType))
+              sums(k) = sums.getOrElse(k, 0L) + r.getLong(1)
+            }
+          }
+          change.foreach { case (k, n) => sums(k) = sums.getOrElse(k, 0L) + n }
+          Some(sums).filter(_.size <= MaxMergedRows)
+        }
+        val (start, counts) = merged.map(baseVersion -> _.toMap).getOrElse(from -> change)
         val tmp = new Path(dir, s".tmp-${UUID.randomUUID()}.parquet")
-        val rows = change.iterator.filter(_._2 != 0).map { case (k, n) => InternalRow(k, n) }
-        DriverParquet.write(spark, conf, tmp, schemaOf(keyType), rows)
-        if (!fs.rename(tmp, new Path(dir, s"change-$from-$to.parquet"))) fs.delete(tmp, false)
+        DriverParquet.write(spark, conf, tmp, schema,
+          counts.iterator.filter(_._2 != 0).map { case (k, n) => InternalRow(k, n) })
+        if (!fs.rename(tmp, new Path(dir, s"change-$start-$to.parquet"))) fs.delete(tmp, false)
+        // Changes a summed change covers, once no refresh reads them: a refresh at Pre `from`
+        // reads the shortest chain, which is the summed change where it ends at or before `from`.
+        files.changes.filter { case (a, b, p) =>
+          files.changes.exists(c => c._3 != p && c._1 <= a && b <= c._2 && c._2 <= from)
+        }.foreach(c => fs.delete(c._3, false))
       }
     } catch {
       case NonFatal(e) => logInfo(s"spark-ivm: stored key counts in $dir not advanced (${e.getMessage})")
     }
+
+  /**
+   * [[writeBase]] beside the refresh that asks, on the writer's thread ([[awaitWrites]] waits for
+   * it): where no chain reaches a refresh's Pre, an application that refreshes once would
+   * otherwise never have the time between refreshes to write a base, and every later refresh
+   * would scan.
+   */
+  def writeBaseBeside(spark: SparkSession, dir: Path, version: Long, counts: => DataFrame): Unit =
+    pending.add(writer.submit(new Runnable {
+      override def run(): Unit =
+        try {
+          SparkInternals.clearLocalProperties(spark.sparkContext)
+          writeBase(spark, dir, version, counts)
+        } catch {
+          case NonFatal(e) => logInfo(s"spark-ivm: stored key counts in $dir not written (${e.getMessage})")
+        }
+    }))
 
   /**
    * Writes `counts` (columns key and count: every key's count at table version `version`) as

@@ -73,4 +73,31 @@ class StoredKeyCountsSuite extends AnyFunSuite {
     assert(StoredKeyCounts.at(spark, a, 1, StringType, Set("x", "y", "z").map(UTF8String.fromString)) ===
       Some(Map(UTF8String.fromString("x") -> 2L)))
   }
+
+  test("a long chain is summed into one change from the base, and its covered changes go") {
+    import spark.implicits._
+    val dir = newDir()
+    StoredKeyCounts.writeBase(spark, dir, 0, (0L until 50L).map(k => (k, 1L)).toDF("k", "n"))
+    val fs = dir.getFileSystem(spark.sessionState.newHadoopConf())
+    def names = fs.listStatus(dir).map(_.getPath.getName).filterNot(_.startsWith(".")).sorted.toSeq
+    val rnd = new scala.util.Random(7)
+    val expected = scala.collection.mutable.Map[Any, Long]((0L until 50L).map(k => (k: Any) -> 1L): _*)
+    // 30 refreshes, each the only one of its application: every one finds a short chain.
+    (0 until 30).foreach { i =>
+      val change = (0 until 5).map(_ => (rnd.nextInt(60).toLong: Any) -> (rnd.nextInt(5) - 2).toLong)
+        .groupMapReduce(_._1)(_._2)(_ + _)
+      StoredKeyCounts.addChange(spark, dir, i, i + 1, LongType, change)
+      StoredKeyCounts.awaitWrites()
+      change.foreach { case (k, n) => expected(k) = expected.getOrElse(k, 0L) + n }
+      val length = StoredKeyCounts.chainLength(spark, dir, i + 1)
+      assert(length.exists(_ <= StoredKeyCounts.MaxChain), s"version ${i + 1}: chain $length")
+      assert(StoredKeyCounts.at(spark, dir, i + 1, LongType, (0L until 60L).toSet[Any]) ===
+          Some(expected.filter(_._2 != 0).toMap), s"version ${i + 1}")
+    }
+    // Summed at the 9th change (0 -> 9), the 17th (0 -> 17) and the 25th (0 -> 25); the changes
+    // the sum covers are removed by the change after it, as no refresh reads them then.
+    assert(names.contains("change-0-25.parquet"))
+    assert(!names.contains("change-0-17.parquet") && !names.contains("change-3-4.parquet"))
+    assert(names.size <= StoredKeyCounts.MaxChain + 2, names)
+  }
 }
