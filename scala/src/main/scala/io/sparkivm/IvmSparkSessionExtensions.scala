@@ -4,7 +4,7 @@ import io.sparkivm.changes.HeldFileScans
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.parser.IvmSqlParser
 import org.apache.spark.sql.SparkSessionExtensions
-import org.apache.spark.sql.ivm.LocalBroadcast
+import org.apache.spark.sql.ivm.{LocalBroadcast, SparkInternals}
 
 /**
  * Entry point: `spark.sql.extensions=io.sparkivm.IvmSparkSessionExtensions` (next to Delta's
@@ -12,9 +12,11 @@ import org.apache.spark.sql.ivm.LocalBroadcast
  * the materialized-view statements and hands every other statement to the parser it wraps, and
  * a physical rule that broadcasts rows held on the driver without a Spark job ([[LocalBroadcast]]),
  * and an optimizer rule that plans scans of Delta versions whose files it holds ([[HeldFileScans]]).
+ * The first session also starts loading the classes a refresh uses ([[ClassWarmup]]).
  */
 class IvmSparkSessionExtensions extends (SparkSessionExtensions => Unit) {
   override def apply(extensions: SparkSessionExtensions): Unit = {
+    if (SparkInternals.activeConf.forall(IvmConf.WarmupEnabled.get)) ClassWarmup.start(getClass.getClassLoader)
     IvmConf.registered
     extensions.injectParser { (session, delegate) => new IvmSqlParser(session, delegate) }
     extensions.injectColumnar(_ => LocalBroadcast.columnarRule(IvmConf.BroadcastDriverReadMaxBytes.get))

@@ -5,6 +5,7 @@ import java.util.Locale
 import scala.collection.mutable
 
 import io.sparkivm.errors.IvmErrors
+import org.apache.spark.SparkConf
 import org.apache.spark.network.util.JavaUtils
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.internal.SQLConf
@@ -24,6 +25,9 @@ final case class IvmConfEntry[T](key: String, default: T, typeName: String, doc:
 
   /** The same, where only the session's SQLConf is at hand (planner rules). */
   def get(conf: SQLConf): T = Option(conf.getConfString(key, null)).map(read).getOrElse(default)
+
+  /** The value the application sets (static settings, read before any session exists). */
+  def get(conf: SparkConf): T = conf.getOption(key).map(read).getOrElse(default)
 
   /** A value given as text; IVM_INVALID_CONF if it is not one of the allowed values. */
   def read(value: String): T = parse(value) match {
@@ -333,6 +337,13 @@ object IvmConf {
   val VerifyWholeMaxBytes: IvmConfEntry[Long] = bytes("spark.ivm.verify.wholeMaxBytes", 64L << 20,
     "A view without keys (a global aggregate) can be checked only by recomputing it: under " +
       "spark.ivm.verify = changed or sample, only where its base tables total at most this many bytes.")
+
+  val WarmupEnabled: IvmConfEntry[Boolean] = bool("spark.ivm.warmup.enabled", default = true,
+    "Static: when the application's first session with the extension starts, load the classes a " +
+      "refresh uses (Spark's, Delta's, Parquet's and spark-ivm's, about 4,000) on a background " +
+      "thread, so that the application's first refresh does not load them one by one as it runs " +
+      "(about a second in a new JVM). Classes are loaded, not initialized: no code of theirs runs.",
+    static = true)
 
   val TestingEnabled: IvmConfEntry[Boolean] = bool("spark.ivm.testing.enabled", default = false,
     "Static: allow the spark.ivm.testing.* fault-injection hooks. Without it they do nothing, " +

@@ -30,14 +30,19 @@ object SparkInternals {
   def isolated(spark: SparkSession): SparkSession =
     spark.asInstanceOf[classic.SparkSession].cloneSession()
 
-  /** The schema with every field nullable, as Delta stores a written table's schema. */
-  /** True if a Delta schema's JSON declares a CHAR or VARCHAR column (Delta's parsed schema
-   * may not carry the metadata that says so). */
+  /**
+   * True if a Delta schema's JSON declares a CHAR or VARCHAR column (Delta's parsed schema may
+   * not carry the metadata that says so).
+   */
   def declaresCharVarchar(schemaJson: String): Boolean =
     schemaJson.contains(org.apache.spark.sql.catalyst.util.CharVarcharUtils.CHAR_VARCHAR_TYPE_STRING_METADATA_KEY)
 
+  /** The schema with every field nullable, as Delta stores a written table's schema. */
   def nullable(schema: org.apache.spark.sql.types.StructType): org.apache.spark.sql.types.StructType =
     schema.asNullable
+
+  /** The settings of the application's running SparkContext, if one runs. */
+  def activeConf: Option[org.apache.spark.SparkConf] = org.apache.spark.SparkContext.getActive.map(_.conf)
 
   /** The analyzed plan of a DataFrame. */
   def analyzed(df: DataFrame): LogicalPlan =
