@@ -47,7 +47,8 @@ def classes(log_path: str) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sf", type=float, default=1.0)
     parser.add_argument("--work", default=os.path.join(ROOT, "work"))
     parser.add_argument("--log", help="use this class-load log instead of running a refresh")
