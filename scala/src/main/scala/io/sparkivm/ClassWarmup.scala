@@ -12,8 +12,8 @@ import org.apache.spark.internal.Logging
  * Loads the classes a refresh uses on a background thread, once per JVM, from the list in
  * `io/sparkivm/warmup-classes.txt` (made by `benchmarks/warmup_classes.py` from a refresh in a
  * new JVM). A scheduled job refreshes once per application, and its refresh otherwise loads
- * about 4,000 classes one by one as it first needs them: about a fifth of a cold refresh's time
- * in profiles. Loading them while the application starts (its session, its metastore client)
+ * about 4,000 classes one by one as it first needs them: 29% of a cold refresh's samples in a
+ * wall-clock profile. Loading them while the application starts (its session, its metastore client)
  * uses a core that is idle then.
  *
  * Classes are loaded, not initialized (`Class.forName(name, false, loader)`): no static

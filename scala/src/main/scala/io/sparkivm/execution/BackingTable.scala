@@ -83,7 +83,6 @@ object BackingTable {
   def current(spark: SparkSession, meta: ViewMetadata, positions: Boolean = false): LogicalPlan =
     at(spark, meta, latest(spark, meta), positions)
 
-  /** The backing table's latest snapshot. */
   /**
    * Where a view keeps state in storage beside its rows ([[io.sparkivm.state.StoredKeyCounts]]):
    * a hidden directory of the backing table's, which Delta's VACUUM leaves alone and a DROP
@@ -92,6 +91,7 @@ object BackingTable {
   def stateRoot(spark: SparkSession, backing: TableIdentifier): Path =
     new Path(DeltaTables.log(spark, backing).dataPath, "_ivm_state")
 
+  /** The backing table's latest snapshot. */
   def latest(spark: SparkSession, meta: ViewMetadata): Snapshot = DeltaTables.log(spark, meta.backing).update()
 
   /** [[current]] at `snapshot`, which a refresh reads once for its delta's reads of the table. */

@@ -310,10 +310,6 @@ object PartitionedRows {
   }
 
   /**
-   * The memory this JVM's block manager may keep blocks in, on a local master (whose one
-   * executor is this JVM); None on other masters.
-   */
-  /**
    * The storage memory of the executors' block managers, summed (on a cluster, not the driver's,
    * which holds no executor's partitions).
    */
