@@ -1,0 +1,78 @@
+package io.sparkivm.execution
+
+import io.sparkivm.TestSpark
+import io.sparkivm.errors.IvmException
+import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.catalyst.TableIdentifier
+import org.apache.spark.sql.delta.DeltaLog
+import org.scalatest.funsuite.AnyFunSuite
+
+/**
+ * A view's query analyzed in the database it was created in, whatever the session's current one,
+ * which is left as it was; its maintenance prepared (ORDER BY ... LIMIT split off, the tables
+ * read); queries that read where rows are stored refused; and every table pinned at its current
+ * version, with its change data feed required (or enabled) for incremental views.
+ */
+class ViewAnalysisSuite extends AnyFunSuite {
+  private lazy val spark: SparkSession = TestSpark.session("view-analysis")
+
+  private def table(name: String, cdf: Boolean): Unit = {
+    spark.sql(s"DROP TABLE IF EXISTS $name")
+    spark.sql(s"CREATE TABLE $name (k INT, v INT) USING delta" +
+      (if (cdf) " TBLPROPERTIES (delta.enableChangeDataFeed = true)" else ""))
+    spark.sql(s"INSERT INTO $name VALUES (1, 10), (2, 20)")
+  }
+
+  test("analyzed in the view's database; the session's current database is left as it was") {
+    spark.sql("CREATE DATABASE IF NOT EXISTS va_db")
+    table("va_db.va_t", cdf = true)
+    val before = spark.catalog.currentDatabase
+    val plan = ViewAnalysis.analyze(spark, "SELECT k, sum(v) AS s FROM va_t GROUP BY k", "va_db")
+    assert(plan.resolved)
+    assert(spark.catalog.currentDatabase == before)
+    val view = ViewAnalysis.prepare(plan, Seq("k", "s"), incremental = true)
+    assert(view.tables.map(_.name) == Seq("spark_catalog.va_db.va_t"))
+    intercept[Exception](ViewAnalysis.analyze(spark, "SELECT k FROM va_t", before))
+    assert(spark.catalog.currentDatabase == before, "restored after a failure too")
+  }
+
+  test("a top-level ORDER BY ... LIMIT is split off; a self-join reads its table once") {
+    table("va_top", cdf = true)
+    val query = "SELECT a.k, a.v + b.v AS w FROM va_top a JOIN va_top b ON a.k = b.k ORDER BY w DESC"
+    val view = ViewAnalysis.prepare(ViewAnalysis.analyze(spark, s"$query, k LIMIT 1", "default"), Seq("k", "w"),
+      incremental = true)
+    assert(view.maintenance.top.isDefined)
+    assert(view.leaves.size == 2 && view.tables.size == 1)
+    // An order that leaves ties among the view's rows could keep other rows than the query.
+    val e = intercept[IvmException](ViewAnalysis.prepare(ViewAnalysis.analyze(spark, s"$query LIMIT 1", "default"),
+        Seq("k", "w"), incremental = true))
+    assert(e.getCondition == "IVM_UNSUPPORTED_OPERATOR", e.getMessage)
+  }
+
+  test("a query that reads where rows are stored is refused") {
+    table("va_meta", cdf = true)
+    val plan = ViewAnalysis.analyze(spark, "SELECT k, _metadata.file_path AS f FROM va_meta", "default")
+    val e = intercept[IvmException](ViewAnalysis.requireRowData("va_view", plan))
+    assert(e.getCondition == "IVM_ROW_LOCATION_IN_QUERY", e.getMessage)
+  }
+
+  test("tables pinned at their current version; the change feed required or enabled") {
+    table("va_cdf", cdf = true)
+    table("va_plain", cdf = false)
+    val plan = ViewAnalysis.analyze(spark,
+      "SELECT c.k, p.v FROM va_cdf c JOIN va_plain p ON c.k = p.k", "default")
+    val view = ViewAnalysis.prepare(plan, Seq("k", "v"), incremental = true)
+    val e = intercept[IvmException](ViewAnalysis.pin(spark, "va_view", view, incremental = true, autoEnable = false))
+    assert(e.getCondition == "IVM_CHANGE_FEED_DISABLED", e.getMessage)
+    // A full-refresh view needs no change feed.
+    val full = ViewAnalysis.pin(spark, "va_view", view, incremental = false, autoEnable = false)
+    assert(full.keySet == Set("spark_catalog.default.va_cdf", "spark_catalog.default.va_plain"))
+    val pinned = ViewAnalysis.pin(spark, "va_view", view, incremental = true, autoEnable = true)
+    val plainLog = DeltaLog.forTable(spark, TableIdentifier("va_plain"))
+    assert(plainLog.update().metadata.configuration.get("delta.enableChangeDataFeed").contains("true"))
+    assert(pinned("spark_catalog.default.va_plain").version == plainLog.update().version,
+      "pinned at the version with the change feed on")
+    assert(pinned("spark_catalog.default.va_cdf").version ==
+      DeltaLog.forTable(spark, TableIdentifier("va_cdf")).update().version)
+  }
+}
