@@ -23,10 +23,6 @@ import org.apache.spark.internal.Logging
 object ClassWarmup extends Logging {
   private val Resource = "io/sparkivm/warmup-classes.txt"
   private val started = new AtomicBoolean(false)
-  @volatile private var loadedCount = -1
-
-  /** How many classes the warm-up loaded (or found loaded), once it has finished; else -1. */
-  def loaded: Int = loadedCount
 
   /** Starts the warm-up unless it has started in this JVM; returns its thread if it started it. */
   def start(loader: ClassLoader): Option[Thread] =
@@ -40,7 +36,7 @@ object ClassWarmup extends Logging {
     }
 
   private def run(loader: ClassLoader): Unit =
-    try loadedCount = load(loader, listed(loader))
+    try load(loader, listed(loader))
     catch { case NonFatal(e) => logDebug("spark-ivm: class warm-up stopped", e) }
 
   /** The class names of the warm-up list `loader` sees (none if it has no list). */

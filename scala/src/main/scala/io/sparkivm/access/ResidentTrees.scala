@@ -3,7 +3,7 @@ package io.sparkivm.access
 import scala.collection.mutable
 import scala.util.control.NonFatal
 
-import io.sparkivm.catalog.{ViewCatalog, ViewMetadata}
+import io.sparkivm.catalog.{DeltaTables, ViewCatalog, ViewMetadata}
 import io.sparkivm.changes.{ChangeFeed, ChangeRequest, PinnedSource}
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.errors.IvmErrors
@@ -55,7 +55,7 @@ object ResidentTrees extends Logging {
      * the same name elsewhere is not mistaken for this one.
      */
     def logFor(spark: SparkSession): org.apache.spark.sql.delta.DeltaLog =
-      if ((spark.sparkContext eq context) && !context.isStopped) log else ViewCatalog.deltaLog(spark, backing)
+      if ((spark.sparkContext eq context) && !context.isStopped) log else DeltaTables.log(spark, backing)
     val open: mutable.Map[LookupCursor, Long] = mutable.Map()
     var epoch = 0L
 
@@ -206,7 +206,7 @@ object ResidentTrees extends Logging {
       case _ =>
     }
     val meta = ViewCatalog.lookup(spark, id.nameParts)
-    val log = ViewCatalog.deltaLog(spark, meta.backing)
+    val log = DeltaTables.log(spark, meta.backing)
     val backing = log.update()
     val backingVersion = backing.version
     // A view dropped and created again has a new backing table: its trees are not these.

@@ -9,8 +9,8 @@ import org.apache.spark.internal.Logging
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.TableIdentifier
 import org.apache.spark.sql.catalyst.catalog.{CatalogTable, CatalogTableType}
+import org.apache.spark.sql.delta.DeltaHistoryManager
 import org.apache.spark.sql.delta.util.FileNames
-import org.apache.spark.sql.delta.{DeltaHistoryManager, DeltaLog}
 import org.apache.spark.sql.ivm.SessionInternals
 import org.json4s._
 import org.json4s.jackson.JsonMethods.{compact, parse, render}
@@ -106,7 +106,7 @@ object ViewCatalog extends Logging {
     if (!exists(spark, backing)) {
       throw IvmErrors.backingAltered(id.quotedString, s"its backing table $backing was dropped")
     }
-    val props = deltaLog(spark, backing).update().metadata.configuration
+    val props = DeltaTables.log(spark, backing).update().metadata.configuration
     read(id.copy(table = view.identifier.table), backing, props)
       .copy(columns = view.schema.fieldNames.toSeq)
   }
@@ -205,9 +205,6 @@ object ViewCatalog extends Logging {
     }.sortBy(_._1.table)
   }
 
-  def deltaLog(spark: SparkSession, table: TableIdentifier): DeltaLog =
-    DeltaTables.log(spark, table)
-
   // ---- refresh records, kept in the commits of the backing table ----
 
   def renderRecord(r: RefreshRecord): String = compact(render(JObject(
@@ -256,7 +253,7 @@ object ViewCatalog extends Logging {
    * Views written before the property existed have the record only in their commits.
    */
   def lastRefresh(spark: SparkSession, meta: ViewMetadata): (RefreshRecord, Seq[String]) = {
-    val log = deltaLog(spark, meta.backing)
+    val log = DeltaTables.log(spark, meta.backing)
     val conf = log.newDeltaHadoopConf()
     val snapshot = log.update()
     val stored = snapshot.metadata.configuration.get(RecordProperty)

@@ -4,8 +4,8 @@ import java.util.{Locale, UUID}
 
 import io.sparkivm.access.AccessPatterns
 import io.sparkivm.catalog.{
-  CatalogGuard, EpsilonState, HistoryEntry, RefreshHistory, RefreshMode, RefreshPolicy, RefreshRecord, Schedule,
-  ViewCatalog, ViewMetadata
+  CatalogGuard, DeltaTables, EpsilonState, HistoryEntry, RefreshHistory, RefreshMode, RefreshPolicy, RefreshRecord,
+  Schedule, ViewCatalog, ViewMetadata
 }
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.epsilon.{EpsilonStrategy, TriangleStateTables, TriangleViews}
@@ -244,7 +244,7 @@ object ViewLifecycle extends Logging {
   private def dropOrphanBacking(spark: SparkSession, view: TableIdentifier, backing: TableIdentifier,
       failIfForeign: Boolean, spareRecent: Boolean = true): Boolean = {
     if (!ViewCatalog.exists(spark, backing)) return false
-    val snapshot = scala.util.Try(ViewCatalog.deltaLog(spark, backing).update()).toOption
+    val snapshot = scala.util.Try(DeltaTables.log(spark, backing).update()).toOption
     val props = snapshot.map(_.metadata.configuration).getOrElse(Map.empty[String, String])
     if (props.get(ViewCatalog.ViewProperty).exists(_.equalsIgnoreCase(view.unquotedString))) {
       // Written moments ago: a CREATE that is still running (it makes its catalog view next).
@@ -262,7 +262,7 @@ object ViewLifecycle extends Logging {
 
   /** Drops the state kept of a backing table ([[StateRegistry]]): the table is dropped. */
   private def forgetKept(spark: SparkSession, backing: TableIdentifier): Unit =
-    scala.util.Try(ViewCatalog.deltaLog(spark, backing).dataPath.toString).foreach { path =>
+    scala.util.Try(DeltaTables.log(spark, backing).dataPath.toString).foreach { path =>
       StateRegistry.removeWhere(_.table.contains(path))
     }
 

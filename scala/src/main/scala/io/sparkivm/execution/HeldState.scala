@@ -2,7 +2,7 @@ package io.sparkivm.execution
 
 import scala.util.control.NonFatal
 
-import io.sparkivm.catalog.{ViewCatalog, ViewMetadata}
+import io.sparkivm.catalog.{DeltaTables, ViewCatalog, ViewMetadata}
 import io.sparkivm.state.{StatePlace, StateRegistry}
 import org.apache.spark.sql.SparkSession
 
@@ -26,7 +26,7 @@ object HeldState {
   def of(spark: SparkSession, meta: ViewMetadata): Seq[Line] = {
     val paths = (meta.backing +: meta.sources.map(s => ViewCatalog.qualify(spark, s.table.split('.').toSeq.takeRight(2))))
       .flatMap(t =>
-        try Some(ViewCatalog.deltaLog(spark, t).dataPath.toString)
+        try Some(DeltaTables.log(spark, t).dataPath.toString)
         catch { case NonFatal(_) => None })
     val view = meta.view.unquotedString
     StateRegistry.held.filter(h =>

@@ -3,7 +3,7 @@ package io.sparkivm.policy
 import scala.collection.mutable
 import scala.util.control.NonFatal
 
-import io.sparkivm.catalog.{ViewCatalog, ViewMetadata}
+import io.sparkivm.catalog.{DeltaTables, ViewCatalog, ViewMetadata}
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.TableIdentifier
 
@@ -23,7 +23,7 @@ object ViewGraph {
       try {
         val id = ViewCatalog.qualify(spark, parts)
         if (!ViewCatalog.exists(spark, id)) None
-        else ViewCatalog.deltaLog(spark, id).update().metadata.configuration.get(ViewCatalog.ViewProperty)
+        else DeltaTables.log(spark, id).update().metadata.configuration.get(ViewCatalog.ViewProperty)
           .map(v => ViewCatalog.qualify(spark, v.split('.').toSeq.takeRight(2)))
       } catch { case NonFatal(_) => None }
   }

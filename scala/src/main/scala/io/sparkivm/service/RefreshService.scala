@@ -6,7 +6,7 @@ import scala.collection.mutable
 import scala.jdk.CollectionConverters._
 import scala.util.control.NonFatal
 
-import io.sparkivm.catalog.{Schedule, ViewCatalog, ViewMetadata}
+import io.sparkivm.catalog.{DeltaTables, Schedule, ViewCatalog, ViewMetadata}
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.execution.{RefreshFailures, RefreshPipeline, RefreshReport}
 import io.sparkivm.policy.ViewGraph
@@ -155,7 +155,7 @@ class RefreshService(spark: SparkSession, databases: Seq[String], clock: () => L
       val (last, _) = ViewCatalog.lastRefresh(spark, meta)
       meta.sources.exists { s =>
         val id = ViewCatalog.qualify(spark, s.table.split('.').toSeq.takeRight(2))
-        last.sourceVersions.get(s.table).forall(v => ViewCatalog.deltaLog(spark, id).update().version > v)
+        last.sourceVersions.get(s.table).forall(v => DeltaTables.log(spark, id).update().version > v)
       }
     } catch { case NonFatal(_) => true } // let the refresh say what is wrong
 

@@ -174,8 +174,12 @@ object StoredKeyCounts extends Logging {
    */
   def addChange(spark: SparkSession, dir: Path, from: Long, to: Long, keyType: DataType,
       change: Map[Any, Long]): Unit =
+    beside(addChangeNow(spark, dir, from, to, keyType, change))
+
+  /** Runs `work` on the writer's thread; [[awaitWrites]] waits for it. */
+  private def beside(work: => Unit): Unit =
     pending.add(writer.submit(new Runnable {
-      override def run(): Unit = addChangeNow(spark, dir, from, to, keyType, change)
+      override def run(): Unit = work
     }))
 
   /**
@@ -232,15 +236,14 @@ object StoredKeyCounts extends Logging {
    * would scan.
    */
   def writeBaseBeside(spark: SparkSession, dir: Path, version: Long, counts: => DataFrame): Unit =
-    pending.add(writer.submit(new Runnable {
-      override def run(): Unit =
-        try {
-          SparkInternals.clearLocalProperties(spark.sparkContext)
-          writeBase(spark, dir, version, counts)
-        } catch {
-          case NonFatal(e) => logInfo(s"spark-ivm: stored key counts in $dir not written (${e.getMessage})")
-        }
-    }))
+    beside {
+      try {
+        SparkInternals.clearLocalProperties(spark.sparkContext)
+        writeBase(spark, dir, version, counts)
+      } catch {
+        case NonFatal(e) => logInfo(s"spark-ivm: stored key counts in $dir not written (${e.getMessage})")
+      }
+    }
 
   /**
    * Writes `counts` (columns key and count: every key's count at table version `version`) as
