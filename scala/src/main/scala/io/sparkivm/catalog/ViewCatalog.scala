@@ -213,7 +213,8 @@ object ViewCatalog extends Logging {
           "mode" -> JString(r.mode),
           "attempt" -> JString(r.attempt),
           "sources" -> JObject(r.sourceVersions.toList.sortBy(_._1).map { case (t, v) => t -> JLong(v) }),
-          "epsilon" -> r.epsilon.map(_.toJson).getOrElse(JNothing)))))
+          "epsilon" -> r.epsilon.map(_.toJson).getOrElse(JNothing),
+          "instant" -> r.instant.map(JLong(_)).getOrElse(JNothing)))))
 
   /** The number of the refresh recorded in a backing table's properties, if any. */
   def recordedNumber(configuration: Map[String, String]): Option[Long] =
@@ -232,7 +233,11 @@ object ViewCatalog extends Logging {
                 case (k, JInt(v)) => k -> v.toLong
                 case (k, v) => throw IvmErrors.internal(s"a refresh record gives version $v for $k")
               }.toMap,
-              attempt, version, ts, EpsilonState.fromJson(obj \ "epsilon")))
+              attempt, version, ts, EpsilonState.fromJson(obj \ "epsilon"),
+              instant = obj \ "instant" match {
+                case JInt(v) => Some(v.toLong)
+                case _ => None
+              }))
         case _ => None
       }
     } catch { case NonFatal(_) => None }

@@ -54,7 +54,8 @@ case class ViewMetadata(
 /**
  * The record each refresh commits with its data, in the commit's `userMetadata`: the refresh
  * number (also Delta's `txnVersion`, so a refresh applies at most once) and the base-table
- * versions it consumed. Both are in the same Delta commit as the change to the view.
+ * versions it consumed (and, for a view whose filters read the time, the instant they were read
+ * at). All are in the same Delta commit as the change to the view.
  */
 case class RefreshRecord(
     number: Long,
@@ -67,4 +68,7 @@ case class RefreshRecord(
     epsilon: Option[EpsilonState] = None,
     /** This refresh's entry for [[RefreshHistory]], appended in the same commit (not read back
      * from a record: the history property holds it). */
-    entry: Option[HistoryEntry] = None)
+    entry: Option[HistoryEntry] = None,
+    /** The instant (microseconds) at which the view's time filters were read, for views that
+     * have them: the next refresh moves the view from it. */
+    instant: Option[Long] = None)

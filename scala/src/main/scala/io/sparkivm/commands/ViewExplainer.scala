@@ -10,9 +10,10 @@ import io.sparkivm.changes.{ChangeFeed, ChangeRequest, DeltaSources, PinnedSourc
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.epsilon.{TriangleMaintenance, TriangleStateTables, TriangleViews}
 import io.sparkivm.execution.{
-  BackingTable, CheckSteps, Freshness, HeldState, PinnedReader, PlanningConf, ResidentBackingRows, ViewAnalysis
+  AnalyzedView, BackingTable, CheckSteps, Freshness, HeldState, PinnedReader, PlanningConf, ResidentBackingRows,
+  ViewAnalysis
 }
-import io.sparkivm.planner.{AggregateState, PlanOnly}
+import io.sparkivm.planner.{AggregateState, PlanOnly, TimeFilters}
 import io.sparkivm.policy.{CostModel, PolicyDecision, RefreshPolicies}
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.ivm.{SessionInternals, SparkInternals}
@@ -91,9 +92,15 @@ object ViewExplainer {
          ("Access pattern", s"ACCESS BY (${meta.accessBy.mkString(", ")})", ""),
          ("Access class", access.map(AccessPatterns.summary).getOrElse("unavailable"), ""))) ++ Seq(
         ("Freshness",
-          if (fresh.pendingCommits == 0) "up to date"
+          if (fresh.pendingCommits == 0 && fresh.instantMs.isEmpty) "up to date"
+          else if (fresh.pendingCommits == 0) s"no base-table commit to apply; its time filters were read " +
+            s"${fresh.lagMs / 1000.0} s ago"
           else
             s"${fresh.pendingCommits} base-table commits not applied, the oldest ${fresh.lagMs / 1000.0} s ago", "")) ++
+      last.instant.map(t =>
+        ("Time filters",
+          s"read at ${new Timestamp(t / 1000L)} (the last refresh's instant); each refresh " +
+            "reads them at its own and applies the rows that crossed their bounds since", "")) ++
       maintenance ++ sources.map { case (t, consumed, current) =>
         ("Source",
           s"$t: consumed version ${consumed.map(_.toString).getOrElse("none")}, current " +
@@ -138,6 +145,7 @@ object ViewExplainer {
         case Left(why) => JObject("class" -> JNull, "reason" -> JString(why))
       },
       "freshness" -> JObject("pending_commits" -> JLong(fresh.pendingCommits), "lag_ms" -> JLong(fresh.lagMs),
+        "time_filters_read_at" -> opt(last.instant)(t => JString(new Timestamp(t / 1000L).toString)),
         "sources" -> JArray(fresh.sources.map(l =>
             JObject("table" -> JString(l.table),
               "consumed_version" -> JLong(l.consumedVersion), "current_version" -> JLong(l.currentVersion),
@@ -172,10 +180,12 @@ object ViewExplainer {
 
   /** The mode the next refresh would run in, and why (as [[RefreshPipeline]] decides it). */
   private def policyDecision(spark: SparkSession, meta: ViewMetadata, last: RefreshRecord,
-      pinned: Map[String, PinnedSource]): PolicyDecision =
+      pinned: Map[String, PinnedSource], analyzed: AnalyzedView): PolicyDecision =
     RefreshPolicies.fixedMode(meta, full = false, stale = last.epsilon.exists(_.eps != meta.eps)).getOrElse {
       val changed = pinned.values.filter(p => last.sourceVersions.get(p.name).exists(_ != p.version)).toSeq
-      if (changed.isEmpty) PolicyDecision("noop", "no base table changed since the last refresh")
+      if (changed.isEmpty && last.instant.nonEmpty && last.instant != TimeFilters.instantOf(analyzed.plan)) {
+        PolicyDecision("incremental", "no base table changed, and the view's time filters move to a new instant")
+      } else if (changed.isEmpty) PolicyDecision("noop", "no base table changed since the last refresh")
       else RefreshPolicies.choose(spark, meta,
         changed.map(p =>
           ChangeFeed.changeBytes(spark, meta.viewName,
@@ -208,7 +218,7 @@ object ViewExplainer {
       }
       line(s"  lookups: ${io.sparkivm.access.ResidentTrees.explain(spark, meta)}")
     } else io.sparkivm.access.ResidentTrees.enumeration(spark, meta).foreach(e => line(s"Enumeration of rows(): $e"))
-    val decision = policyDecision(spark, meta, last, pinned)
+    val decision = policyDecision(spark, meta, last, pinned, analyzed)
     line(s"Next refresh: ${decision.mode}, because ${decision.reason}")
     decision.candidates.foreach(c => line(s"  candidate ${c.mode}: estimated ${CostModel.seconds(c.ms)} (${c.basis})"))
     line("Sources:")
@@ -258,7 +268,7 @@ object ViewExplainer {
     val reader = new PinnedReader(spark, last.sourceVersions, pinned, meta.viewName,
       new CheckSteps(spark, PlanningConf.probe(spark)),
       ChangeFeed.planned(spark, meta.viewName,
-        changed.map(p => ChangeRequest(p.table, last.sourceVersions(p.name), p.version))))
+        changed.map(p => ChangeRequest(p.table, last.sourceVersions(p.name), p.version))), instantBefore = last.instant)
     try {
       val rules = reader.rules
       val branches = maintenance.branches(rules)

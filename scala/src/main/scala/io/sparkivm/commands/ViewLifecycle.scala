@@ -90,8 +90,13 @@ object ViewLifecycle extends Logging {
     AccessPatterns.check(columns, stmt.accessBy).foreach { reason =>
       throw IvmErrors.invalidAccessPattern(id.quotedString, reason)
     }
-    val (analyzed, mode, fullBecause) = layout(id.quotedString, plan, columns, policy)
+    val (analyzed, mode, fullBecause) = layout(id.quotedString, plan, columns, policy, ViewAnalysis.instant(spark))
     val incremental = mode == RefreshMode.Incremental
+    if (stmt.accessBy.nonEmpty && analyzed.instant.isDefined) {
+      throw IvmErrors.invalidAccessPattern(id.quotedString,
+        "the view's filters read the time, and its lookup trees follow the tables' changes only; " +
+          "filter by time when looking up, or keep the time filter in a view the lookups do not use")
+    }
     val epsilon = stmt.properties.get(EpsilonState.Property).map(parseEpsilon)
     val strategy = MaintenanceStrategy.of(spark, analyzed, incremental)
     // eps sets IVM^eps's partition of a triangle view, and the heavy/light view trees that answer
@@ -132,7 +137,7 @@ object ViewLifecycle extends Logging {
         fullBecause.map(w => s"created for full refreshes: $w")
           .getOrElse(s"created with REFRESH POLICY $policy"), -1, versions, -1, pinned.values.map(_.sizeInBytes).sum,
         if (history.isEmpty) "create" else "alter")
-      val record = RefreshRecord(0, "create", versions, attempt, -1, 0, state, Some(entry))
+      val record = RefreshRecord(0, "create", versions, attempt, -1, 0, state, Some(entry), analyzed.instant)
       try BackingTable.create(spark, meta, rows, record, BackingLayout.of(meta, analyzed.maintenance))
       catch {
         case e: Exception if isCreateConflict(e) =>
@@ -170,11 +175,11 @@ object ViewLifecycle extends Logging {
    * (INCREMENTAL STRICT) IVM_NOT_INCREMENTALIZABLE naming what cannot be maintained.
    */
   private def layout(view: String, plan: LogicalPlan, columns: Seq[String],
-      policy: RefreshPolicy): (AnalyzedView, RefreshMode, Option[String]) = {
+      policy: RefreshPolicy, instant: Long): (AnalyzedView, RefreshMode, Option[String]) = {
     if (policy == RefreshPolicy.Full) {
-      return (ViewAnalysis.prepare(plan, columns, incremental = false), RefreshMode.Full, None)
+      return (ViewAnalysis.prepare(plan, columns, incremental = false, instant), RefreshMode.Full, None)
     }
-    try (ViewAnalysis.prepare(plan, columns, incremental = true), RefreshMode.Incremental, None)
+    try (ViewAnalysis.prepare(plan, columns, incremental = true, instant), RefreshMode.Incremental, None)
     catch {
       case e: IvmException if ViewAnalysis.NotIncrementalizable.contains(e.getCondition) =>
         if (policy == RefreshPolicy.IncrementalStrict) {
@@ -186,7 +191,7 @@ object ViewLifecycle extends Logging {
           s"${e.parameters("operator")} (${e.parameters("hint").stripSuffix(".")})"
         } else e.getMessage.stripPrefix(s"[${e.getCondition}] ").replaceAll(" SQLSTATE: \\w+$", "")
         logInfo(s"spark-ivm: $view is refreshed by recomputation: $why")
-        (ViewAnalysis.prepare(plan, columns, incremental = false), RefreshMode.Full, Some(why))
+        (ViewAnalysis.prepare(plan, columns, incremental = false, instant), RefreshMode.Full, Some(why))
     }
   }
 
@@ -317,7 +322,7 @@ object ViewLifecycle extends Logging {
       extraSet: Map[String, String] = Map.empty, extraUnset: Set[String] = Set.empty): Unit = {
     val meta = ViewCatalog.lookup(spark, name)
     val plan = ViewAnalysis.analyze(spark, meta.queryText, meta.database)
-    val (_, mode, fullBecause) = layout(meta.viewName, plan, meta.columns, policy)
+    val (_, mode, fullBecause) = layout(meta.viewName, plan, meta.columns, policy, ViewAnalysis.instant(spark))
     if (mode != meta.mode) {
       val props = (meta.userProperties ++ extraSet ++
         meta.epsilon.map(e => EpsilonState.Property -> e.toString)).filter { case (k, _) => !extraUnset.contains(k) }

@@ -1,5 +1,6 @@
 package io.sparkivm.conf
 
+import java.time.ZoneOffset
 import java.util.Locale
 
 import scala.collection.mutable
@@ -8,8 +9,10 @@ import io.sparkivm.errors.IvmErrors
 import org.apache.spark.SparkConf
 import org.apache.spark.network.util.JavaUtils
 import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.catalyst.util.DateTimeUtils
 import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.ivm.ConfRegistration
+import org.apache.spark.unsafe.types.UTF8String
 
 /**
  * One `spark.ivm.*` setting: its key, type, default, allowed values and doc, declared once in
@@ -295,6 +298,17 @@ object IvmConf {
     "The AUTO policy recomputes a view only if that is estimated to save at least this many ms " +
       "(and 10%) over an incremental refresh: where both cost about the same, the refresh stays " +
       "incremental.", internal = true)
+
+  val RefreshInstant: IvmConfEntry[String] = entry("spark.ivm.refresh.instant", "", "string",
+    "The instant at which a refresh (and CREATE) reads current_timestamp(), now(), current_date() " +
+      "and localtimestamp() in a view's filters, as a timestamp in the session time zone " +
+      "('2026-11-29 06:00:00'); empty: when the refresh starts. For replaying a refresh at an " +
+      "instant of one's choosing.") { v =>
+    val text = v.trim
+    if (text.isEmpty || DateTimeUtils.stringToTimestamp(UTF8String.fromString(text), ZoneOffset.UTC).isDefined) {
+      Right(text)
+    } else Left("a timestamp such as '2026-11-29 06:00:00', or empty")
+  }
 
   val ServicePollIntervalMs: IvmConfEntry[Long] = millis("spark.ivm.service.pollIntervalMs", 1000L,
     "How often the refresh service checks schedules and base-table versions (from the Delta logs, " +

@@ -19,9 +19,15 @@ case class SourceLag(table: String, consumedVersion: Long, currentVersion: Long,
  * time since the oldest of them was made (0 when the view is up to date). Read from the Delta
  * logs on the driver: no Spark job.
  */
-case class Freshness(sources: Seq[SourceLag], nowMs: Long) {
+case class Freshness(sources: Seq[SourceLag], nowMs: Long,
+    /** For a view whose filters read the time, the instant (epoch ms) its rows are at. */
+    instantMs: Option[Long] = None) {
   def pendingCommits: Long = sources.map(_.pendingCommits).sum
-  def lagMs: Long = sources.flatMap(_.oldestPendingMs).map(t => math.max(0L, nowMs - t)).maxOption.getOrElse(0L)
+
+  /** The age of the oldest commit not applied; for a view whose filters read the time, at least
+   * the time since the instant its rows are at (time has moved its window since). */
+  def lagMs: Long = (sources.flatMap(_.oldestPendingMs) ++ instantMs).map(t => math.max(0L, nowMs - t))
+    .maxOption.getOrElse(0L)
 }
 
 object Freshness {
@@ -40,6 +46,6 @@ object Freshness {
             } catch { case NonFatal(_) => None }
           SourceLag(s.table, consumed, current, oldest)
         } catch { case NonFatal(_) => SourceLag(s.table, consumed, -1L, None) }
-      }, now)
+      }, now, last.instant.map(_ / 1000L))
   }
 }

@@ -78,5 +78,7 @@ object MaintenanceStrategy {
 
   /** The strategy of a view: the first a provider offers (IVM^eps for a triangle), else counting. */
   def of(spark: SparkSession, analyzed: AnalyzedView, incremental: Boolean): MaintenanceStrategy =
-    providers.iterator.flatMap(_.strategy(spark, analyzed, incremental)).nextOption().getOrElse(CountingStrategy)
+    // A strategy's state follows the tables' changes; only the delta rules move a view's time filters.
+    if (analyzed.instant.isDefined) CountingStrategy
+    else providers.iterator.flatMap(_.strategy(spark, analyzed, incremental)).nextOption().getOrElse(CountingStrategy)
 }

@@ -26,7 +26,9 @@ import org.apache.spark.sql.{DataFrame, SparkSession}
  */
 class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
     pinned: Map[String, PinnedSource], view: String, steps: PlanSteps = PlanOnly,
-    changes: Map[String, TableChange] = Map.empty, stateRoot: Option[Path] = None)
+    changes: Map[String, TableChange] = Map.empty, stateRoot: Option[Path] = None,
+    /** The instant the view's rows are at, where its filters read the time ([[io.sparkivm.planner.TimeFilters]]). */
+    instantBefore: Option[Long] = None)
     extends LeafReader {
 
   /** The sign column of delta rows, shared by this reader's deltas and its rules. */
@@ -36,11 +38,11 @@ class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
   private val fkSettings = PlanningConf.fk(spark, steps)
 
   /** The delta rules over this reader's leaves. */
-  val rules: DeltaRules = new DeltaRules(this, m, fkSettings)
+  val rules: DeltaRules = new DeltaRules(this, m, fkSettings, instantBefore = instantBefore)
 
   /** The same rules, with the branches of some subtrees computed elsewhere. */
   def rulesWith(precomputed: LogicalPlan => Option[Seq[Branch]]): DeltaRules =
-    new DeltaRules(this, m, fkSettings, precomputed)
+    new DeltaRules(this, m, fkSettings, precomputed, instantBefore)
 
   /** The view's rows from scratch, at the pinned versions. */
   def fullRows(maintenance: ViewMaintenance): DataFrame =

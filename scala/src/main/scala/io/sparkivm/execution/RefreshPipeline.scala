@@ -217,8 +217,10 @@ object RefreshPipeline extends Logging {
     if (foreign.nonEmpty && !recompute) {
       throw IvmErrors.backingAltered(meta.viewName, s"commits ${foreign.mkString("; ")}")
     }
-    // Pin from the recorded sources first: with nothing new there is nothing to analyze.
-    if (!recompute && last.epsilon.forall(_.eps == meta.eps) && unchanged(spark, meta, last)) {
+    // Pin from the recorded sources first: with nothing new there is nothing to analyze. A view
+    // whose filters read the time has something new at every later instant.
+    if (!recompute && last.epsilon.forall(_.eps == meta.eps) && last.instant.isEmpty &&
+      unchanged(spark, meta, last)) {
       timer.mark("pin")
       return RefreshReport(meta.viewName, "noop", last.number,
         meta.sources.map { s =>
@@ -250,7 +252,7 @@ object RefreshPipeline extends Logging {
     else {
       checkSources(meta, last, pinned)
       val changed = pinned.values.filter(p => last.sourceVersions(p.name) != p.version).toSeq
-      if (changed.isEmpty) {
+      if (changed.isEmpty && (last.instant.isEmpty || last.instant == analyzed.instant)) {
         timer.mark("pin")
         return RefreshReport(meta.viewName, "noop", last.number, sourceReports(last, pinned, Map.empty),
           Nil, Nil, 0, 0, 0, timer.result, last.backingVersion,
@@ -273,7 +275,7 @@ object RefreshPipeline extends Logging {
       val rows = reader.fullRows(analyzed.maintenance)
       val epsilon = strategy.build(context(reader))
       val record = RefreshRecord(number, "full", versions, attemptId, -1, 0, epsilon,
-        entry("full", decision, -1, -1, pinned.values.map(_.sizeInBytes).sum))
+        entry("full", decision, -1, -1, pinned.values.map(_.sizeInBytes).sum), analyzed.instant)
       FaultInjection.point(user, "before-commit")
       // The base tables' shape as read now, in the same commit.
       BackingTable.overwrite(spark, meta.copy(sources = pinned.values.toSeq.sortBy(_.name).map(_.info)), rows, record,
@@ -301,7 +303,7 @@ object RefreshPipeline extends Logging {
     // Small changes (held on the driver) make small queries: run them for latency.
     if (changes.values.forall(_.isInstanceOf[DriverChange])) RefreshSession.forSmallWork(spark)
     val reader = new PinnedReader(spark, last.sourceVersions, pinned, meta.viewName, steps, changes,
-      Some(BackingTable.stateRoot(spark, meta.backing)))
+      Some(BackingTable.stateRoot(spark, meta.backing)), last.instant)
     try {
       val counts = reader.changeCounts()
       timer.mark("changes")
@@ -337,7 +339,7 @@ object RefreshPipeline extends Logging {
       }
       val tableBytes = if (decision.candidates.isEmpty) -1L else pinned.values.map(_.sizeInBytes).sum
       val record = RefreshRecord(number, "incremental", versions, attemptId, -1, 0, epsilon,
-        entry("incremental", decision, counts.values.sum, sizes.values.sum, tableBytes))
+        entry("incremental", decision, counts.values.sum, sizes.values.sum, tableBytes), analyzed.instant)
       FaultInjection.point(user, "before-commit")
       val applied = if (FaultInjection.corruptApply(user)) rows.map(Filter(Literal(false), _)) else rows
       phase("applying the changed rows in one commit")

@@ -4,14 +4,22 @@ import scala.util.control.NonFatal
 
 import io.sparkivm.catalog.{SourceInfo, ViewCatalog, ViewMetadata}
 import io.sparkivm.changes.{DeltaSources, PinnedSource}
+import io.sparkivm.conf.IvmConf
 import io.sparkivm.errors.{IvmErrors, IvmException}
-import io.sparkivm.planner.{PlanValidator, QueryRewrites, RowsShape, SourceLeaf, TopRows, ViewMaintenance, ViewShape}
+import io.sparkivm.planner.{
+  PlanValidator, QueryRewrites, RowsShape, SourceLeaf, TimeFilters, TopRows, ViewMaintenance, ViewShape
+}
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
+import org.apache.spark.sql.catalyst.util.DateTimeUtils
 import org.apache.spark.sql.ivm.{CapturedSqlConf, SessionInternals, SparkInternals}
+import org.apache.spark.unsafe.types.UTF8String
 
 /** A view's query, analyzed now, with what maintaining it takes. */
 case class AnalyzedView(plan: LogicalPlan, leaves: Seq[SourceLeaf], maintenance: ViewMaintenance) {
+
+  /** The instant its time filters are read at ([[TimeFilters]]); None where it reads no time. */
+  def instant: Option[Long] = TimeFilters.instantOf(plan)
 
   /** The distinct tables the query reads. */
   def tables: Seq[SourceLeaf] = leaves.groupBy(_.name).values.map(_.head).toSeq.sortBy(_.name)
@@ -39,13 +47,15 @@ object ViewAnalysis {
    * The plan and its maintenance. Incremental views must pass [[PlanValidator]]; views with
    * `ivm.refresh = full` may use any query, stored as rows with multiplicities.
    */
-  def prepare(plan: LogicalPlan, columns: Seq[String], incremental: Boolean): AnalyzedView = {
+  def prepare(plan: LogicalPlan, columns: Seq[String], incremental: Boolean, instant: => Long): AnalyzedView = {
     PlanValidator.requirePermanent(plan)
     if (incremental) {
       // A top-level ORDER BY ... LIMIT is applied when the view is read, over the rows under it.
-      val (rewritten, top) = TopRows.split(QueryRewrites(plan))
+      val (split, top) = TopRows.split(QueryRewrites(plan))
+      val rewritten = TimeFilters.bind(split, instant)
       val leaves = PlanValidator.validate(rewritten)
       val shape = ViewShape.of(rewritten)
+      TimeFilters.check(shape)
       PlanValidator.requireComparableRows(shape, columns)
       AnalyzedView(rewritten, leaves, new ViewMaintenance(shape, columns, top))
     } else {
@@ -57,6 +67,16 @@ object ViewAnalysis {
   }
 
   /** The view's query as it analyzes now; a missing or broken base table is IVM_SOURCE_MISSING. */
+  /**
+   * The instant a refresh (or CREATE) reads the time at, in microseconds: the session's
+   * `spark.ivm.refresh.instant`, else now.
+   */
+  def instant(spark: SparkSession): Long = IvmConf.RefreshInstant.get(spark) match {
+    case "" => DateTimeUtils.instantToMicros(java.time.Instant.now())
+    case text => DateTimeUtils.stringToTimestamp(UTF8String.fromString(text),
+        DateTimeUtils.getZoneId(spark.sessionState.conf.sessionLocalTimeZone)).get
+  }
+
   def reanalyze(user: SparkSession, meta: ViewMetadata, incremental: Boolean): AnalyzedView = {
     // Under the SQL settings the view captured at CREATE, whatever the session's are now.
     val spark = CapturedSqlConf.session(user, meta.sqlConf)
@@ -72,7 +92,7 @@ object ViewAnalysis {
           throw IvmErrors.sourceMissing(meta.viewName, table.getOrElse("of the query"), e)
       }
     requireRowData(meta.viewName, plan)
-    prepare(plan, meta.columns, incremental)
+    prepare(plan, meta.columns, incremental, instant(user))
   }
 
   /**

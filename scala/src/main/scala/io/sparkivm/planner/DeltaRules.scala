@@ -86,7 +86,11 @@ case class Branch(plan: LogicalPlan, terms: Seq[String]) {
  */
 class DeltaRules(reader: LeafReader, val multiplicity: Attribute, fkSettings: FkSettings = FkSettings.Off,
     /** Branches computed elsewhere for given subtrees (IVM^eps for a triangle block). */
-    precomputed: LogicalPlan => Option[Seq[Branch]] = _ => None) {
+    precomputed: LogicalPlan => Option[Seq[Branch]] = _ => None,
+    /** The instant the view's rows are at, where its filters read the time ([[TimeFilters]]). */
+    instantBefore: Option[Long] = None,
+    /** The rules of the clock's own delta: tables at Pre, time filters moving from `instantBefore`. */
+    clockOnly: Boolean = false) {
 
   /** Restricted reads of large tables, each computed once per refresh and shared. */
   private val scans = new SharedScans(reader, fkSettings.steps, fkSettings.sharedReadMinBytes,
@@ -98,7 +102,9 @@ class DeltaRules(reader: LeafReader, val multiplicity: Attribute, fkSettings: Fk
   /** Delta plans of join blocks with foreign keys and key probing (None when both are off). */
   val fk: FkDeltaPlanner = new FkDeltaPlanner(this, reader, fkSettings)
 
-  def pre(plan: LogicalPlan): LogicalPlan = substitute(heldAggregates(plan, atPre = true), scans.pre)
+  def pre(plan: LogicalPlan): LogicalPlan =
+    substitute(heldAggregates(if (clockOnly) TimeFilters.rebind(plan, instantBefore.get) else plan, atPre = true),
+      scans.pre)
   def post(plan: LogicalPlan): LogicalPlan = substitute(heldAggregates(plan, atPre = false), scans.post)
 
   /** Global aggregates computed so far, at Pre and at Post: one row each, held on the driver. */
@@ -199,7 +205,7 @@ class DeltaRules(reader: LeafReader, val multiplicity: Attribute, fkSettings: Fk
         })
       case SubqueryAlias(_, child) => weightedPre(child, where)
       case v: View => weightedPre(v.child, where)
-      case Filter(cond, child) => weightedPre(child, where).map { case (p, w) => (Filter(cond, p), w) }
+      case Filter(cond, child) if !moves(cond) => weightedPre(child, where).map { case (p, w) => (Filter(cond, p), w) }
       // `where` passes a projection that passes the columns it reads.
       case Project(list, child) =>
         val passed = where.filter(_.references.subsetOf(AttributeSet(list.collect { case a: Attribute => a })))
@@ -303,6 +309,67 @@ class DeltaRules(reader: LeafReader, val multiplicity: Attribute, fkSettings: Fk
     }
   }
 
+  /** True where `cond` is a time filter whose instant moves in these rules (the clock's delta). */
+  private def moves(cond: Expression): Boolean = clockOnly && TimeFilters.bound(cond)
+
+  /**
+   * The delta of the clock alone, Q(Pre, t1) - Q(Pre, t0), where the view's filters read the
+   * time and the refresh's instant t1 is not the instant t0 its rows are at ([[TimeFilters]]);
+   * the branches of [[delta]] are Q(Post, t1) - Q(Pre, t1). Nil for other views.
+   */
+  def timeBranches(plan: LogicalPlan): Seq[Branch] = instantBefore match {
+    case Some(t0) if !clockOnly && plan.exists(_.expressions.exists(_.exists {
+          case r: RefreshInstant => r.micros != t0
+          case _ => false
+        })) =>
+      clock.delta(plan)
+    case _ => Nil
+  }
+
+  private lazy val clock =
+    new DeltaRules(new AtPre(reader), multiplicity, FkSettings.Off, instantBefore = instantBefore, clockOnly = true)
+
+  /**
+   * The rows of `child` at Pre that a time filter's move from t0 to t1 lets in or out:
+   * s_{c(t1) and not c(t0)}(Pre) - s_{c(t0) and not c(t1)}(Pre). Per time conjunct c_i, one
+   * branch each way whose condition is a conjunction (c(t1), c_1(t0) .. c_{i-1}(t0), not c_i(t0)),
+   * so that Spark pushes each to the scan and Delta skips the files outside the crossed range;
+   * the branches are disjoint and sum to the difference.
+   */
+  private def crossed(cond: Expression, child: LogicalPlan): Seq[Branch] = if (!moves(cond)) Nil
+  else {
+    val t0 = instantBefore.get
+    val (timed, others) = splitConjuncts(cond).partition(TimeFilters.bound)
+    val before = timed.map(c => c.transform { case r: RefreshInstant => r.copy(micros = t0) })
+    val read = pre(child)
+    def side(in: Seq[Expression], out: Seq[Expression], sign: Int, what: String) = in.indices.map { i =>
+      val c = (others ++ in ++ out.take(i) :+ not(out(i))).reduce(And)
+      Branch(Project(child.output :+ Alias(Literal(sign), multiplicity.name)(exprId = multiplicity.exprId),
+          Filter(c, read)),
+        leafNames(child).map(n => s"Pre($n) $what the time filter ${describe(timed(i))}"))
+    }
+    side(timed, before, 1, "entering") ++ side(before, timed, -1, "leaving")
+  }
+
+  private def describe(c: Expression): String = {
+    val at = c.collectFirst { case r: RefreshInstant => r.micros }.get
+    def ts(micros: Long) = Literal(micros, org.apache.spark.sql.types.TimestampType).sql
+    c.transform { case r: RefreshInstant => UnresolvedInstant(r.function) }.sql +
+      s" as the instant moves from ${ts(instantBefore.get)} to ${ts(at)}"
+  }
+
+  /** Not `c` where it is true, as a predicate Spark pushes to a scan where `c` is a comparison of a
+   * column with a value (null only where the column is, whatever the instant). */
+  private def not(c: Expression): Expression = c match {
+    case b: BinaryComparison if b.left.references.isEmpty || b.right.references.isEmpty => Not(b)
+    case other => Not(Coalesce(Seq(other, Literal.FalseLiteral)))
+  }
+
+  private def splitConjuncts(e: Expression): Seq[Expression] = e match {
+    case And(a, b) => splitConjuncts(a) ++ splitConjuncts(b)
+    case other => Seq(other)
+  }
+
   private def generic(plan: LogicalPlan): Seq[Branch] = plan match {
     case SourceLeaf(leaf) =>
       reader.delta(leaf).map(p => Branch(p, Seq(s"D(${leaf.name})"))).toSeq
@@ -310,7 +377,7 @@ class DeltaRules(reader: LeafReader, val multiplicity: Attribute, fkSettings: Fk
     case SubqueryAlias(_, child) => delta(child)
     case v: View => delta(v.child)
     case s: Sort => delta(s.child)
-    case Filter(cond, child) => delta(child).map(b => b.copy(plan = Filter(cond, b.plan)))
+    case Filter(cond, child) => delta(child).map(b => b.copy(plan = Filter(cond, b.plan))) ++ crossed(cond, child)
     case Project(list, child) => delta(child).map(b => b.copy(plan = Project(list :+ multiplicity, b.plan)))
     case j: Join if j.joinType == Inner =>
       val out = j.output :+ multiplicity
@@ -522,4 +589,19 @@ class DeltaRules(reader: LeafReader, val multiplicity: Attribute, fkSettings: Fk
   private def leafNames(plan: LogicalPlan): Seq[String] = plan.collect {
     case SourceLeaf(leaf) => leaf.name
   }
+}
+
+/** A reader of the tables as the view last read them, unchanged: the clock's delta's reader. */
+private class AtPre(reader: LeafReader) extends LeafReader {
+  def pre(leaf: SourceLeaf): LogicalPlan = reader.pre(leaf)
+  def post(leaf: SourceLeaf): LogicalPlan = reader.pre(leaf)
+  def delta(leaf: SourceLeaf): Option[LogicalPlan] = None
+  def preDel(leaf: SourceLeaf): LogicalPlan = reader.pre(leaf)
+}
+
+/** A time function by name, for descriptions only. */
+private case class UnresolvedInstant(function: String) extends LeafExpression with Unevaluable {
+  override def dataType: org.apache.spark.sql.types.DataType = org.apache.spark.sql.types.TimestampType
+  override def nullable: Boolean = false
+  override def sql: String = s"$function()"
 }

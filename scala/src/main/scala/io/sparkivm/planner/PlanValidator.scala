@@ -135,7 +135,10 @@ object PlanValidator {
     case x if TimeDependent.contains(x.getClass.getSimpleName) =>
       throw IvmErrors.unsupported(
         s"The time-dependent function ${x.prettyName}()",
-        "Its value would differ between refreshes; store the time in a base table instead.")
+        "A time function is maintained in a filter (WHERE, an inner join's condition, or an outer " +
+          "join's condition on the side it keeps only where it matches): each refresh reads it at its " +
+          "own instant. Elsewhere (a view's columns) every refresh would change every row: compute it " +
+          "when reading the view, or store the time in a base table.")
     case x if (!x.deterministic && x.children.forall(_.deterministic)) || orderDependent(x) =>
       throw IvmErrors.unsupported(s"The non-deterministic function ${x.prettyName}()",
         "A view must give the same rows each time its query runs on the same data.")

@@ -87,7 +87,7 @@ class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String], val to
       case a: AggregateShape => a.aggregate
       case r: RowsShape => r.rows
     })
-    rules.delta(child)
+    rules.delta(child) ++ rules.timeBranches(child)
   }
 
   /**

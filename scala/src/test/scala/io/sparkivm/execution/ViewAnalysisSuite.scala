@@ -30,7 +30,7 @@ class ViewAnalysisSuite extends AnyFunSuite {
     val plan = ViewAnalysis.analyze(spark, "SELECT k, sum(v) AS s FROM va_t GROUP BY k", "va_db")
     assert(plan.resolved)
     assert(spark.catalog.currentDatabase == before)
-    val view = ViewAnalysis.prepare(plan, Seq("k", "s"), incremental = true)
+    val view = ViewAnalysis.prepare(plan, Seq("k", "s"), incremental = true, instant = 0L)
     assert(view.tables.map(_.name) == Seq("spark_catalog.va_db.va_t"))
     intercept[Exception](ViewAnalysis.analyze(spark, "SELECT k FROM va_t", before))
     assert(spark.catalog.currentDatabase == before, "restored after a failure too")
@@ -40,12 +40,12 @@ class ViewAnalysisSuite extends AnyFunSuite {
     table("va_top", cdf = true)
     val query = "SELECT a.k, a.v + b.v AS w FROM va_top a JOIN va_top b ON a.k = b.k ORDER BY w DESC"
     val view = ViewAnalysis.prepare(ViewAnalysis.analyze(spark, s"$query, k LIMIT 1", "default"), Seq("k", "w"),
-      incremental = true)
+      incremental = true, instant = 0L)
     assert(view.maintenance.top.isDefined)
     assert(view.leaves.size == 2 && view.tables.size == 1)
     // An order that leaves ties among the view's rows could keep other rows than the query.
     val e = intercept[IvmException](ViewAnalysis.prepare(ViewAnalysis.analyze(spark, s"$query LIMIT 1", "default"),
-        Seq("k", "w"), incremental = true))
+        Seq("k", "w"), incremental = true, instant = 0L))
     assert(e.getCondition == "IVM_UNSUPPORTED_OPERATOR", e.getMessage)
   }
 
@@ -61,7 +61,7 @@ class ViewAnalysisSuite extends AnyFunSuite {
     table("va_plain", cdf = false)
     val plan = ViewAnalysis.analyze(spark,
       "SELECT c.k, p.v FROM va_cdf c JOIN va_plain p ON c.k = p.k", "default")
-    val view = ViewAnalysis.prepare(plan, Seq("k", "v"), incremental = true)
+    val view = ViewAnalysis.prepare(plan, Seq("k", "v"), incremental = true, instant = 0L)
     val e = intercept[IvmException](ViewAnalysis.pin(spark, "va_view", view, incremental = true, autoEnable = false))
     assert(e.getCondition == "IVM_CHANGE_FEED_DISABLED", e.getMessage)
     // A full-refresh view needs no change feed.
