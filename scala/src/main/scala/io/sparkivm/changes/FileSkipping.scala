@@ -1,5 +1,6 @@
 package io.sparkivm.changes
 
+import java.time.ZoneOffset
 import java.util.Locale
 
 import scala.util.Try
@@ -25,8 +26,9 @@ final class KnownFile(val add: AddFile) {
  * skipped only when its bounds exclude every match. This is the test Delta's own data skipping
  * makes, run over a file list held on the driver ([[KnownFiles]]) instead of a Spark job.
  *
- * Types read: integral numbers, dates, and strings of binary collation (Delta cuts string
- * statistics at a prefix, so a maximum that may be cut is not used as an upper bound).
+ * Types read: integral numbers, dates, timestamps (kept to the millisecond: a maximum is read as
+ * up to 999 us more), and strings of binary collation (Delta cuts string statistics at a prefix,
+ * so a maximum that may be cut is not used as an upper bound).
  * Statistics are keyed by the physical column name (`physical`), which differs from the logical
  * one under column mapping.
  */
@@ -60,7 +62,7 @@ class FileSkipping(physical: String => Option[String]) {
   }
 
   private def readable(t: DataType): Boolean = t match {
-    case ByteType | ShortType | IntegerType | LongType | DateType => true
+    case ByteType | ShortType | IntegerType | LongType | DateType | TimestampType | TimestampNTZType => true
     case st: StringType => st == StringType // binary collation
     case _ => false
   }
@@ -76,6 +78,11 @@ class FileSkipping(physical: String => Option[String]) {
         case IntegerType if n.canConvertToInt => Some(n.asInt)
         case LongType if n.canConvertToLong => Some(n.asLong)
         case DateType if n.isTextual => DateTimeUtils.stringToDate(UTF8String.fromString(n.asText))
+        // Delta keeps timestamps to the millisecond, cut: a maximum may be up to 999 us short.
+        case TimestampType if n.isTextual =>
+          DateTimeUtils.stringToTimestamp(UTF8String.fromString(n.asText), ZoneOffset.UTC).map(cutUp(which, _))
+        case TimestampNTZType if n.isTextual =>
+          DateTimeUtils.stringToTimestampWithoutTimeZone(UTF8String.fromString(n.asText)).map(cutUp(which, _))
         case _: StringType if n.isTextual =>
           val text = n.asText
           if (which == "maxValues" && text.codePointCount(0, text.length) >= StringPrefix) None
@@ -83,6 +90,8 @@ class FileSkipping(physical: String => Option[String]) {
         case _ => None
       }
     }
+
+  private def cutUp(which: String, micros: Long): Long = if (which == "maxValues") micros + 999L else micros
 
   private def lt(a: Attribute, x: Any, y: Any): Boolean =
     TypeUtils.getInterpretedOrdering(a.dataType).lt(x, y)

@@ -84,6 +84,11 @@ class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
     case None => throw IvmErrors.internal(s"no consumed version for ${leaf.name}")
   }
 
+  override def preFiles(leaf: SourceLeaf): LogicalPlan = consumed.get(leaf.name) match {
+    case Some(v) => bind(leaf, DeltaSources.snapshot(spark, leaf.table, v), None)
+    case None => throw IvmErrors.internal(s"no consumed version for ${leaf.name}")
+  }
+
   def post(leaf: SourceLeaf): LogicalPlan = pinned.get(leaf.name) match {
     case Some(p) => bind(leaf, snapshot(leaf, p.version), None)
     case None => leaf.plan // not a Delta table (views with ivm.refresh = full only): read as is

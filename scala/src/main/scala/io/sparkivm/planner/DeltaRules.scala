@@ -25,6 +25,12 @@ trait LeafReader {
    */
   def preDel(leaf: SourceLeaf): LogicalPlan
 
+  /**
+   * Pre as a scan of the table's files, never rows kept in memory: for reads that a filter
+   * restricts to a few files by their statistics (the rows a time filter's move lets in or out).
+   */
+  def preFiles(leaf: SourceLeaf): LogicalPlan = pre(leaf)
+
   /** The size of the table at the pinned version (Long.MaxValue if unknown). */
   def sizeInBytes(leaf: SourceLeaf): Long = Long.MaxValue
 
@@ -593,10 +599,10 @@ class DeltaRules(reader: LeafReader, val multiplicity: Attribute, fkSettings: Fk
 
 /** A reader of the tables as the view last read them, unchanged: the clock's delta's reader. */
 private class AtPre(reader: LeafReader) extends LeafReader {
-  def pre(leaf: SourceLeaf): LogicalPlan = reader.pre(leaf)
-  def post(leaf: SourceLeaf): LogicalPlan = reader.pre(leaf)
+  def pre(leaf: SourceLeaf): LogicalPlan = reader.preFiles(leaf)
+  def post(leaf: SourceLeaf): LogicalPlan = reader.preFiles(leaf)
   def delta(leaf: SourceLeaf): Option[LogicalPlan] = None
-  def preDel(leaf: SourceLeaf): LogicalPlan = reader.pre(leaf)
+  def preDel(leaf: SourceLeaf): LogicalPlan = reader.preFiles(leaf)
 }
 
 /** A time function by name, for descriptions only. */

@@ -1,9 +1,12 @@
 package io.sparkivm.changes
 
+import java.time.ZoneOffset
+
 import io.sparkivm.TestSpark
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.TableIdentifier
 import org.apache.spark.sql.catalyst.expressions._
+import org.apache.spark.sql.catalyst.util.DateTimeUtils
 import org.apache.spark.sql.delta.DeltaLog
 import org.apache.spark.sql.delta.actions.AddFile
 import org.apache.spark.sql.execution.datasources.{HadoopFsRelation, LogicalRelation}
@@ -156,5 +159,24 @@ class KnownFilesSuite extends AnyFunSuite with BeforeAndAfterAll {
             new MetadataBuilder().putString("delta.columnMapping.physicalName", "col-1").build()))))
     val phys = file("""{"minValues":{"col-1":1},"maxValues":{"col-1":2}}""")
     assert(!mapped.mayMatch(phys, Seq(EqualTo(k, Literal(5)))) && mapped.mayMatch(phys, Seq(EqualTo(k, Literal(2)))))
+  }
+
+  test("timestamps are read to the millisecond Delta keeps, a maximum as up to 999 us more") {
+    val skipping = FileSkipping.of(StructType(Seq(StructField("t", TimestampType), StructField("n", TimestampNTZType))))
+    val f = file("""{"numRecords":2,"minValues":{"t":"2026-11-01T10:00:00.000Z","n":"2026-11-01T10:00:00.000"},""" +
+      """"maxValues":{"t":"2026-11-01T12:00:00.500Z","n":"2026-11-01T12:00:00.500"},"nullCount":{"t":0}}""")
+    val t = AttributeReference("t", TimestampType)()
+    val n = AttributeReference("n", TimestampNTZType)()
+    def at(text: String, ntz: Boolean) =
+      if (ntz) Literal(DateTimeUtils.stringToTimestampWithoutTimeZone(UTF8String.fromString(text)).get, TimestampNTZType)
+      else Literal(DateTimeUtils.stringToTimestamp(UTF8String.fromString(text + "Z"), ZoneOffset.UTC).get, TimestampType)
+    for ((a, ntz) <- Seq(t -> false, n -> true)) {
+      def may(e: Expression) = skipping.mayMatch(f, Seq(e))
+      assert(!may(LessThan(a, at("2026-11-01 10:00:00", ntz))) && may(LessThan(a, at("2026-11-01 10:00:00.000001", ntz))))
+      assert(!may(GreaterThanOrEqual(a, at("2026-11-01 12:00:00.501", ntz))))
+      // The maximum 12:00:00.500 may stand for up to .500999: a row at .5005 may be there.
+      assert(may(GreaterThanOrEqual(a, at("2026-11-01 12:00:00.5005", ntz))))
+      assert(!may(And(GreaterThanOrEqual(a, at("2026-11-02 00:00:00", ntz)), LessThan(a, at("2026-11-02 01:00:00", ntz)))))
+    }
   }
 }
