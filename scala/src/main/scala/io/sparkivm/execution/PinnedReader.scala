@@ -1,17 +1,21 @@
 package io.sparkivm.execution
 
+import java.util.Locale
+
 import io.sparkivm.catalog.DeltaTables
-import io.sparkivm.changes.{DeltaSources, DriverChange, KnownFiles, PinnedSource, TableChange}
+import io.sparkivm.changes.{DeltaSources, DriverChange, DriverTableRead, KnownFiles, PinnedSource, TableChange}
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.errors.IvmErrors
 import io.sparkivm.planner.{
-  Branch, CountedTable, DeltaRules, DriverDeltaRows, KeyCounts, LeafReader, PlanOnly, PlanSteps, SourceLeaf,
+  Branch, CountedTable, DeltaRules, DriverDeltaRows, KeyCounts, LeafReader, PlanOnly, PlanSteps, SourceLeaf, TimeFilters,
   ViewMaintenance
 }
 import io.sparkivm.state.StoredKeyCounts
 import org.apache.hadoop.fs.Path
 import org.apache.spark.sql.catalyst.InternalRow
-import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, AttributeReference, Expression, LessThan, Literal}
+import org.apache.spark.sql.catalyst.expressions.{
+  Alias, Attribute, AttributeReference, BindReferences, Expression, LessThan, Literal, Predicate
+}
 import org.apache.spark.sql.catalyst.plans.logical.{Filter, LocalRelation, LogicalPlan, Project, Union}
 import org.apache.spark.sql.catalyst.types.DataTypeUtils
 import org.apache.spark.sql.catalyst.util.CharVarcharUtils
@@ -88,6 +92,26 @@ class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
     case Some(v) => bind(leaf, DeltaSources.snapshot(spark, leaf.table, v), None)
     case None => throw IvmErrors.internal(s"no consumed version for ${leaf.name}")
   }
+
+  /**
+   * Read by the driver (no job) from the files whose statistics allow a match, where they total
+   * at most `spark.ivm.changes.localMaxBytes`, as a change of that size is: the rows a time
+   * filter's move lets in or out are a change of the view's input.
+   */
+  override def preFilesWhere(leaf: SourceLeaf, where: Expression): Option[LogicalPlan] =
+    consumed.get(leaf.name).flatMap { v =>
+      val log = DeltaTables.log(spark, leaf.table)
+      val snap = KnownFiles.snapshot(log, v)
+      val sameColumns = snap.metadata.schema.fieldNames.toSeq.map(_.toLowerCase(Locale.ROOT)) ==
+        leaf.output.map(_.name.toLowerCase(Locale.ROOT))
+      val files = if (sameColumns) KnownFiles.matching(log, snap, Seq(TimeFilters.forSkipping(where))) else Nil
+      if (!sameColumns || files.map(_.size).sum > IvmConf.ChangesLocalMaxBytes.get(spark)) None
+      else DriverTableRead.rows(spark, snap, files).map { rows =>
+        val holds =
+          Predicate.createInterpreted(BindReferences.bindReference(TimeFilters.evaluable(where), leaf.output))
+        LocalRelation(leaf.output, rows.filter(holds.eval))
+      }
+    }
 
   def post(leaf: SourceLeaf): LogicalPlan = pinned.get(leaf.name) match {
     case Some(p) => bind(leaf, snapshot(leaf, p.version), None)

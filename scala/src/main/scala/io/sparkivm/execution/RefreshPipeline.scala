@@ -330,6 +330,14 @@ object RefreshPipeline extends Logging {
           }
         }).map(steps.materialize)
       timer.mark("delta")
+      // Only the clock moved, and no row crossed a time filter's bound: nothing to commit. The
+      // view stays at its recorded instant, and the next refresh moves it from there.
+      if (changed.isEmpty && rows.forall(steps.isEmpty)) {
+        val why = "no base table changed, and no row crossed a time filter's bounds since " +
+          last.instant.map(t => new java.sql.Timestamp(t / 1000L)).getOrElse("the last refresh")
+        return RefreshReport(meta.viewName, "noop", last.number, sourceReports(last, pinned, Map.empty),
+          branches, Nil, 0, 0, 0, timer.result, last.backingVersion, why, policy = meta.policy.sql, reason = why)
+      }
       val notes = mutable.ArrayBuffer[String]() ++= run.notes ++= interpreted ++= lookedUp
       phase("moving the view's state")
       val epsilon = run.advance(notes)

@@ -31,6 +31,13 @@ trait LeafReader {
    */
   def preFiles(leaf: SourceLeaf): LogicalPlan = pre(leaf)
 
+  /**
+   * Pre's rows of `leaf` for which `where` (over `leaf.output`) holds, held on the driver where
+   * the files that may hold them are few and small (read without a Spark job); None where they
+   * must be scanned.
+   */
+  def preFilesWhere(leaf: SourceLeaf, where: Expression): Option[LogicalPlan] = None
+
   /** The size of the table at the pinned version (Long.MaxValue if unknown). */
   def sizeInBytes(leaf: SourceLeaf): Long = Long.MaxValue
 
@@ -347,11 +354,14 @@ class DeltaRules(reader: LeafReader, val multiplicity: Attribute, fkSettings: Fk
     val t0 = instantBefore.get
     val (timed, others) = splitConjuncts(cond).partition(TimeFilters.bound)
     val before = timed.map(c => c.transform { case r: RefreshInstant => r.copy(micros = t0) })
-    val read = pre(child)
+    lazy val read = pre(child)
     def side(in: Seq[Expression], out: Seq[Expression], sign: Int, what: String) = in.indices.map { i =>
       val c = (others ++ in ++ out.take(i) :+ not(out(i))).reduce(And)
+      // A filter over a table occurrence: the crossed rows read on the driver where they are few.
+      val rows = tableUnder(child).filter(l => c.references.subsetOf(AttributeSet(l.output)))
+        .flatMap(reader.preFilesWhere(_, c)).getOrElse(read)
       Branch(Project(child.output :+ Alias(Literal(sign), multiplicity.name)(exprId = multiplicity.exprId),
-          Filter(c, read)),
+          Filter(c, rows)),
         leafNames(child).map(n => s"Pre($n) $what the time filter ${describe(timed(i))}"))
     }
     side(timed, before, 1, "entering") ++ side(before, timed, -1, "leaving")
@@ -362,6 +372,13 @@ class DeltaRules(reader: LeafReader, val multiplicity: Attribute, fkSettings: Fk
     def ts(micros: Long) = Literal(micros, org.apache.spark.sql.types.TimestampType).sql
     c.transform { case r: RefreshInstant => UnresolvedInstant(r.function) }.sql +
       s" as the instant moves from ${ts(instantBefore.get)} to ${ts(at)}"
+  }
+
+  private def tableUnder(plan: LogicalPlan): Option[SourceLeaf] = plan match {
+    case SourceLeaf(leaf) => Some(leaf)
+    case SubqueryAlias(_, child) => tableUnder(child)
+    case v: View => tableUnder(v.child)
+    case _ => None
   }
 
   /** Not `c` where it is true, as a predicate Spark pushes to a scan where `c` is a comparison of a
@@ -603,6 +620,8 @@ private class AtPre(reader: LeafReader) extends LeafReader {
   def post(leaf: SourceLeaf): LogicalPlan = reader.preFiles(leaf)
   def delta(leaf: SourceLeaf): Option[LogicalPlan] = None
   def preDel(leaf: SourceLeaf): LogicalPlan = reader.preFiles(leaf)
+  override def preFilesWhere(leaf: SourceLeaf, where: Expression): Option[LogicalPlan] =
+    reader.preFilesWhere(leaf, where)
 }
 
 /** A time function by name, for descriptions only. */

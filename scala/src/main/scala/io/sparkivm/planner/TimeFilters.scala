@@ -69,6 +69,23 @@ object TimeFilters {
 
   def bound(e: Expression): Boolean = e.exists(_.isInstanceOf[RefreshInstant])
 
+  /** `e` as it evaluates: an analyzed expression keeps forms the optimizer replaces (`ts - INTERVAL`). */
+  def evaluable(e: Expression): Expression = e.transform { case r: RuntimeReplaceable => r.replacement }
+
+  /**
+   * `e` as file statistics can be tested against: its constant parts (a bound instant and its
+   * arithmetic) folded into literals, and NOT of a comparison turned into the opposite comparison
+   * (both are NULL exactly where the column is).
+   */
+  def forSkipping(e: Expression): Expression = evaluable(e).transformDown {
+    case c if c.foldable && !c.isInstanceOf[Literal] => Literal.create(c.eval(), c.dataType)
+  }.transformUp {
+    case Not(GreaterThanOrEqual(a, b)) => LessThan(a, b)
+    case Not(GreaterThan(a, b)) => LessThanOrEqual(a, b)
+    case Not(LessThanOrEqual(a, b)) => GreaterThan(a, b)
+    case Not(LessThan(a, b)) => GreaterThanOrEqual(a, b)
+  }
+
   def readsTime(e: Expression): Boolean = e.exists {
     case _: CurrentTimestampLike | _: CurrentDate | _: LocalTimestamp => true
     case _ => false

@@ -1,7 +1,7 @@
 package io.sparkivm.planner
 
 import io.sparkivm.TestSpark
-import org.apache.spark.sql.catalyst.expressions.{Attribute, AttributeReference}
+import org.apache.spark.sql.catalyst.expressions.{And, Attribute, AttributeReference, Expression, LessThan, Literal, Not}
 import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, Filter, Join, LogicalPlan}
 import org.apache.spark.sql.catalyst.util.DateTimeUtils
 import org.apache.spark.sql.execution.FileSourceScanExec
@@ -94,6 +94,21 @@ class TimeFiltersSuite extends AnyFunSuite with BeforeAndAfterAll {
     // The join's lower bound moves over day 3, the WHERE's upper bound over day 5: one file each
     // (and the dimension's one file); a read of the whole window would open two or three days.
     assert(files.forall(_ <= 2), files)
+  }
+
+  test("a bound filter as file statistics test it: instants folded, NOT of a comparison flipped") {
+    def conjuncts(e: Expression): Seq[Expression] = e match {
+      case And(a, b) => conjuncts(a) ++ conjuncts(b)
+      case other => Seq(other)
+    }
+    val timed = bound(start).collect { case f: Filter => conjuncts(f.condition) }.flatten.filter(TimeFilters.bound)
+    assert(timed.size == 2)
+    val skipping = timed.map(c => TimeFilters.forSkipping(Not(c)))
+    assert(skipping.forall(_.collectFirst { case _: RefreshInstant | _: Not => true }.isEmpty), skipping)
+    assert(skipping.exists {
+        case LessThan(a: Attribute, Literal(v: Long, _)) => a.name == "ts" && v == start - 36 * hour
+        case _ => false
+      }, skipping)
   }
 
   test("the clock's delta through an aggregate of a join") {
