@@ -34,6 +34,9 @@ QUERIES = {
     # by date, on both tables' columns, and a global aggregate
     "today_new": "SELECT count(*) AS n, max(e.amount) AS top FROM ev e JOIN cu c ON e.cust = c.cust "
                  "WHERE CAST(e.ts AS DATE) = current_date() AND c.since >= current_date() - 20",
+    # time inside functions (datediff, date_sub), and unix_timestamp of a column (not of the time)
+    "last_days": "SELECT id, unix_timestamp(ts) AS epoch FROM ev "
+                 "WHERE datediff(current_date(), CAST(ts AS DATE)) < 3 AND ts >= date_sub(current_date(), 2)",
     # distinct rows of a left join whose right side is filtered by time
     "seen": "SELECT DISTINCT c.cust, e.id IS NOT NULL AS active FROM cu c LEFT JOIN ev e "
             "ON c.cust = e.cust AND e.ts >= now() - INTERVAL 1 DAY",
@@ -94,8 +97,10 @@ def test_time_filters_follow_changes_and_the_clock(spark: SparkSession, db: str)
             spark.conf.set("spark.ivm.refresh.instant", f"{now:%Y-%m-%d %H:%M:%S}")
             for name, mv in views.items():
                 report = mv.refresh()
-                # With only the clock moved, a refresh that finds no row crossing a bound commits nothing.
-                assert report.mode == "incremental" or (not change and report.mode == "noop"), (
+                # Where only the clock moved for a view, a refresh that finds no row crossing a bound
+                # commits nothing.
+                unchanged = all(s.from_version == s.to_version for s in report.sources)
+                assert report.mode == "incremental" or (unchanged and report.mode == "noop"), (
                     name, step, report)
                 if not change:
                     moved_without_change += report.view_rows_changed

@@ -115,8 +115,9 @@ object PlanValidator {
     found
   }
 
+  // unix_timestamp() reads the time through its child, current_timestamp(): of a column it does not.
   private val TimeDependent = Set("CurrentTimestamp", "CurrentDate", "Now", "LocalTimestamp",
-    "CurrentTime", "CurrentTimeZone", "CurrentUser", "CurrentBatchTimestamp", "UnixTimestamp")
+    "CurrentTime", "CurrentTimeZone", "CurrentUser", "CurrentBatchTimestamp")
 
   /**
    * Aggregates whose value depends on the order rows arrive in: Spark documents them as
