@@ -76,7 +76,9 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
 UNVERIFIED = {"test_access_patterns", "test_concurrency", "test_exactly_once", "test_python_api",
               "test_sql_surface", "test_refresh_policies", "test_errors", "test_hardening",
               # the three longest differential modules (a third of the suite's time)
-              "test_operators", "test_maintenance", "test_tpch_views"}
+              "test_operators", "test_maintenance", "test_tpch_views",
+              # compared with the query at the refresh's instant after every refresh
+              "test_time_filters"}
 
 
 @pytest.fixture(autouse=True)

@@ -78,7 +78,7 @@ def test_time_filters_follow_changes_and_the_clock(spark: SparkSession, db: str)
             assert_matches_query(spark, name, at(query, now))
         next_id = 40
         moved_without_change = 0
-        for step in range(9):
+        for step in range(7):
             change = step % 3 != 2  # every third step only the clock moves
             if change:
                 kind = rng.choice(["insert", "delete", "update", "customer"])
