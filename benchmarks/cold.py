@@ -172,6 +172,12 @@ def same_app_rounds(args: argparse.Namespace) -> List[Dict[str, Any]]:
 
 
 def plot(result: Dict[str, Any], path: str) -> None:
+    plot_rounds(result, path, f"{result['view']} at SF {result['sf']:g}, {result['orders']} orders in and "
+                f"out, {'RELY' if result['rely'] else 'not RELY'}, {result['master']}")
+
+
+def plot_rounds(result: Dict[str, Any], path: str, title: str, xlabel: str = "round") -> None:
+    """Refresh and recomputation time per round, in new applications and in one (`cold`, `same_app`)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -186,11 +192,10 @@ def plot(result: Dict[str, Any], path: str) -> None:
                            label=f"refresh, {label}")
             ax.plot(xs, [r["recompute"]["recompute_s"] for r in rows], marker=marker, linestyle="--",
                     color=line[0].get_color(), label=f"recompute, {label}")
-    ax.set_xlabel("round")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("seconds")
     ax.set_ylim(bottom=0)
-    ax.set_title(f"{result['view']} at SF {result['sf']:g}, {result['orders']} orders in and out, "
-                 f"{'RELY' if result['rely'] else 'not RELY'}, {result['master']}", fontsize=9)
+    ax.set_title(title, fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

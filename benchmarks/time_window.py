@@ -36,7 +36,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 
-from cold import session  # noqa: E402
+from cold import plot_rounds, session  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 from spark_ivm import MaterializedView  # noqa: E402
 
@@ -186,27 +186,9 @@ def rounds(args: argparse.Namespace) -> List[Dict[str, Any]]:
 
 
 def plot(result: Dict[str, Any], path: str) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for key, label, marker in (("cold", "each a new application", "o"), ("same_app", "one application", "s")):
-        rows = result.get(key) or []
-        if rows:
-            xs = [r["round"] for r in rows]
-            line = ax.plot(xs, [r["refresh"]["refresh_s"] for r in rows], marker=marker,
-                           label=f"refresh, {label}")
-            ax.plot(xs, [r["recompute"]["recompute_s"] for r in rows], marker=marker, linestyle="--",
-                    color=line[0].get_color(), label=f"recompute, {label}")
-    ax.set_xlabel("round (the clock one hour on, that hour's events appended)")
-    ax.set_ylabel("seconds")
-    ax.set_ylim(bottom=0)
-    ax.set_title(f"{result['window']}-day window over {result['setup']['events']:,} events, "
-                 f"{result['setup']['files']} files, {result['master']}", fontsize=9)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    plot_rounds(result, path, f"{result['window']}-day window over {result['setup']['events']:,} events, "
+                f"{result['setup']['files']} files, {result['master']}",
+                "round (the clock one hour on, that hour's events appended)")
 
 
 def main() -> None:

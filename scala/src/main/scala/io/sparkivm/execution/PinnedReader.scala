@@ -99,7 +99,7 @@ class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
    * filter's move lets in or out are a change of the view's input.
    */
   override def preFilesWhere(leaf: SourceLeaf, where: Expression): Option[LogicalPlan] =
-    consumed.get(leaf.name).flatMap { v =>
+    consumed.get(leaf.name).filter(_ => IvmConf.KnownFilesEnabled.get(spark)).flatMap { v =>
       val log = DeltaTables.log(spark, leaf.table)
       val snap = KnownFiles.snapshot(log, v)
       val sameColumns = snap.metadata.schema.fieldNames.toSeq.map(_.toLowerCase(Locale.ROOT)) ==
