@@ -268,7 +268,8 @@ object ViewExplainer {
     val reader = new PinnedReader(spark, last.sourceVersions, pinned, meta.viewName,
       new CheckSteps(spark, PlanningConf.probe(spark)),
       ChangeFeed.planned(spark, meta.viewName,
-        changed.map(p => ChangeRequest(p.table, last.sourceVersions(p.name), p.version))), instantBefore = last.instant)
+        changed.map(p => ChangeRequest(p.table, last.sourceVersions(p.name), p.version))), instantBefore = last.instant,
+      recursiveRows = maintenance.recursiveRows(_, BackingTable.current(spark, meta)))
     try {
       val rules = reader.rules
       val branches = maintenance.branches(rules)

@@ -16,7 +16,7 @@ import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.{
   Alias, Attribute, AttributeReference, BindReferences, Expression, LessThan, Literal, Predicate
 }
-import org.apache.spark.sql.catalyst.plans.logical.{Filter, LocalRelation, LogicalPlan, Project, Union}
+import org.apache.spark.sql.catalyst.plans.logical.{Filter, LocalRelation, LogicalPlan, Project, Union, UnionLoop}
 import org.apache.spark.sql.catalyst.types.DataTypeUtils
 import org.apache.spark.sql.catalyst.util.CharVarcharUtils
 import org.apache.spark.sql.ivm.SparkInternals
@@ -32,7 +32,9 @@ class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
     pinned: Map[String, PinnedSource], view: String, steps: PlanSteps = PlanOnly,
     changes: Map[String, TableChange] = Map.empty, stateRoot: Option[Path] = None,
     /** The instant the view's rows are at, where its filters read the time ([[io.sparkivm.planner.TimeFilters]]). */
-    instantBefore: Option[Long] = None)
+    instantBefore: Option[Long] = None,
+    /** A recursive CTE's rows before the refresh, where the view keeps them ([[ViewMaintenance.recursiveRows]]). */
+    recursiveRows: UnionLoop => Option[(LogicalPlan, Attribute)] = _ => None)
     extends LeafReader {
 
   /** The sign column of delta rows, shared by this reader's deltas and its rules. */
@@ -47,6 +49,8 @@ class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
   /** The same rules, with the branches of some subtrees computed elsewhere. */
   def rulesWith(precomputed: LogicalPlan => Option[Seq[Branch]]): DeltaRules =
     new DeltaRules(this, m, fkSettings, precomputed, instantBefore)
+
+  override def recursiveRowsAtPre(loop: UnionLoop): Option[(LogicalPlan, Attribute)] = recursiveRows(loop)
 
   /** The view's rows from scratch, at the pinned versions. */
   def fullRows(maintenance: ViewMaintenance): DataFrame =

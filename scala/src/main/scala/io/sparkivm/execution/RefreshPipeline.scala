@@ -302,8 +302,12 @@ object RefreshPipeline extends Logging {
       IvmConf.LocalMaxRows.get(spark))
     // Small changes (held on the driver) make small queries: run them for latency.
     if (changes.values.forall(_.isInstanceOf[DriverChange])) RefreshSession.forSmallWork(spark)
+    // The backing table's version, read once for every way of reading its old rows.
+    lazy val backingNow = BackingTable.latest(spark, meta)
+    val old = () => BackingTable.at(spark, meta, backingNow, positions = true)
     val reader = new PinnedReader(spark, last.sourceVersions, pinned, meta.viewName, steps, changes,
-      Some(BackingTable.stateRoot(spark, meta.backing)), last.instant)
+      Some(BackingTable.stateRoot(spark, meta.backing)), last.instant,
+      analyzed.maintenance.recursiveRows(_, BackingTable.at(spark, meta, backingNow, positions = false)))
     try {
       val counts = reader.changeCounts()
       timer.mark("changes")
@@ -314,9 +318,6 @@ object RefreshPipeline extends Logging {
       val branches = analyzed.maintenance.branches(rules).map(_.describe)
       timer.mark("delta-plan")
       var lookedUp = Option.empty[String]
-      // The backing table's version, read once for both ways of reading its old rows.
-      lazy val backingNow = BackingTable.latest(spark, meta)
-      val old = () => BackingTable.at(spark, meta, backingNow, positions = true)
       val rows = analyzed.maintenance.mergeSource(rules, old, steps, markExisting = true,
         keys => {
           var made = false

@@ -7,7 +7,7 @@ import io.sparkivm.changes.{DeltaSources, PinnedSource}
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.errors.{IvmErrors, IvmException}
 import io.sparkivm.planner.{
-  PlanValidator, QueryRewrites, RowsShape, SourceLeaf, TimeFilters, TopRows, ViewMaintenance, ViewShape
+  PlanValidator, QueryRewrites, RecursiveRows, RowsShape, SourceLeaf, TimeFilters, TopRows, ViewMaintenance, ViewShape
 }
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
@@ -56,6 +56,7 @@ object ViewAnalysis {
       val leaves = PlanValidator.validate(rewritten)
       val shape = ViewShape.of(rewritten)
       TimeFilters.check(shape)
+      RecursiveRows.check(shape)
       PlanValidator.requireComparableRows(shape, columns)
       AnalyzedView(rewritten, leaves, new ViewMaintenance(shape, columns, top))
     } else {

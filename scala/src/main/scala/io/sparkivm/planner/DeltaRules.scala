@@ -69,6 +69,12 @@ trait LeafReader {
    */
   def rowsWhere(leaf: SourceLeaf, columns: Seq[org.apache.spark.sql.types.StructField],
       where: Expression): Option[Seq[InternalRow]] = None
+
+  /**
+   * The rows of the recursive CTE `loop` before the refresh, with their multiplicity as a weight
+   * (output: `loop.output`, then the weight), where the view keeps them ([[RecursiveRows]]).
+   */
+  def recursiveRowsAtPre(loop: UnionLoop): Option[(LogicalPlan, Attribute)] = None
 }
 
 /** A net change held on the driver: the table's columns by name, then its signed multiplicity. */
@@ -103,7 +109,9 @@ class DeltaRules(reader: LeafReader, val multiplicity: Attribute, fkSettings: Fk
     /** The instant the view's rows are at, where its filters read the time ([[TimeFilters]]). */
     instantBefore: Option[Long] = None,
     /** The rules of the clock's own delta: tables at Pre, time filters moving from `instantBefore`. */
-    clockOnly: Boolean = false) {
+    clockOnly: Boolean = false,
+    /** Recursive CTEs held at their rows before the refresh, weighted: see [[recursive]]. */
+    loopsAtPre: Map[Long, (LogicalPlan, Attribute)] = Map.empty) {
 
   /** Restricted reads of large tables, each computed once per refresh and shared. */
   private val scans = new SharedScans(reader, fkSettings.steps, fkSettings.sharedReadMinBytes,
@@ -190,6 +198,7 @@ class DeltaRules(reader: LeafReader, val multiplicity: Attribute, fkSettings: Fk
   private def substitute(plan: LogicalPlan, read: SourceLeaf => LogicalPlan): LogicalPlan =
     plan match {
       case SourceLeaf(leaf) => read(leaf)
+      case r: UnionLoopRef if loopsAtPre.contains(r.loopId) => heldLoop(r, weighted = false)._1
       case SubqueryAlias(_, child) => substitute(child, read)
       case v: View => substitute(v.child, read)
       case other => other.mapChildren(substitute(_, read))
@@ -216,6 +225,7 @@ class DeltaRules(reader: LeafReader, val multiplicity: Attribute, fkSettings: Fk
             val minus = Project(leaf.output :+ Alias(UnaryMinus(multiplicity), w.name)(), d)
             (Union(post, minus), w)
         })
+      case r: UnionLoopRef if loopsAtPre.contains(r.loopId) => Some(heldLoop(r, weighted = true))
       case SubqueryAlias(_, child) => weightedPre(child, where)
       case v: View => weightedPre(v.child, where)
       case Filter(cond, child) if !moves(cond) => weightedPre(child, where).map { case (p, w) => (Filter(cond, p), w) }
@@ -397,6 +407,9 @@ class DeltaRules(reader: LeafReader, val multiplicity: Attribute, fkSettings: Fk
     case SourceLeaf(leaf) =>
       reader.delta(leaf).map(p => Branch(p, Seq(s"D(${leaf.name})"))).toSeq
     case leaf: LeafNode if SourceLeaf.isConstant(leaf) => Nil
+    case u: UnionLoop => recursive(u)
+    // Where a rule reaches the reference itself, its rows do not change (see `recursive`).
+    case _: UnionLoopRef => Nil
     case SubqueryAlias(_, child) => delta(child)
     case v: View => delta(v.child)
     case s: Sort => delta(s.child)
@@ -452,6 +465,54 @@ class DeltaRules(reader: LeafReader, val multiplicity: Attribute, fkSettings: Fk
         }, "keys")
     case w: Window if w.partitionSpec.nonEmpty => onChangedKeys(w, Some(Seq(w.partitionSpec)), "partitions")
     case other => throw IvmErrors.internal(s"no delta rule for ${other.nodeName}")
+  }
+
+  /**
+   * D of a recursive CTE's rows R = A + B(R): one recursion of its own, D = S0 + B'(D), where
+   * S0 = D(A) + (B'(R) - B(R)) ([[RecursiveRows]] derives it). S0's second term is B's delta over its
+   * tables with R held at its rows before the refresh (`loopsAtPre`, read from the view); the
+   * recursion then steps with B over the tables at Post through the change alone, each row
+   * keeping its sign as a delta's row keeps it through a join. Spark's own limits on a recursion
+   * (spark.sql.cteRecursionLevelLimit, spark.sql.cteRecursionRowLimit) bound it, as they bound
+   * the query.
+   */
+  private def recursive(u: UnionLoop): Seq[Branch] = {
+    val held = reader.recursiveRowsAtPre(u).getOrElse(
+      throw IvmErrors.internal(s"the rows of recursive CTE ${u.id} before the refresh are not kept"))
+    val atPre = new DeltaRules(reader, multiplicity, FkSettings.Off, loopsAtPre = loopsAtPre + (u.id -> held))
+    val seeds = delta(u.anchor) ++ atPre.delta(u.recursion)
+    if (seeds.isEmpty) return Nil
+    val id = CTERelationDef.newId
+    val stepThrough = new DeltaRules(new AtPost(reader), multiplicity, FkSettings.Off,
+      precomputed = {
+        case r: UnionLoopRef if r.loopId == u.id =>
+          Some(Seq(Branch(UnionLoopRef(id, r.output :+ multiplicity, accumulated = false), Seq("D(recursive rows)"))))
+        case _ => None
+      })
+    val steps = stepThrough.delta(u.recursion)
+    val output = (u.output :+ multiplicity).map(_.newInstance())
+    val loop = UnionLoop(id, unionAll(seeds.map(b => RecursiveRows.freshIds(b.plan))),
+      unionAll(steps.map(b => RecursiveRows.freshIds(b.plan))), output.map(_.exprId))
+    Seq(Branch(Project((u.output :+ multiplicity).zip(loop.output).map { case (a, o) =>
+            Alias(o, a.name)(exprId = a.exprId)
+          }, loop),
+        Seq(s"recursion seeded by [${seeds.map(_.describe).mkString(" + ")}], stepping by " +
+          steps.map(_.describe).mkString(" + "))))
+  }
+
+  /** A reference to a recursive CTE held at its rows before the refresh, as its output (weighted or not). */
+  private def heldLoop(r: UnionLoopRef, weighted: Boolean): (LogicalPlan, Attribute) = {
+    val (rows, w) = loopsAtPre(r.loopId)
+    val named = r.output.zip(rows.output).map { case (a, o) => Alias(o, a.name)(exprId = a.exprId) }
+    if (weighted) {
+      val weight = AttributeReference("__ivm_w", multiplicity.dataType, nullable = false)()
+      (Project(named :+ Alias(Cast(w, multiplicity.dataType), weight.name)(exprId = weight.exprId), rows), weight)
+    } else {
+      // Each row as many times as its multiplicity: the bag the query's own recursion would read.
+      val i = AttributeReference("__ivm_i", org.apache.spark.sql.types.LongType, nullable = false)()
+      val exploded = Generate(Explode(new Sequence(Literal(1L), w)), Nil, outer = false, None, Seq(i), rows)
+      (Project(named, exploded), w)
+    }
   }
 
   /**
@@ -611,6 +672,7 @@ class DeltaRules(reader: LeafReader, val multiplicity: Attribute, fkSettings: Fk
 
   private def leafNames(plan: LogicalPlan): Seq[String] = plan.collect {
     case SourceLeaf(leaf) => leaf.name
+    case _: UnionLoopRef => "recursive rows"
   }
 }
 
@@ -622,6 +684,15 @@ private class AtPre(reader: LeafReader) extends LeafReader {
   def preDel(leaf: SourceLeaf): LogicalPlan = reader.preFiles(leaf)
   override def preFilesWhere(leaf: SourceLeaf, where: Expression): Option[LogicalPlan] =
     reader.preFilesWhere(leaf, where)
+}
+
+/** A reader of the tables at Post, unchanged: the reader a recursive delta steps with. */
+private class AtPost(reader: LeafReader) extends LeafReader {
+  def pre(leaf: SourceLeaf): LogicalPlan = reader.post(leaf)
+  def post(leaf: SourceLeaf): LogicalPlan = reader.post(leaf)
+  def delta(leaf: SourceLeaf): Option[LogicalPlan] = None
+  def preDel(leaf: SourceLeaf): LogicalPlan = reader.post(leaf)
+  override def sizeInBytes(leaf: SourceLeaf): Long = reader.sizeInBytes(leaf)
 }
 
 /** A time function by name, for descriptions only. */

@@ -32,6 +32,8 @@ object PlanValidator {
             }
           leaves += leaf
         case leaf: LeafNode if SourceLeaf.isConstant(leaf) =>
+        // WITH RECURSIVE: its own checks in RecursiveRows.
+        case _: UnionLoop | _: UnionLoopRef =>
         case v: View if v.isTempView => throw temporary(v)
         case _: View | _: SubqueryAlias | _: Project | _: Filter | _: Distinct | _: Union |
             _: Aggregate | _: Sort =>

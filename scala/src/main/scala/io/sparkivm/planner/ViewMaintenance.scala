@@ -73,6 +73,16 @@ class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String], val to
     }
   }
 
+  /**
+   * The rows of the recursive CTE `loop` before the refresh, weighted by their multiplicity, from
+   * `backing` (the backing table as the last refresh wrote it), where the view keeps them as they
+   * are ([[RecursiveRows]]); None for any other view.
+   */
+  def recursiveRows(loop: UnionLoop, backing: => LogicalPlan): Option[(LogicalPlan, Attribute)] =
+    RecursiveRows.kept(shape).filter(_._1.id == loop.id).map { case (u, at) =>
+      RecursiveRows.rowsAtPre(u, at, outputStorage, backing)
+    }
+
   /** The backing table's rows computed from scratch, from Post. */
   def fullPlan(rules: DeltaRules): LogicalPlan = {
     val keys = keyAliases()
