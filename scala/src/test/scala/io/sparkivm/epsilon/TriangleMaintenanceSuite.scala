@@ -82,7 +82,9 @@ class TriangleMaintenanceSuite extends AnyFunSuite with BeforeAndAfterAll {
     Seq((0, 13), (13, 0), (13, 1), (1, 13), (3, 5), (5, 3)) ++ (8 to 16).map(k => (7, k))).distinct
 
   /** A state over Pre at threshold base `n`: heavy keys by degree >= n^eps, auxiliary views from scratch. */
-  private case class Built(heavyKeys: IndexedSeq[Set[Any]], aux: IndexedSeq[DataFrame], state: EpsilonState)
+  private case class Built(heavyKeys: IndexedSeq[Set[Any]], auxRows: IndexedSeq[WeightedDelta], state: EpsilonState) {
+    def aux(i: Int): DataFrame = auxRows(i).frame
+  }
 
   private def build(q: TriangleQuery, eps: Double, n: Long): Built = {
     val before = engine(q, pre, pre)
@@ -90,7 +92,11 @@ class TriangleMaintenanceSuite extends AnyFunSuite with BeforeAndAfterAll {
     val keys = (0 until 3).map(i =>
       if (eps == 0.0) Set.empty[Any] else before.strictHeavy(i, theta).collect().map(_.get(0)).toSet)
     val heavy = (0 until 3).map(i => heavySet(before, i, eps, keys(i), 1000))
-    val aux = (0 until 3).map(i => before.auxFromScratch(i, heavy).localCheckpoint())
+    // Held here, as a refresh holds the rows it looks up.
+    val aux = (0 until 3).map { i =>
+      val df = before.auxFromScratch(i, heavy)
+      WeightedDelta.here(spark, df.schema, df.collect().toSeq)
+    }
     Built(keys, aux, EpsilonState(eps, n, 3L * pre.size, keys.map(_.size.toLong), Seq(0, 0, 0), Seq(0, 0, 0), Nil))
   }
 
@@ -99,10 +105,7 @@ class TriangleMaintenanceSuite extends AnyFunSuite with BeforeAndAfterAll {
     else e.heavySet(i, e.keyFrame(i, keys).select(col(TriangleMaintenance.KeyColumn).as(s"a$i")), keys.size,
       k => k)
 
-  private def auxLookup(b: Built)(i: Int, keys: Option[Seq[Any]], where: Seq[(String, Seq[Any])]) = {
-    val df = b.aux(i)
-    WeightedDelta.here(spark, df.schema, df.collect().toSeq)
-  }
+  private def auxLookup(b: Built)(i: Int, keys: Option[Seq[Any]], where: Seq[(String, Seq[Any])]) = b.auxRows(i)
 
   /** Rows summed per `cols` (weights `w`), zeros dropped. */
   private def summed(df: DataFrame, cols: Seq[String]): Map[Seq[Any], Long] =
