@@ -57,7 +57,7 @@ class MaterializedViewCommandsSuite extends AnyFunSuite {
     spark.sql("CREATE TABLE mvc_base (k INT, v INT) USING delta")
     spark.sql("INSERT INTO mvc_base VALUES (1, 10), (2, 20)")
     val query = "SELECT k, sum(v) AS s, count(*) AS n FROM mvc_base GROUP BY k"
-    assert(run(s"CREATE MATERIALIZED VIEW mvc_mv AS $query").isEmpty)
+    assert(run(s"CREATE MATERIALIZED VIEW mvc_mv REFRESH POLICY INCREMENTAL AS $query").isEmpty)
     val shown = run("SHOW MATERIALIZED VIEWS").filter(_.getString(1) == "mvc_mv")
     assert(shown.map(r => (r.getString(0), r.getString(2))) == Seq(("default", "incremental")), shown)
 

@@ -29,8 +29,9 @@ class ViewExplainerSuite extends AnyFunSuite with BeforeAndAfterAll {
   override def beforeAll(): Unit = {
     spark.sql("CREATE TABLE ve_base (k INT, v INT) USING delta")
     spark.sql("INSERT INTO ve_base VALUES (1, 10), (2, 20)")
-    create("CREATE MATERIALIZED VIEW ve_mv COMMENT 'sums' TBLPROPERTIES ('team' = 'ivm') AS " +
-      "SELECT k, sum(v) AS s FROM ve_base GROUP BY k")
+    create(
+      "CREATE MATERIALIZED VIEW ve_mv COMMENT 'sums' TBLPROPERTIES ('team' = 'ivm') REFRESH POLICY INCREMENTAL AS " +
+        "SELECT k, sum(v) AS s FROM ve_base GROUP BY k")
   }
 
   test("DESCRIBE's rows and JSON describe the same view, its sources and last refresh") {

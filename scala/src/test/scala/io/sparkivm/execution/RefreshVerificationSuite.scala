@@ -38,7 +38,7 @@ class RefreshVerificationSuite extends AnyFunSuite with BeforeAndAfterAll {
   override def beforeAll(): Unit = {
     spark.sql("CREATE TABLE rver_base (k INT, x DOUBLE) USING delta")
     spark.sql("INSERT INTO rver_base VALUES (1, 0.1), (2, 0.2), (3, 0.3)")
-    create(s"CREATE MATERIALIZED VIEW rver_mv AS $query")
+    create(s"CREATE MATERIALIZED VIEW rver_mv REFRESH POLICY INCREMENTAL AS $query")
   }
 
   /** The check of the view's current rows, as `committed` changes them, at `level`. */

@@ -29,7 +29,7 @@ class ResidentBackingRowsSuite extends AnyFunSuite with BeforeAndAfterAll {
     spark.sql("CREATE TABLE rbr_base (k INT, v BIGINT) USING delta")
     spark.sql("INSERT INTO rbr_base VALUES (1, 10), (2, 20), (3, 30), (4, 40), (2, 2)")
     ViewLifecycle.create(spark,
-      IvmStatementParser.recognise("CREATE MATERIALIZED VIEW rbr_mv AS " +
+      IvmStatementParser.recognise("CREATE MATERIALIZED VIEW rbr_mv REFRESH POLICY INCREMENTAL AS " +
         "SELECT k, sum(v) AS s FROM rbr_base GROUP BY k").get.asInstanceOf[CreateMaterializedView])
   }
 

@@ -29,9 +29,9 @@ class RefreshServiceSuite extends AnyFunSuite with BeforeAndAfterAll {
     spark.sql(s"CREATE DATABASE IF NOT EXISTS $db")
     spark.sql(s"CREATE TABLE $db.base (k INT, v INT) USING delta")
     spark.sql(s"INSERT INTO $db.base VALUES (1, 10), (2, 20)")
-    create(s"CREATE MATERIALIZED VIEW $db.sums TRIGGER ON UPDATE AS " +
+    create(s"CREATE MATERIALIZED VIEW $db.sums REFRESH POLICY INCREMENTAL TRIGGER ON UPDATE AS " +
       s"SELECT k, sum(v) AS s FROM $db.base GROUP BY k")
-    create(s"CREATE MATERIALIZED VIEW $db.big TRIGGER ON UPDATE AS SELECT k FROM $db.sums WHERE s > 15")
+    create(s"CREATE MATERIALIZED VIEW $db.big REFRESH POLICY INCREMENTAL TRIGGER ON UPDATE AS SELECT k FROM $db.sums WHERE s > 15")
   }
 
   test("a triggered view is refreshed once per commit, and a chain in dependency order in one pass") {
