@@ -86,10 +86,15 @@ class TriangleViewsSuite extends AnyFunSuite with BeforeAndAfterAll {
     e.getMessage
   }
 
+  /** The state built over Pre (checked strictly inside, in test mode), shared by the first two tests. */
+  private lazy val built: (TriangleStateTables, EpsilonState) = {
+    val t = tables("tvw_state")
+    (t, TriangleViews.build(spark, engine(pre, pre), t, 0.3))
+  }
+
   test("a built state holds the invariants; a state that breaks one fails the check naming it") {
-    val t = tables("tvw_built")
+    val (t, state) = built
     val e = engine(pre, pre)
-    val state = TriangleViews.build(spark, e, t, 0.3) // checked strictly inside (test mode)
     assert(state.size == 3L * pre.size && state.n == 2 * state.size + 1)
     assert(state.heavy == Seq(1L, 1L, 1L), state) // the hub, in each occurrence
     assert(invariant(TriangleViews.check(spark, e, t, state.copy(size = state.size + 1), strict = true))
@@ -107,17 +112,16 @@ class TriangleViewsSuite extends AnyFunSuite with BeforeAndAfterAll {
     assert(lines.head._1 == "Strategy" && lines.head._2.startsWith("IVM^eps triangle ("))
     assert(lines.count(_._1 == "Heavy keys") == 3 && lines.filter(_._1 == "Heavy keys").forall(_._2.endsWith(": 1")))
     assert(lines.contains("Threshold base N" -> state.n.toString))
-    t.drop()
+    // The stray version is past the recorded one: restored away, as a refresh does first.
+    val restored = t.restore(state)
+    assert(restored(3) > stray && restored.updated(3, state.versions(3)) == state.versions)
+    TriangleViews.check(spark, e, t, state.copy(versions = restored), strict = true)
   }
 
   test("a refresh moves the keys that crossed the bounds; leaving [N/4, N) rebuilds with a new N") {
-    val t = tables("tvw_adv")
-    // Checked once per state below, not also inside every step.
-    spark.conf.set("spark.ivm.epsilon.checkInvariants", "false")
-    val built =
-      try TriangleViews.build(spark, engine(pre, pre), t, 0.3)
-      finally spark.conf.set("spark.ivm.epsilon.checkInvariants", "true")
-    def advance(from: EpsilonState, before: Edges, after: Edges): (EpsilonState, Seq[String]) = {
+    val (t, state) = built
+    // `base`: the tables' versions after restoring, which this refresh's writes follow.
+    def advance(from: EpsilonState, base: Seq[Long], before: Edges, after: Edges): (EpsilonState, Seq[String]) = {
       val e = engine(before, after)
       val heavy = TriangleViews.heavySets(from, t, from.versions, e)
       val block = TriangleViews.blockDelta(e, t, from)(heavy)
@@ -126,16 +130,16 @@ class TriangleViewsSuite extends AnyFunSuite with BeforeAndAfterAll {
       val notes = mutable.ArrayBuffer[String]()
       spark.conf.set("spark.ivm.epsilon.checkInvariants", "false")
       val next =
-        try TriangleViews.advance(spark, e, t, from, from.versions, notes)(heavy)
+        try TriangleViews.advance(spark, e, t, from, base, notes)(heavy)
         finally spark.conf.set("spark.ivm.epsilon.checkInvariants", "true")
       TriangleViews.check(spark, e, t, next, strict = false)
       (next, notes.toSeq)
     }
-    val (minor, notes) = advance(built, pre, post)
-    assert(minor.n == built.n && minor.size == 3L * post.size)
+    val (minor, notes) = advance(state, t.restore(state), pre, post)
+    assert(minor.n == state.n && minor.size == 3L * post.size)
     assert(notes.count(_.endsWith(": 1 keys turn heavy, 1 turn light")) == 3, notes)
     val few = post.filter(_._1 == 13)
-    val (major, rebuilt) = advance(minor, post, few)
+    val (major, rebuilt) = advance(minor, minor.versions, post, few)
     assert(rebuilt.exists(_.startsWith(s"major rebalancing: |D| = ${3 * few.size} left")), rebuilt)
     assert(major.size == 3L * few.size && major.n / 4 <= major.size && major.size < major.n, major)
     t.drop()
