@@ -143,6 +143,8 @@ class TriangleViewsSuite extends AnyFunSuite with BeforeAndAfterAll {
   }
 
   test("only incremental triangle views are IVM^eps's, and one refreshed through it equals its query") {
+    // The invariants are the tests above'; here the view against its query.
+    spark.conf.set("spark.ivm.epsilon.checkInvariants", "false")
     spark.sql("INSERT INTO tvw_edges VALUES (1, 2), (2, 3), (3, 1), (1, 3), (3, 2), (2, 1), (1, 4)")
     val query = s"SELECT e1.src AS a, count(*) AS n $join GROUP BY e1.src"
     ViewLifecycle.create(spark,
