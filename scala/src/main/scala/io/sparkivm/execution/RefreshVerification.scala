@@ -29,7 +29,7 @@ case class VerifyReport(level: String, keysChecked: Long, rowsChecked: Long, dif
 
   def describe: String = if (sample.exists(_.startsWith("not checked"))) s"verify ($level): ${sample.head}"
   else
-    s"verified ($level): $rowsChecked rows of ${if (keysChecked < 0) "the whole view" else s"$keysChecked keys"} " +
+    s"verified ($level): ${if (keysChecked < 0) "the whole view" else s"$rowsChecked rows of $keysChecked keys"} " +
       (if (differences == 0) "equal to the query" else s"$differences differ from the query") + s" ($ms ms)"
 }
 
