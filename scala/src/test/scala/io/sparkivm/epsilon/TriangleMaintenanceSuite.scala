@@ -2,11 +2,9 @@ package io.sparkivm.epsilon
 
 import io.sparkivm.TestSpark
 import io.sparkivm.catalog.EpsilonState
-import io.sparkivm.planner.{DeltaRules, LeafReader, SourceLeaf, TriangleQuery}
+import io.sparkivm.planner.{DeltaRules, TriangleQuery}
 import org.apache.spark.SparkException
-import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.{Attribute, AttributeReference}
-import org.apache.spark.sql.catalyst.plans.logical.{LocalRelation, LogicalPlan}
 import org.apache.spark.sql.functions.{col, sum}
 import org.apache.spark.sql.ivm.SparkInternals
 import org.apache.spark.sql.types.IntegerType
@@ -41,24 +39,8 @@ class TriangleMaintenanceSuite extends AnyFunSuite with BeforeAndAfterAll {
 
   type Edges = Seq[(Int, Int)]
 
-  /** Every occurrence reads `pre` at Pre and `post` at Post; the change is their difference. */
-  private class Reader(pre: Edges, post: Edges) extends LeafReader {
-    private def rel(leaf: SourceLeaf, rows: Edges) = LocalRelation(leaf.output,
-      rows.map { case (a, b) =>
-        InternalRow(a, b)
-      })
-    def pre(leaf: SourceLeaf): LogicalPlan = rel(leaf, pre)
-    def post(leaf: SourceLeaf): LogicalPlan = rel(leaf, post)
-    def preDel(leaf: SourceLeaf): LogicalPlan = rel(leaf, (pre ++ post).distinct)
-    def delta(leaf: SourceLeaf): Option[LogicalPlan] = {
-      val change = post.diff(pre).map((_, 1)) ++ pre.diff(post).map((_, -1))
-      if (change.isEmpty) None
-      else Some(LocalRelation(leaf.output :+ m, change.map { case ((a, b), s) => InternalRow(a, b, s) }))
-    }
-  }
-
   private def engine(q: TriangleQuery, pre: Edges, post: Edges, maxKeys: Int = 1000) =
-    new TriangleMaintenance(spark, q, new DeltaRules(new Reader(pre, post), m), maxKeys)
+    new TriangleMaintenance(spark, q, new DeltaRules(new EdgeChangeReader(pre, post, m), m), maxKeys)
 
   /** The triangles (x, y, z): edges x->y, y->z, z->x, with multiplicity. */
   private def triangles(edges: Edges): Map[(Int, Int, Int), Long] = {
@@ -137,7 +119,7 @@ class TriangleMaintenanceSuite extends AnyFunSuite with BeforeAndAfterAll {
             (0 until 3).foreach(i => assert(r.isNullAt(2 * i + 1) || r.get(2 * i + 1) == r.get((2 * i + 2) % 6), r))
           }
         } else {
-          val total = block.agg(sum("w")).head.get(0)
+          val total = block.agg(sum("w")).head().get(0)
           assert(total == expected.values.sum, what)
         }
         assert(e.notes.size == 3 && e.notes.forall(_.matches("D\\(.*\\): \\d+ changed rows")), e.notes)

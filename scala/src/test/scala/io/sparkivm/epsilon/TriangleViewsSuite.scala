@@ -8,11 +8,9 @@ import io.sparkivm.commands.{CreateMaterializedView, ViewLifecycle}
 import io.sparkivm.errors.IvmException
 import io.sparkivm.execution.{RefreshPipeline, ViewAnalysis}
 import io.sparkivm.parser.IvmStatementParser
-import io.sparkivm.planner.{DeltaRules, LeafReader, SourceLeaf, TriangleQuery}
-import org.apache.spark.sql.catalyst.InternalRow
+import io.sparkivm.planner.{DeltaRules, TriangleQuery}
 import org.apache.spark.sql.catalyst.TableIdentifier
 import org.apache.spark.sql.catalyst.expressions.{Attribute, AttributeReference}
-import org.apache.spark.sql.catalyst.plans.logical.{LocalRelation, LogicalPlan}
 import org.apache.spark.sql.ivm.SparkInternals
 import org.apache.spark.sql.types.{IntegerType, LongType, StructField, StructType}
 import org.apache.spark.sql.{Row, SparkSession}
@@ -45,24 +43,8 @@ class TriangleViewsSuite extends AnyFunSuite with BeforeAndAfterAll {
 
   type Edges = Seq[(Int, Int)]
 
-  /** Every occurrence reads `pre` at Pre and `post` at Post; the change is their difference. */
-  private class Reader(pre: Edges, post: Edges) extends LeafReader {
-    private def rel(leaf: SourceLeaf, rows: Edges) = LocalRelation(leaf.output,
-      rows.map { case (a, b) =>
-        InternalRow(a, b)
-      })
-    def pre(leaf: SourceLeaf): LogicalPlan = rel(leaf, pre)
-    def post(leaf: SourceLeaf): LogicalPlan = rel(leaf, post)
-    def preDel(leaf: SourceLeaf): LogicalPlan = rel(leaf, (pre ++ post).distinct)
-    def delta(leaf: SourceLeaf): Option[LogicalPlan] = {
-      val change = post.diff(pre).map((_, 1)) ++ pre.diff(post).map((_, -1))
-      if (change.isEmpty) None
-      else Some(LocalRelation(leaf.output :+ m, change.map { case ((a, b), s) => InternalRow(a, b, s) }))
-    }
-  }
-
   private def engine(pre: Edges, post: Edges) =
-    new TriangleMaintenance(spark, q, new DeltaRules(new Reader(pre, post), m),
+    new TriangleMaintenance(spark, q, new DeltaRules(new EdgeChangeReader(pre, post, m), m),
       1000)
 
   private def tables(name: String) = {
@@ -134,8 +116,9 @@ class TriangleViewsSuite extends AnyFunSuite with BeforeAndAfterAll {
     assert(major.size == 3L * few.size && major.n / 4 <= major.size && major.size < major.n, major)
     // An auxiliary view's row that its definition does not give.
     val schema = StructType(engine(few, few).auxCols(0).map(StructField(_, IntegerType)) :+ StructField("w", LongType))
-    val stray = t.append(3, WeightedDelta.here(spark, schema, Seq(Row.fromSeq(schema.fields.init.map(_ => 99) :+ 1L))),
-      "a0")
+    val stray =
+      t.append(3, WeightedDelta.here(spark, schema, Seq(Row.fromSeq(schema.fields.init.toSeq.map(_ => 99) :+ 1L))),
+        "a0")
     assert(invariant(TriangleViews.check(spark, engine(few, few), t,
           major.copy(versions = major.versions.updated(3,
             stray)), strict = false)).contains("V_RS differs from its definition"))
