@@ -14,6 +14,11 @@ parent), in one commit; the view is refreshed and the query recomputed into a De
 refresh and every recomputation runs in an application of its own; --same-app runs the rounds in
 one application (the default without --cold).
 
+Spark stops a recursion past spark.sql.cteRecursionRowLimit rows (1,000,000 by default), the query
+and the view's refreshes alike: past 10^5 edges, run with
+SPARK_IVM_BENCH_CONF="spark.sql.cteRecursionRowLimit=-1" (both sides, and the view, which keeps the
+settings it was created under).
+
 Results: benchmarks/results/<out>.json; plot: docs/img/<out>_rounds.png (--out, default reachability).
 """
 
