@@ -335,7 +335,8 @@ def test_refused_shapes_say_why(spark: SparkSession, db: str) -> None:
 
 
 @pytest.mark.parametrize("query, operator", [
-    ("SELECT a, sum(x) OVER (ORDER BY a) AS run FROM r", "window function without PARTITION BY"),
+    ("SELECT a, count(*) AS n FROM (SELECT a, sum(x) OVER (ORDER BY a) AS run FROM r) GROUP BY a",
+     "window function without PARTITION BY"),
     ("SELECT a FROM r WHERE size((SELECT map(b, c) FROM t WHERE c > 30)) > 0", "not a global aggregate"),
     ("SELECT b, sum(x) / (SELECT sum(x) FROM r) AS share FROM r GROUP BY b", "subquery expression"),
     ("SELECT b FROM r GROUP BY b ORDER BY sum(x) DESC LIMIT 2", "a value the view does not select"),

@@ -268,6 +268,9 @@ object ResidentTrees extends Logging {
     if (view.maintenance.top.nonEmpty) {
       return Left("the view applies ORDER BY ... LIMIT when it is read, over rows the trees would not limit")
     }
+    if (view.maintenance.windows.nonEmpty) {
+      return Left("the view computes window functions without PARTITION BY when it is read, over all its rows")
+    }
     val analyzed = view.plan
     val count = countColumn(analyzed)
     val body = if (count.isDefined) analyzed.asInstanceOf[Aggregate].child else analyzed

@@ -51,7 +51,7 @@ object ViewExplainer {
             if (meta.mode == RefreshMode.Full) "recomputed on every refresh"
             else s"counting IVM, ${m.shape.kind}", "")) ++
           m.states.map(s => ("Aggregate", AggregateState.describe(s), "")) ++
-          m.top.map(t => ("Top rows", t.describe(m.viewColumns), "")).toSeq ++
+          m.appliedAtRead.map { case (k, v) => (k, v, "") } ++
           TriangleViews.query(spark, a, meta.mode == RefreshMode.Incremental).toSeq.flatMap { q =>
             strategy = "ivm_eps"
             val state = last.epsilon.filter(_.eps == meta.eps)
@@ -243,7 +243,7 @@ object ViewExplainer {
     line(s"View shape: ${maintenance.shape.kind}; backing keys: " +
       (if (maintenance.keyNames.isEmpty) "none (one row)" else maintenance.keyNames.mkString(", ")))
     maintenance.states.foreach(s => line(s"Aggregate ${AggregateState.describe(s)}"))
-    maintenance.top.foreach(t => line(s"Top rows: ${t.describe(maintenance.viewColumns)}"))
+    maintenance.appliedAtRead.foreach { case (k, v) => line(s"$k: $v") }
     TriangleViews.query(spark, analyzed, incremental) match {
       case Some(q) =>
         line(s"Strategy: IVM^eps triangle, ${q.describe} (Kara et al., heavy/light partitions and auxiliary views)")

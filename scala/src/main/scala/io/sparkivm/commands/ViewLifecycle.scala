@@ -90,7 +90,7 @@ object ViewLifecycle extends Logging {
     AccessPatterns.check(columns, stmt.accessBy).foreach { reason =>
       throw IvmErrors.invalidAccessPattern(id.quotedString, reason)
     }
-    val (analyzed, mode, fullBecause) = layout(id.quotedString, plan, columns, policy, ViewAnalysis.instant(spark))
+    val (analyzed, mode, fullBecause) = layout(spark, id.quotedString, plan, columns, policy, ViewAnalysis.instant(spark))
     val incremental = mode == RefreshMode.Incremental
     if (stmt.accessBy.nonEmpty && analyzed.instant.isDefined) {
       throw IvmErrors.invalidAccessPattern(id.quotedString,
@@ -174,13 +174,16 @@ object ViewLifecycle extends Logging {
    * can be maintained; else (AUTO, INCREMENTAL) laid out for full refreshes, with the reason, or
    * (INCREMENTAL STRICT) IVM_NOT_INCREMENTALIZABLE naming what cannot be maintained.
    */
-  private def layout(view: String, plan: LogicalPlan, columns: Seq[String],
+  private def layout(spark: SparkSession, view: String, plan: LogicalPlan, columns: Seq[String],
       policy: RefreshPolicy, instant: Long): (AnalyzedView, RefreshMode, Option[String]) = {
     if (policy == RefreshPolicy.Full) {
       return (ViewAnalysis.prepare(plan, columns, incremental = false, instant), RefreshMode.Full, None)
     }
-    try (ViewAnalysis.prepare(plan, columns, incremental = true, instant), RefreshMode.Incremental, None)
-    catch {
+    try {
+      val analyzed = ViewAnalysis.prepare(plan, columns, incremental = true, instant)
+      ViewAnalysis.requireReadable(spark, analyzed)
+      (analyzed, RefreshMode.Incremental, None)
+    } catch {
       case e: IvmException if ViewAnalysis.NotIncrementalizable.contains(e.getCondition) =>
         if (policy == RefreshPolicy.IncrementalStrict) {
           if (e.getCondition == "IVM_SOURCE_NOT_DELTA") throw e // says what to do (CONVERT TO DELTA)
@@ -322,7 +325,7 @@ object ViewLifecycle extends Logging {
       extraSet: Map[String, String] = Map.empty, extraUnset: Set[String] = Set.empty): Unit = {
     val meta = ViewCatalog.lookup(spark, name)
     val plan = ViewAnalysis.analyze(spark, meta.queryText, meta.database)
-    val (_, mode, fullBecause) = layout(meta.viewName, plan, meta.columns, policy, ViewAnalysis.instant(spark))
+    val (_, mode, fullBecause) = layout(spark, meta.viewName, plan, meta.columns, policy, ViewAnalysis.instant(spark))
     if (mode != meta.mode) {
       val props = (meta.userProperties ++ extraSet ++
         meta.epsilon.map(e => EpsilonState.Property -> e.toString)).filter { case (k, _) => !extraUnset.contains(k) }

@@ -7,12 +7,16 @@ import io.sparkivm.changes.{DeltaSources, PinnedSource}
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.errors.{IvmErrors, IvmException}
 import io.sparkivm.planner.{
-  PlanValidator, QueryRewrites, RecursiveRows, RowsShape, SourceLeaf, TimeFilters, TopRows, ViewMaintenance, ViewShape
+  PlanValidator, QueryRewrites, RecursiveRows, RowsShape, SourceLeaf, TimeFilters, TopRows, ViewMaintenance, ViewShape,
+  WindowsAtRead
 }
 import org.apache.spark.sql.SparkSession
-import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
+import org.apache.spark.sql.catalyst.analysis.UnresolvedRelation
+import org.apache.spark.sql.catalyst.expressions.AttributeReference
+import org.apache.spark.sql.catalyst.plans.logical.{LocalRelation, LogicalPlan}
 import org.apache.spark.sql.catalyst.util.DateTimeUtils
 import org.apache.spark.sql.ivm.{CapturedSqlConf, SessionInternals, SparkInternals}
+import org.apache.spark.sql.types.DataType
 import org.apache.spark.unsafe.types.UTF8String
 
 /** A view's query, analyzed now, with what maintaining it takes. */
@@ -52,13 +56,16 @@ object ViewAnalysis {
     if (incremental) {
       // A top-level ORDER BY ... LIMIT is applied when the view is read, over the rows under it.
       val (split, top) = TopRows.split(QueryRewrites(plan))
-      val rewritten = TimeFilters.bind(split, instant)
+      // So are windows without PARTITION BY, over the rows under them.
+      val (rows, windows) = WindowsAtRead.split(split, columns)
+      val rowColumns = windows.map(_.rowColumns).getOrElse(columns)
+      val rewritten = TimeFilters.bind(rows, instant)
       val leaves = PlanValidator.validate(rewritten)
       val shape = ViewShape.of(rewritten)
       TimeFilters.check(shape)
       RecursiveRows.check(shape)
-      PlanValidator.requireComparableRows(shape, columns)
-      AnalyzedView(rewritten, leaves, new ViewMaintenance(shape, columns, top))
+      PlanValidator.requireComparableRows(shape, rowColumns)
+      AnalyzedView(rewritten, leaves, new ViewMaintenance(shape, rowColumns, top, windows))
     } else {
       val leaves = plan.collect { case SourceLeaf(l) if l.provider.exists(_.equalsIgnoreCase("delta")) => l }
       AnalyzedView(plan, leaves,
@@ -66,6 +73,31 @@ object ViewAnalysis {
           RowsShape(plan, plan, distinct = false), columns))
     }
   }
+
+  /**
+   * Throws IVM_UNSUPPORTED_OPERATOR unless what the view computes when it is read
+   * ([[WindowsAtRead]]) analyzes, over the rows it keeps, to the query's columns and types.
+   */
+  def requireReadable(spark: SparkSession, analyzed: AnalyzedView): Unit =
+    analyzed.maintenance.windows.foreach { w =>
+      val rows = LocalRelation(w.rowColumns.zip(w.rowTypes).map { case (n, t) => AttributeReference(n, t)() })
+      val types =
+        try {
+          val parsed = SessionInternals.parser(spark).parsePlan(w.select).transformUp {
+            case u: UnresolvedRelation if u.multipartIdentifier == Seq(WindowsAtRead.Rows) => rows
+          }
+          Some(SparkInternals.analyzed(SparkInternals.dataFrame(spark, parsed)).output.map(_.dataType))
+        } catch {
+          case NonFatal(_) => None
+        }
+      if (!types.exists(t =>
+          t.length == w.types.length &&
+            t.zip(w.types).forall { case (a, b) => DataType.equalsIgnoreNullability(a, b) })) {
+        throw IvmErrors.unsupported(s"The window functions ${w.functions.mkString(", ")}",
+          "spark-ivm cannot compute them over the rows the view keeps; add PARTITION BY, or compute them " +
+            "when reading the view.")
+      }
+    }
 
   /** The view's query as it analyzes now; a missing or broken base table is IVM_SOURCE_MISSING. */
   /**

@@ -39,10 +39,11 @@ object PlanValidator {
             _: Aggregate | _: Sort =>
         case _: Join =>
         case w: Window if w.partitionSpec.nonEmpty =>
-        case _: Window => throw IvmErrors.unsupported("A window function without PARTITION BY",
+        case _: Window => throw IvmErrors.unsupported(
+            "A window function without PARTITION BY below the top of the query",
             "Its every row depends on every input row, so any change would recompute the whole view; " +
-              "add PARTITION BY (a refresh then recomputes only the partitions that changed), or compute " +
-              "it when reading the view.")
+              "add PARTITION BY (a refresh then recomputes only the partitions that changed), or move the " +
+              "window to the top of the view's query (the view then computes it when it is read).")
         case g: Generate if g.generator.deterministic =>
         case _: GlobalLimit | _: LocalLimit | _: Tail | _: Offset =>
           throw IvmErrors.unsupported("LIMIT / OFFSET",

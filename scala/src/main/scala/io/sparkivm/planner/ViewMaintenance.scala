@@ -18,8 +18,16 @@ import org.apache.spark.sql.types.LongType
  *  - for aggregate views, the output columns computed from that state, and `__ivm_having`
  *    when filters sit above the aggregate (the group's state is kept even when it is hidden).
  */
-class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String], val top: Option[TopRows] = None) {
+class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String], val top: Option[TopRows] = None,
+    val windows: Option[WindowsAtRead] = None) {
   import ViewMaintenance._
+
+  /** The columns a reader sees: the view's, which differ from the kept rows' under [[windows]]. */
+  def shownColumns: Seq[String] = windows.map(_.columns).getOrElse(viewColumns)
+
+  /** What the catalog view computes when it is read, for DESCRIBE and EXPLAIN. */
+  def appliedAtRead: Seq[(String, String)] =
+    windows.map(w => "Windows" -> w.describe).toSeq ++ top.map(t => "Top rows" -> t.describe(shownColumns))
 
   /** Where each view column is stored. */
   val outputStorage: Seq[String] = storageNames(viewColumns)
@@ -65,12 +73,12 @@ class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String], val to
     val conditions = (if (global) Nil else Seq(s"$CountColumn > 0")) ++
       (if (hasHaving) Seq(HavingColumn) else Nil)
     val where = if (conditions.isEmpty) "" else conditions.mkString(" WHERE ", " AND ", "")
-    val ordered = top.map(_.sql(viewColumns, quote)).getOrElse("")
-    shape match {
+    val rows = shape match {
       case r: RowsShape if !r.distinct =>
-        s"SELECT $cols FROM $backing LATERAL VIEW explode(sequence(1L, $CountColumn)) __ivm_r AS __ivm_i$where$ordered"
-      case _ => s"SELECT $cols FROM $backing$where$ordered"
+        s"SELECT $cols FROM $backing LATERAL VIEW explode(sequence(1L, $CountColumn)) __ivm_r AS __ivm_i$where"
+      case _ => s"SELECT $cols FROM $backing$where"
     }
+    windows.map(_.sql(rows)).getOrElse(rows) + top.map(_.sql(shownColumns, quote)).getOrElse("")
   }
 
   /**

@@ -5,6 +5,7 @@ import io.sparkivm.errors.IvmException
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.TableIdentifier
 import org.apache.spark.sql.delta.DeltaLog
+import org.apache.spark.sql.ivm.SparkInternals
 import org.scalatest.funsuite.AnyFunSuite
 
 /**
@@ -47,6 +48,36 @@ class ViewAnalysisSuite extends AnyFunSuite {
     val e = intercept[IvmException](ViewAnalysis.prepare(ViewAnalysis.analyze(spark, s"$query LIMIT 1", "default"),
         Seq("k", "w"), incremental = true, instant = 0L))
     assert(e.getCondition == "IVM_UNSUPPORTED_OPERATOR", e.getMessage)
+  }
+
+  test("windows without PARTITION BY at the top are computed when read, over the rows under them") {
+    table("va_win", cdf = true)
+    def prepared(query: String, columns: Seq[String]) =
+      ViewAnalysis.prepare(ViewAnalysis.analyze(spark, query, "default"), columns, incremental = true, instant = 0L)
+    val query = "SELECT k, rk, run FROM (SELECT k, rank() OVER (ORDER BY v DESC) AS rk, " +
+      "sum(v * 2) OVER (ORDER BY k) AS run, ntile(2) OVER (PARTITION BY k % 2 ORDER BY v) AS half FROM va_win) " +
+      "WHERE rk <= 2"
+    val view = prepared(query, Seq("k", "rk", "run"))
+    val w = view.maintenance.windows.get
+    assert(w.rowColumns.size == view.plan.output.size && w.rowColumns.map(_.toLowerCase).distinct == w.rowColumns)
+    assert(w.functions.map(_.toLowerCase.takeWhile(_ != ')')) ==
+        Seq("rank(", "sum(_w1", "ntile(2"), w.functions)
+    ViewAnalysis.requireReadable(spark, view)
+    // The read gives the query's rows from the kept rows.
+    SparkInternals.dataFrame(spark, view.plan).toDF(w.rowColumns: _*).createOrReplaceTempView("va_win_kept")
+    assert(spark.sql(w.sql("SELECT * FROM va_win_kept")).collect().toSet == spark.sql(query).collect().toSet)
+    // A window below an aggregate or a join stays refused; a LIMIT over a window is a top-k.
+    val e = intercept[IvmException](prepared(
+        "SELECT rk, count(*) AS n FROM (SELECT k, rank() OVER (ORDER BY v) AS rk FROM va_win) GROUP BY rk",
+        Seq("rk", "n")))
+    assert(e.getMessage.contains("without PARTITION BY below the top"), e.getMessage)
+    val top = prepared("SELECT k, v, row_number() OVER (ORDER BY v, k) AS n FROM va_win ORDER BY n, k, v LIMIT 1",
+      Seq("k", "v", "n"))
+    assert(top.maintenance.windows.isDefined && top.maintenance.top.isDefined)
+    // IGNORE NULLS has no SQL a read could state: refused.
+    val ignore = intercept[IvmException](prepared(
+        "SELECT k, last_value(v) IGNORE NULLS OVER (ORDER BY k) AS l FROM va_win", Seq("k", "l")))
+    assert(ignore.getMessage.contains("IGNORE NULLS"), ignore.getMessage)
   }
 
   test("a query that reads where rows are stored is refused") {

@@ -1,0 +1,88 @@
+"""Window functions without PARTITION BY at the top of a view's query (a global rank, a running
+total, ntile, a rank filtered to a top k with its ties): the view keeps the rows under the
+windows, maintained incrementally, and computes the windows when it is read; each view equals its
+query after every refresh of a random stream of inserts, deletes and updates, with ties and NULLs
+in the ordered column."""
+
+from __future__ import annotations
+
+import random
+from typing import List
+
+from ivm_testing import condition, follow_changes, refused
+from pyspark.sql import SparkSession
+from spark_ivm import MaterializedView
+
+QUERIES = {
+    # ranks over ties and NULLs (DESC puts NULLs last)
+    "ranked": "SELECT id, amount, rank() OVER (ORDER BY amount DESC) AS rk, "
+              "dense_rank() OVER (ORDER BY amount DESC) AS drk FROM sales",
+    # the top 3 amounts with every row that ties with them: a top-k whose ties are all kept
+    "top3": "SELECT id, region, amount FROM (SELECT id, region, amount, "
+            "rank() OVER (ORDER BY amount DESC) AS rk FROM sales) WHERE rk <= 3",
+    # a running total, ntile and lag over a total order, and a windowed expression
+    "running": "SELECT id, sum(amount) OVER (ORDER BY id) AS total, ntile(3) OVER (ORDER BY id) AS third, "
+               "coalesce(amount, 0) - lag(amount, 1, 0) OVER (ORDER BY id) AS diff FROM sales",
+    # ranks of groups of an aggregate
+    "regions": "SELECT region, sum(amount) AS s, rank() OVER (ORDER BY sum(amount) DESC) AS rk, "
+               "percent_rank() OVER (ORDER BY count(*)) AS pr, cume_dist() OVER (ORDER BY region) AS cd "
+               "FROM sales GROUP BY region",
+    # a whole-table count beside a partitioned rank, over a filter that the view maintains
+    "shares": "SELECT id, region, rank() OVER (PARTITION BY region ORDER BY id) AS rr, "
+              "count(*) OVER () AS n FROM sales WHERE amount IS NOT NULL",
+    # a top-k (LIMIT) over a row_number
+    "first4": "SELECT id, amount, row_number() OVER (ORDER BY id) AS n FROM sales "
+              "ORDER BY n, id, amount LIMIT 4",
+}
+
+
+def _changes(rng: random.Random, ids: List[int], steps: int) -> List[List[str]]:
+    """Each step inserts, deletes and updates some rows (amounts from a small range: ties)."""
+    def amount() -> str:
+        return "NULL" if rng.random() < 0.15 else str(rng.randrange(5))
+
+    out = []
+    for _ in range(steps):
+        new = [max(ids) + 1 + i for i in range(rng.randrange(1, 4))]
+        ids.extend(new)
+        rows = ", ".join(f"({i}, 'r{rng.randrange(3)}', {amount()})" for i in new)
+        gone = rng.sample(ids, 2)
+        for i in gone:
+            ids.remove(i)
+        moved = rng.choice(ids)
+        region = f"r{rng.randrange(3)}"
+        out.append([f"INSERT INTO sales VALUES {rows}",
+                    f"DELETE FROM sales WHERE id IN ({gone[0]}, {gone[1]})",
+                    f"UPDATE sales SET amount = {amount()}, region = '{region}' WHERE id = {moved}"])
+    return out
+
+
+def test_global_windows_follow_random_changes(spark: SparkSession, db: str) -> None:
+    """Every view is incremental under INCREMENTAL STRICT, follows the changes, and says in
+    DESCRIBE and EXPLAIN that it computes its windows when it is read."""
+    rng = random.Random(20261129)
+    spark.sql("CREATE TABLE sales (id INT, region STRING, amount INT) USING delta")
+    ids = list(range(10))
+    spark.sql("INSERT INTO sales VALUES " + ", ".join(
+        f"({i}, 'r{i % 3}', {'NULL' if i == 4 else i % 4})" for i in ids))
+    follow_changes(spark, QUERIES, _changes(rng, ids, 4), "REFRESH POLICY INCREMENTAL STRICT")
+    described = MaterializedView.for_name(spark, "top3").describe()
+    assert described["refresh_mode"] == "incremental", described
+    assert "computed when the view is read" in described["info"]["Windows"], described
+    spark.sql("INSERT INTO sales VALUES (100, 'r1', 3)")
+    explain = "\n".join(r[0] for r in spark.sql("EXPLAIN REFRESH MATERIALIZED VIEW ranked").collect())
+    assert "Next refresh: incremental" in explain, explain
+    assert "Windows: RANK() OVER (ORDER BY amount DESC" in explain, explain
+
+
+def test_windows_below_the_top_stay_refused(spark: SparkSession, db: str) -> None:
+    """A window without PARTITION BY under an aggregate is refused under INCREMENTAL STRICT, and
+    says where it may go instead."""
+    spark.sql("CREATE TABLE sales (id INT, region STRING, amount INT) USING delta")
+    query = ("SELECT rk, count(*) AS n FROM (SELECT rank() OVER (ORDER BY amount) AS rk FROM sales) "
+             "GROUP BY rk")
+    error = refused(lambda: spark.sql(
+        f"CREATE MATERIALIZED VIEW bad REFRESH POLICY INCREMENTAL STRICT AS {query}"))
+    assert condition(error) == "IVM_NOT_INCREMENTALIZABLE"
+    assert "below the top of the query" in str(error), str(error)
+    assert "move the window to the top" in str(error), str(error)
