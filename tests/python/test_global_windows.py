@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 from typing import List
 
-from ivm_testing import condition, follow_changes, refused
+from ivm_testing import assert_matches_query, condition, follow_changes, refused
 from pyspark.sql import SparkSession
 from spark_ivm import MaterializedView
 
@@ -86,3 +86,29 @@ def test_windows_below_the_top_stay_refused(spark: SparkSession, db: str) -> Non
     assert condition(error) == "IVM_NOT_INCREMENTALIZABLE"
     assert "below the top of the query" in str(error), str(error)
     assert "move the window to the top" in str(error), str(error)
+
+
+def test_top_k_with_ties_takes_the_tied_rows_by_the_other_columns(spark: SparkSession, db: str) -> None:
+    """An ORDER BY ... LIMIT under which rows tie is maintained: the read takes the rows tied at
+    the limit in the order of the view's other columns (one of the answers the query allows), so
+    each view equals its query with those columns added to its ORDER BY, after every refresh."""
+    rng = random.Random(7)
+    groups = "SELECT region, count(*) AS n FROM sales GROUP BY region"
+    spark.sql("CREATE TABLE sales (id INT, region STRING, amount INT) USING delta")
+    ids = list(range(10))
+    spark.sql("INSERT INTO sales VALUES " + ", ".join(f"({i}, 'r{i % 3}', {i % 3})" for i in ids))
+    queries = {  # the view's query, and the same with the ties broken as the view breaks them
+        "top_rows": ("SELECT id, amount FROM sales ORDER BY amount DESC LIMIT 3",
+                     "SELECT id, amount FROM sales ORDER BY amount DESC, id LIMIT 3"),
+        "top_groups": (f"{groups} ORDER BY n DESC LIMIT 1", f"{groups} ORDER BY n DESC, region LIMIT 1"),
+    }
+    views = {name: MaterializedView.create(spark, name, q, refresh_policy="INCREMENTAL STRICT")
+             for name, (q, _) in queries.items()}
+    for step in _changes(rng, ids, 3):
+        for stmt in step:
+            spark.sql(stmt)
+        for name, mv in views.items():
+            assert mv.refresh().mode == "incremental"
+            assert_matches_query(spark, name, queries[name][1])
+    top = views["top_rows"].describe()["info"]["Top rows"]
+    assert top.startswith("ORDER BY amount DESC NULLS LAST LIMIT 3") and top.endswith("order of id"), top

@@ -232,8 +232,8 @@ def test_scalar_subqueries_of_at_most_one_row_follow_changes(spark: SparkSession
     assert [r.id for r in spark.table("q38").collect()] == [8]
 
 
-# ORDER BY ... LIMIT / OFFSET at the top, ordering rows completely (ties would let the view and
-# its query pick different rows, both right).
+# ORDER BY ... LIMIT / OFFSET at the top, ordering rows completely (under ties the view and its
+# query may pick different rows, both right: test_global_windows checks how the view picks).
 TOP_K_QUERIES = {
     "top_groups": "SELECT b, sum(x) AS sx, count(*) AS n FROM r GROUP BY b "
                   "ORDER BY sx DESC NULLS LAST, b NULLS FIRST LIMIT 2",

@@ -1,7 +1,7 @@
 package io.sparkivm.planner
 
 import io.sparkivm.errors.IvmErrors
-import org.apache.spark.sql.catalyst.expressions.{Alias, Ascending, Attribute, Expression, NullsFirst}
+import org.apache.spark.sql.catalyst.expressions.{Alias, Ascending, Attribute, Expression, NullsFirst, RowOrdering}
 import org.apache.spark.sql.catalyst.plans.logical._
 
 /**
@@ -11,24 +11,34 @@ import org.apache.spark.sql.catalyst.plans.logical._
  * costs what changed, whether or not the change reaches the top k (no deleted row can leave the
  * view short of candidates), and a read sorts the kept rows instead of the base tables.
  *
- * @param order  per sort key: the view column's position, ascending, nulls first
- * @param limit  LIMIT, if any
- * @param offset OFFSET (0 if none)
+ * Where the query's ORDER BY lets distinct rows tie, the rows tied at the LIMIT are any of them,
+ * in Spark's answer as in the view's; the view's read breaks the ties by its other columns, so
+ * that every read gives the same rows.
+ *
+ * @param order    per sort key: the view column's position, ascending, nulls first
+ * @param limit    LIMIT, if any
+ * @param offset   OFFSET (0 if none)
+ * @param tieBreak how many of the last keys of `order` are the view's, added to break ties
  */
-case class TopRows(order: Seq[(Int, Boolean, Boolean)], limit: Option[Int], offset: Int) {
+case class TopRows(order: Seq[(Int, Boolean, Boolean)], limit: Option[Int], offset: Int, tieBreak: Int = 0) {
 
   /** The clause the catalog view ends with, over the view's column names. */
-  def sql(columns: Seq[String], quote: String => String): String = {
-    val keys = order.map { case (i, asc, nullsFirst) =>
-      s"${quote(columns(i))} ${if (asc) "ASC" else "DESC"} NULLS ${if (nullsFirst) "FIRST" else "LAST"}"
-    }
-    s" ORDER BY ${keys.mkString(", ")}" + limit.map(k => s" LIMIT $k").getOrElse("") +
-      (if (offset > 0) s" OFFSET $offset" else "")
+  def sql(columns: Seq[String], quote: String => String): String = clause(order, columns, quote)
+
+  def describe(columns: Seq[String]): String = {
+    val ties = order.takeRight(tieBreak).map(o => columns(o._1))
+    clause(order.dropRight(tieBreak), columns, identity).trim + ", applied when the view is read (the " +
+      "backing table keeps every row of the query under it)" +
+      (if (ties.isEmpty) "" else s"; rows tied at the limit are taken in the order of ${ties.mkString(", ")}")
   }
 
-  def describe(columns: Seq[String]): String =
-    sql(columns, identity).trim + ", applied when the view is read (the backing table keeps every " +
-      "row of the query under it)"
+  private def clause(keys: Seq[(Int, Boolean, Boolean)], columns: Seq[String], quote: String => String) = {
+    val sorted = keys.map { case (i, asc, nullsFirst) =>
+      s"${quote(columns(i))} ${if (asc) "ASC" else "DESC"} NULLS ${if (nullsFirst) "FIRST" else "LAST"}"
+    }
+    s" ORDER BY ${sorted.mkString(", ")}" + limit.map(k => s" LIMIT $k").getOrElse("") +
+      (if (offset > 0) s" OFFSET $offset" else "")
+  }
 }
 
 object TopRows {
@@ -36,8 +46,7 @@ object TopRows {
   /**
    * The query under its top-level ORDER BY with LIMIT or OFFSET, and those; the query itself
    * and None where it has neither. Refuses a LIMIT without ORDER BY (any k rows would do, so a
-   * refresh could not say which to keep), an ORDER BY of a value the view does not select, and
-   * one under which distinct rows can tie.
+   * refresh could not say which to keep) and an ORDER BY of a value the view does not select.
    */
   def split(plan: LogicalPlan): (LogicalPlan, Option[TopRows]) = {
     val top = unwrap(plan)
@@ -74,12 +83,11 @@ object TopRows {
       (at, o.direction == Ascending, o.nullOrdering == NullsFirst)
     }
     val inner = project.map(_.copy(child = sort.child)).getOrElse(sort.child)
-    if (!ordersCompletely(inner, output, order.map(_._1).toSet)) {
-      throw IvmErrors.unsupported("ORDER BY ... LIMIT that does not order the rows completely",
-        "The view and the query could each keep other rows among those that tie on its columns: add the " +
-          "view's other columns (for a grouped query, its GROUP BY columns) to the ORDER BY.")
-    }
-    (inner, Some(TopRows(order, limit, offset)))
+    val tieBreak = if (ordersCompletely(inner, output, order.map(_._1).toSet)) Nil
+    else
+      output.indices.filter(i => !order.exists(_._1 == i) && RowOrdering.isOrderable(output(i).dataType))
+        .map(i => (i, true, true))
+    (inner, Some(TopRows(order ++ tieBreak, limit, offset, tieBreak.size)))
   }
 
   /**
