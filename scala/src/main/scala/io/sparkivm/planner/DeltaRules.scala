@@ -222,7 +222,7 @@ class DeltaRules(reader: LeafReader, val multiplicity: Attribute, fkSettings: Fk
         Some(reader.delta(leaf) match {
           case None => (post, w)
           case Some(d) =>
-            val minus = Project(leaf.output :+ Alias(UnaryMinus(multiplicity), w.name)(), d)
+            val minus = Project(leaf.output :+ Alias(negated(multiplicity), w.name)(), d)
             (Union(post, minus), w)
         })
       case r: UnionLoopRef if loopsAtPre.contains(r.loopId) => Some(heldLoop(r, weighted = true))
@@ -242,7 +242,7 @@ class DeltaRules(reader: LeafReader, val multiplicity: Attribute, fkSettings: Fk
       case j: Join if j.joinType == Inner =>
         for ((l, wl) <- weightedPre(j.left); (r, wr) <- weightedPre(j.right)) yield {
           val w = AttributeReference("__ivm_w", multiplicity.dataType, nullable = false)()
-          (Project(j.output :+ Alias(Multiply(wl, wr), w.name)(exprId = w.exprId), j.copy(left = l, right = r)), w)
+          (Project(j.output :+ Alias(times(wl, wr), w.name)(exprId = w.exprId), j.copy(left = l, right = r)), w)
         }
       case _ => None
     }
@@ -319,7 +319,7 @@ class DeltaRules(reader: LeafReader, val multiplicity: Attribute, fkSettings: Fk
           Project(row.output :+ Alias(Literal(sign), inner.name)(exprId = inner.exprId), row)
         })
         val (left, sign) = weightedPre(j.left, if (valueRead) None else Some(decides)) match {
-          case Some((weighted, w)) => (weighted, Multiply(inner, w))
+          case Some((weighted, w)) => (weighted, times(inner, w))
           case None => (pre(j.left), inner)
         }
         fromLeft :+ Branch(filtered(Project(j.output :+ Alias(sign, multiplicity.name)(exprId = multiplicity.exprId),
@@ -429,7 +429,7 @@ class DeltaRules(reader: LeafReader, val multiplicity: Attribute, fkSettings: Fk
               Project(b.plan.output.filterNot(_.exprId == multiplicity.exprId) :+ Alias(multiplicity, inner.name)(
                   exprId = inner.exprId),
                 b.plan)
-            Branch(Project(j.output :+ Alias(Multiply(inner, w), multiplicity.name)(exprId = multiplicity.exprId),
+            Branch(Project(j.output :+ Alias(times(inner, w), multiplicity.name)(exprId = multiplicity.exprId),
                 j.copy(left = left, right = right)),
               leafNames(j.left).map(n => s"Pre($n)") ++ b.terms)
           case None =>
@@ -506,7 +506,8 @@ class DeltaRules(reader: LeafReader, val multiplicity: Attribute, fkSettings: Fk
     val named = r.output.zip(rows.output).map { case (a, o) => Alias(o, a.name)(exprId = a.exprId) }
     if (weighted) {
       val weight = AttributeReference("__ivm_w", multiplicity.dataType, nullable = false)()
-      (Project(named :+ Alias(Cast(w, multiplicity.dataType), weight.name)(exprId = weight.exprId), rows), weight)
+      (Project(named :+ Alias(Cast(w, multiplicity.dataType, None, EvalMode.ANSI), weight.name)(exprId = weight.exprId),
+          rows), weight)
     } else {
       // Each row as many times as its multiplicity: the bag the query's own recursion would read.
       val i = AttributeReference("__ivm_i", org.apache.spark.sql.types.LongType, nullable = false)()
@@ -674,6 +675,11 @@ class DeltaRules(reader: LeafReader, val multiplicity: Attribute, fkSettings: Fk
     case SourceLeaf(leaf) => leaf.name
     case _: UnionLoopRef => "recursive rows"
   }
+
+  // Multiplicities are counts, not values of the query: past their type's range a refresh fails
+  // (ARITHMETIC_OVERFLOW, the view left as it was) under any ANSI setting, never wraps.
+  private def times(a: Expression, b: Expression): Expression = Multiply(a, b, EvalMode.ANSI)
+  private def negated(m: Expression): Expression = UnaryMinus(m, failOnError = true)
 }
 
 /** A reader of the tables as the view last read them, unchanged: the clock's delta's reader. */

@@ -3,7 +3,9 @@ package io.sparkivm.planner
 import io.sparkivm.TestSpark
 import io.sparkivm.errors.IvmException
 import org.apache.spark.sql.SparkSession
-import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, AttributeReference, IsNull, Literal, OuterReference}
+import org.apache.spark.sql.catalyst.expressions.{
+  Alias, Attribute, AttributeReference, EvalMode, IsNull, Literal, Multiply, OuterReference, UnaryMinus
+}
 import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, Join, LocalRelation, LogicalPlan, OneRowRelation, Project}
 import org.apache.spark.sql.ivm.SparkInternals
 import org.apache.spark.sql.types.IntegerType
@@ -72,6 +74,18 @@ class PlannerSuite extends AnyFunSuite with BeforeAndAfterAll {
   }
 
   private def rewritten(sql: String): LogicalPlan = QueryRewrites(analyzed(sql))
+
+  test("multiplicities fail past their range under any ANSI setting, never wrap") {
+    val rules = new DeltaRules(new MarkingReader(Set("r")), m)
+    val (plan, _) = rules.weightedPre(analyzed("SELECT r1.a FROM r r1 JOIN r r2 ON r1.b = r2.a")).get
+    val expressions = plan.flatMap(_.expressions)
+    val products = expressions.flatMap(_.collect { case x: Multiply => x })
+    val negations = expressions.flatMap(_.collect { case x: UnaryMinus => x })
+    assert(products.nonEmpty && products.forall(_.evalMode == EvalMode.ANSI), products)
+    assert(negations.nonEmpty && negations.forall(_.failOnError), negations)
+    val overflow = Multiply(Literal(Int.MaxValue), Literal(2), EvalMode.ANSI)
+    intercept[ArithmeticException](overflow.eval())
+  }
 
   private def joinTypes(plan: LogicalPlan): Seq[String] = plan.collect { case j: Join => j.joinType.sql }
 
