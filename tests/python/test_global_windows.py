@@ -112,3 +112,19 @@ def test_top_k_with_ties_takes_the_tied_rows_by_the_other_columns(spark: SparkSe
             assert_matches_query(spark, name, queries[name][1])
     top = views["top_rows"].describe()["info"]["Top rows"]
     assert top.startswith("ORDER BY amount DESC NULLS LAST LIMIT 3") and top.endswith("order of id"), top
+
+
+def test_a_window_whose_sql_would_compute_otherwise_is_recomputed(spark: SparkSession, db: str) -> None:
+    """approx_count_distinct's SQL leaves its accuracy out, so a read would compute another value:
+    refused under INCREMENTAL STRICT with the reason, and recomputed under AUTO."""
+    spark.sql("CREATE TABLE sales (id INT, region STRING, amount INT) USING delta")
+    spark.sql("INSERT INTO sales VALUES (1, 'r0', 5), (2, 'r1', 7)")
+    query = "SELECT id, approx_count_distinct(amount, 0.01) OVER () AS n FROM sales"
+    error = refused(lambda: spark.sql(
+        f"CREATE MATERIALIZED VIEW bad REFRESH POLICY INCREMENTAL STRICT AS {query}"))
+    assert condition(error) == "IVM_NOT_INCREMENTALIZABLE"
+    assert "computes something else" in str(error), str(error)
+    mv = MaterializedView.create(spark, "approx", query, refresh_policy="AUTO")
+    spark.sql("INSERT INTO sales VALUES (3, 'r2', 9)")
+    assert mv.refresh().mode == "full"
+    assert_matches_query(spark, "approx", query)

@@ -44,7 +44,7 @@ object ViewExplainer {
     val maintenance =
       try {
         val a = ViewAnalysis.reanalyze(spark, meta, meta.mode == RefreshMode.Incremental)
-        if (meta.accessBy.nonEmpty) access = Some(AccessPatterns.analysis(a.plan, meta.columns, meta.accessBy))
+        if (meta.accessBy.nonEmpty) access = Some(accessAnalysis(a, meta))
         val m = a.maintenance
         shape = Some(m.shape.kind)
         Seq(("Maintenance",
@@ -212,7 +212,7 @@ object ViewExplainer {
     if (meta.accessBy.nonEmpty) {
       line(s"Access pattern: ACCESS BY (${meta.accessBy.mkString(", ")}) (Zhang 2022, conjunctive queries with " +
         "access patterns)")
-      AccessPatterns.analysis(analyzed.plan, meta.columns, meta.accessBy) match {
+      accessAnalysis(analyzed, meta) match {
         case Right(a) => a.describe.foreach(l => line(s"  $l"))
         case Left(why) => line(s"  not classified: $why")
       }
@@ -312,4 +312,10 @@ object ViewExplainer {
     } finally reader.release()
     out.toString
   }
+
+  /** The view's query classified under its access pattern, or why it is not. */
+  private def accessAnalysis(analyzed: AnalyzedView, meta: ViewMetadata): Either[String, CqapAnalysis] =
+    if (analyzed.maintenance.windows.isDefined) {
+      Left("the view computes window functions without PARTITION BY when it is read, over all its rows")
+    } else AccessPatterns.analysis(analyzed.plan, meta.columns, meta.accessBy)
 }

@@ -10,13 +10,13 @@ import io.sparkivm.planner.{
   PlanValidator, QueryRewrites, RecursiveRows, RowsShape, SourceLeaf, TimeFilters, TopRows, ViewMaintenance, ViewShape,
   WindowsAtRead
 }
-import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.analysis.UnresolvedRelation
-import org.apache.spark.sql.catalyst.expressions.AttributeReference
-import org.apache.spark.sql.catalyst.plans.logical.{LocalRelation, LogicalPlan}
+import org.apache.spark.sql.catalyst.expressions.Alias
+import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, Project}
 import org.apache.spark.sql.catalyst.util.DateTimeUtils
 import org.apache.spark.sql.ivm.{CapturedSqlConf, SessionInternals, SparkInternals}
-import org.apache.spark.sql.types.DataType
+import org.apache.spark.sql.types.{StructField, StructType}
+import org.apache.spark.sql.{Row, SparkSession}
 import org.apache.spark.unsafe.types.UTF8String
 
 /** A view's query, analyzed now, with what maintaining it takes. */
@@ -76,30 +76,36 @@ object ViewAnalysis {
 
   /**
    * Throws IVM_UNSUPPORTED_OPERATOR unless what the view computes when it is read
-   * ([[WindowsAtRead]]) analyzes, over the rows it keeps, to the query's columns and types.
+   * ([[WindowsAtRead]]) computes what its query does over the rows it keeps: the SQL, analyzed
+   * and optimized over a relation of those rows, must be the query's plan over the same relation
+   * (an expression whose SQL drops one of its settings, such as an accuracy, is caught here).
    */
   def requireReadable(spark: SparkSession, analyzed: AnalyzedView): Unit =
     analyzed.maintenance.windows.foreach { w =>
-      val rows = LocalRelation(w.rowColumns.zip(w.rowTypes).map { case (n, t) => AttributeReference(n, t)() })
-      val types =
+      // A relation the optimizer knows nothing of: an empty local one would be optimized away.
+      val leaf = SparkInternals.analyzed(spark.createDataFrame(spark.sparkContext.emptyRDD[Row],
+          StructType(w.rowColumns.zip(w.rowTypes).map { case (n, t) => StructField(n, t) })))
+      // Both named alike, by position: only what they compute may differ.
+      def computed(plan: LogicalPlan) = SparkInternals.dataFrame(spark,
+        Project(plan.output.zipWithIndex.map { case (a, i) => Alias(a, s"c$i")() }, plan))
+        .queryExecution.optimizedPlan.canonicalized
+      val why =
         try {
-          val parsed = SessionInternals.parser(spark).parsePlan(w.select).transformUp {
-            case u: UnresolvedRelation if u.multipartIdentifier == Seq(WindowsAtRead.Rows) => rows
+          val read = SessionInternals.parser(spark).parsePlan(w.select).transformUp {
+            case u: UnresolvedRelation if u.multipartIdentifier == Seq(WindowsAtRead.Rows) => leaf
           }
-          Some(SparkInternals.analyzed(SparkInternals.dataFrame(spark, parsed)).output.map(_.dataType))
+          if (computed(read) == computed(w.queryOver(leaf))) None
+          else Some("the SQL that states them computes something else")
         } catch {
-          case NonFatal(_) => None
+          case NonFatal(e) => Some(s"the SQL that states them does not analyze: ${e.getMessage}")
         }
-      if (!types.exists(t =>
-          t.length == w.types.length &&
-            t.zip(w.types).forall { case (a, b) => DataType.equalsIgnoreNullability(a, b) })) {
+      why.foreach { reason =>
         throw IvmErrors.unsupported(s"The window functions ${w.functions.mkString(", ")}",
-          "spark-ivm cannot compute them over the rows the view keeps; add PARTITION BY, or compute them " +
-            "when reading the view.")
+          s"The view computes them when it is read, over the rows it keeps, and $reason; add PARTITION BY, " +
+            "or compute them when reading the view.")
       }
     }
 
-  /** The view's query as it analyzes now; a missing or broken base table is IVM_SOURCE_MISSING. */
   /**
    * The instant a refresh (or CREATE) reads the time at, in microseconds: the session's
    * `spark.ivm.refresh.instant`, else now.
@@ -110,6 +116,7 @@ object ViewAnalysis {
         DateTimeUtils.getZoneId(spark.sessionState.conf.sessionLocalTimeZone)).get
   }
 
+  /** The view's query as it analyzes now; a missing or broken base table is IVM_SOURCE_MISSING. */
   def reanalyze(user: SparkSession, meta: ViewMetadata, incremental: Boolean): AnalyzedView = {
     // Under the SQL settings the view captured at CREATE, whatever the session's are now.
     val spark = CapturedSqlConf.session(user, meta.sqlConf)

@@ -122,6 +122,9 @@ object PlanValidator {
   private val TimeDependent = Set("CurrentTimestamp", "CurrentDate", "Now", "LocalTimestamp",
     "CurrentTime", "CurrentTimeZone", "CurrentUser", "CurrentBatchTimestamp")
 
+  /** A function of when, where or by whom the query runs (the time, the user, the time zone). */
+  def contextDependent(e: Expression): Boolean = TimeDependent.contains(e.getClass.getSimpleName)
+
   /**
    * Aggregates whose value depends on the order rows arrive in: Spark documents them as
    * non-deterministic, though not all are marked so (any_value is first in disguise).
@@ -136,7 +139,7 @@ object PlanValidator {
         s"A subquery expression (${s.prettyName}) where Spark cannot turn it into a join",
         "Subqueries in WHERE, SELECT and HAVING are maintained as joins; one inside a join " +
           "condition or under OR with other subqueries is not: rewrite it as a join.")
-    case x if TimeDependent.contains(x.getClass.getSimpleName) =>
+    case x if contextDependent(x) =>
       throw IvmErrors.unsupported(
         s"The time-dependent function ${x.prettyName}()",
         "A time function is maintained in a filter (WHERE, an inner join's condition, or an outer " +

@@ -29,12 +29,32 @@ import org.apache.spark.sql.types.DataType
 case class WindowsAtRead(rowColumns: Seq[String], rowTypes: Seq[DataType], select: String,
     columns: Seq[String], types: Seq[DataType], functions: Seq[String]) {
 
+  // The query and the rows under its windows, as analyzed: what a read must compute again.
+  @transient private var query: LogicalPlan = _
+  @transient private var rows: LogicalPlan = _
+
+  /**
+   * The query with the rows under its windows read from `leaf` (a relation of [[rowColumns]]),
+   * and without its top-level ORDER BY: what [[select]] over `leaf` must compute.
+   */
+  def queryOver(leaf: LogicalPlan): LogicalPlan = query.transformDown {
+    case p if p eq rows =>
+      Project(rows.output.zip(leaf.output).map { case (a, l) => Alias(l, a.name)(exprId = a.exprId) }, leaf)
+    case s: Sort if s.global => s.child
+  }
+
   /** The catalog view's query, given the kept rows' query over the backing table. */
   def sql(rows: String): String = s"WITH ${WindowsAtRead.Rows} AS ($rows) $select"
 
   def describe: String =
     s"${functions.mkString(", ")}, computed when the view is read (the backing table keeps the rows " +
       "under them, and a window without PARTITION BY depends on every one)"
+}
+
+/** A column of the relation a read part reads, by its name, always quoted (a keyword is a name). */
+private case class ColumnName(name: String, dataType: DataType) extends LeafExpression with Unevaluable {
+  override def nullable: Boolean = true
+  override def sql: String = ViewMaintenance.quote(name)
 }
 
 object WindowsAtRead {
@@ -59,12 +79,18 @@ object WindowsAtRead {
     val rows = above.last.children.head
     val rowColumns = unique(rows.output.map(_.name))
     val names = mutable.Map[ExprId, String]() ++ rows.output.map(_.exprId).zip(rowColumns)
+    val taken = rowColumns.map(_.toLowerCase(Locale.ROOT)).toSet
     var next = 0
-    def fresh(): String = { next += 1; s"__ivm_v$next" }
-    def render(e: Expression): String = e.transformDown {
+    def fresh(): String = {
+      next += 1
+      while (taken.contains(s"__ivm_v$next")) next += 1
+      s"__ivm_v$next"
+    }
+    // For a read, every name quoted; for DESCRIBE, only where it must be.
+    def render(e: Expression, read: Boolean = true): String = e.transformDown {
       case a: AttributeReference =>
-        a.withName(names.getOrElse(a.exprId,
-            throw IvmErrors.internal(s"no column for ${a.sql} above the windows"))).withQualifier(Nil)
+        val name = names.getOrElse(a.exprId, throw IvmErrors.internal(s"no column for ${a.sql} above the windows"))
+        if (read) ColumnName(name, a.dataType) else a.withName(name).withQualifier(Nil)
       // Spark gives a ranking function its window's ORDER BY as arguments; the SQL takes none.
       case r: RankLike => r.withOrder(Nil)
     }.sql
@@ -89,50 +115,52 @@ object WindowsAtRead {
     }
     val select = s"SELECT ${list(plan.output.map(a => ViewMaintenance.quote(names(a.exprId))).zip(columns))} " +
       s"FROM ($from) AS ${fresh()}"
-    val functions = above.collect { case w: Window => w.windowExpressions.map(e => render(unalias(e))) }
+    val functions = above.collect { case w: Window => w.windowExpressions.map(e => render(unalias(e), read = false)) }
       .reverse.flatten
-    (rows,
-      Some(WindowsAtRead(rowColumns, rows.output.map(_.dataType), select, columns,
-          plan.output.map(_.dataType), functions)))
+    val windows = WindowsAtRead(rowColumns, rows.output.map(_.dataType), select, columns,
+      plan.output.map(_.dataType), functions)
+    windows.query = plan
+    windows.rows = rows
+    (rows, Some(windows))
   }
 
   /** Projections, filters and windows from the top of `p` down, through aliases. */
   private def topChain(p: LogicalPlan): List[LogicalPlan] = p match {
     case _: Project | _: Filter | _: Window => p :: topChain(p.children.head)
+    // An ORDER BY without LIMIT: a table has no order.
+    case s: Sort if s.global => s :: topChain(s.child)
     case s: SubqueryAlias => s :: topChain(s.child)
     case v: View if !v.isTempView => v :: topChain(v.child)
     case _ => Nil
   }
 
-  /** What a read may compute: the plan's own values, deterministically, without the tables. */
+  /**
+   * What a read may compute: the plan's own values, deterministically, without the tables, and
+   * with what a permanent view may name (no temporary function or session variable). Whether
+   * the SQL a read runs computes the same is checked against the query at CREATE
+   * (`ViewAnalysis.requireReadable`).
+   */
   private def check(p: LogicalPlan): Unit = p.expressions.foreach { e =>
     if (e.exists(_.isInstanceOf[SubqueryExpression])) {
       throw IvmErrors.unsupported("A subquery above a window function without PARTITION BY",
         "The view computes such a window when it is read, and a read does not read the tables: compute the " +
           "subquery below the window.")
     }
-    if (TimeFilters.readsTime(e)) {
-      throw IvmErrors.unsupported("A time function above a window function without PARTITION BY",
-        "The view computes such a window when it is read, and a refresh reads the time at one instant: " +
-          "filter by time below the window.")
+    e.find(x => TimeFilters.readsTime(x) || PlanValidator.contextDependent(x)).foreach { x =>
+      throw IvmErrors.unsupported(s"The function ${x.prettyName}() above a window function without PARTITION BY",
+        "The view computes such a window when it is read, and a read would see its own time and user: " +
+          "compute it below the window.")
     }
     if (!e.deterministic) {
       throw IvmErrors.unsupported(s"The non-deterministic expression ${e.sql} above a window without PARTITION BY",
         "Compute it when reading the view.")
     }
-    e.foreach {
-      case f: Product if ignoresNulls(f) =>
-        throw IvmErrors.unsupported(s"IGNORE NULLS in ${f.asInstanceOf[Expression].prettyName} without PARTITION BY",
-          "Add PARTITION BY, or filter the NULLs out below the window.")
-      case _ =>
+    e.find(x => x.isInstanceOf[UserDefinedExpression] || x.isInstanceOf[VariableReference]).foreach { x =>
+      throw IvmErrors.unsupported(s"${x.prettyName} above a window function without PARTITION BY",
+        "The view computes such a window when it is read, and a view's definition cannot name a function " +
+          "or variable of a session: compute it below the window.")
     }
   }
-
-  private def ignoresNulls(p: Product): Boolean =
-    p.productElementNames.zip(p.productIterator).exists {
-      case ("ignoreNulls", true) => true
-      case _ => false
-    }
 
   private def unalias(e: NamedExpression): Expression = e match {
     case Alias(c, _) => c

@@ -77,10 +77,28 @@ class ViewAnalysisSuite extends AnyFunSuite {
     val top = prepared("SELECT k, v, row_number() OVER (ORDER BY v, k) AS n FROM va_win ORDER BY n, k, v LIMIT 1",
       Seq("k", "v", "n"))
     assert(top.maintenance.windows.isDefined && top.maintenance.top.isDefined)
-    // IGNORE NULLS has no SQL a read could state: refused.
-    val ignore = intercept[IvmException](prepared(
-        "SELECT k, last_value(v) IGNORE NULLS OVER (ORDER BY k) AS l FROM va_win", Seq("k", "l")))
-    assert(ignore.getMessage.contains("IGNORE NULLS"), ignore.getMessage)
+    // So is an ORDER BY without LIMIT (a table has no order); a keyword is a column's name.
+    spark.sql("DROP TABLE IF EXISTS va_win_kw")
+    spark.sql("CREATE TABLE va_win_kw (`true` INT, v INT) USING delta")
+    Seq("SELECT k, rank() OVER (ORDER BY v DESC) AS rk FROM va_win ORDER BY rk",
+      "SELECT `true`, sum(v) OVER (ORDER BY `true`) AS s FROM va_win_kw",
+      "SELECT k, collect_list(v) OVER (ORDER BY k) AS l FROM va_win").foreach { q =>
+      val analyzed = ViewAnalysis.analyze(spark, q, "default")
+      val readable = ViewAnalysis.prepare(analyzed, analyzed.output.map(_.name), incremental = true, instant = 0L)
+      assert(readable.maintenance.windows.isDefined, q)
+      ViewAnalysis.requireReadable(spark, readable)
+    }
+    // What the SQL of a read would not compute as the query does is refused: an accuracy, or
+    // IGNORE NULLS, that the function's SQL leaves out.
+    Seq("SELECT k, approx_count_distinct(v, 0.01) OVER () AS n FROM va_win",
+      "SELECT k, last_value(v) IGNORE NULLS OVER (ORDER BY k) AS l FROM va_win").foreach { q =>
+      val e = intercept[IvmException](ViewAnalysis.requireReadable(spark, prepared(q, Seq("k", "x"))))
+      assert(e.getMessage.contains("computes something else"), e.getMessage)
+    }
+    // Functions of the reader's context are refused above the window.
+    val user = intercept[IvmException](prepared(
+        "SELECT * FROM (SELECT k, rank() OVER (ORDER BY v) AS rk FROM va_win) WHERE current_user() = 'x'", Seq("k", "rk")))
+    assert(user.getMessage.contains("current_user"), user.getMessage)
   }
 
   test("a query that reads where rows are stored is refused") {
