@@ -29,11 +29,7 @@ class RefreshVerificationSuite extends AnyFunSuite with BeforeAndAfterAll {
   private def create(sql: String): Unit =
     ViewLifecycle.create(spark, IvmStatementParser.recognise(sql).get.asInstanceOf[CreateMaterializedView])
 
-  private def withConf[T](kv: (String, String)*)(body: => T): T = {
-    kv.foreach { case (k, v) => spark.conf.set(k, v) }
-    try body
-    finally kv.foreach { case (k, _) => spark.conf.unset(k) }
-  }
+  private def withConf[T](kv: (String, String)*)(body: => T): T = TestSpark.withConf(spark, kv: _*)(body)
 
   override def beforeAll(): Unit = {
     spark.sql("CREATE TABLE rver_base (k INT, x DOUBLE) USING delta")

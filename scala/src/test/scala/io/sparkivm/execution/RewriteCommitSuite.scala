@@ -22,11 +22,7 @@ class RewriteCommitSuite extends AnyFunSuite {
   private def create(sql: String): Unit =
     ViewLifecycle.create(spark, IvmStatementParser.recognise(sql).get.asInstanceOf[CreateMaterializedView])
 
-  private def withConf[T](kv: Seq[(String, String)])(body: => T): T = {
-    kv.foreach { case (k, v) => spark.conf.set(k, v) }
-    try body
-    finally kv.foreach { case (k, _) => spark.conf.unset(k) }
-  }
+  private def withConf[T](kv: Seq[(String, String)])(body: => T): T = TestSpark.withConf(spark, kv: _*)(body)
 
   private def rows(sql: String): Set[Row] = spark.sql(sql).collect().toSet
 

@@ -8,7 +8,6 @@ import org.apache.spark.sql.catalyst.plans.logical._
 import org.apache.spark.sql.ivm.SparkInternals
 import org.apache.spark.sql.types.IntegerType
 import org.apache.spark.sql.{Row, SparkSession}
-import org.scalatest.BeforeAndAfterAll
 import org.scalatest.funsuite.AnyFunSuite
 
 /**
@@ -18,15 +17,9 @@ import org.scalatest.funsuite.AnyFunSuite
  * several; and the recursions counting does not maintain are refused. (The Python suite's
  * test_recursive runs such views through refreshes, cycles under a depth bound included.)
  */
-class RecursiveRowsSuite extends AnyFunSuite with BeforeAndAfterAll {
+class RecursiveRowsSuite extends AnyFunSuite {
   private lazy val spark: SparkSession = TestSpark.session("recursive-rows")
 
-  // Each step of a recursion is a query of its own over a few rows: compiling each one's code
-  // costs more than running it.
-  private val interpreted =
-    Seq("spark.sql.codegen.wholeStage" -> "false", "spark.sql.codegen.factoryMode" -> "NO_CODEGEN")
-  override def beforeAll(): Unit = interpreted.foreach { case (k, v) => spark.conf.set(k, v) }
-  override def afterAll(): Unit = interpreted.foreach { case (k, _) => spark.conf.unset(k) }
   private val m: Attribute = AttributeReference("__ivm_m", IntegerType, nullable = false)()
 
   private def version(table: String): Long =

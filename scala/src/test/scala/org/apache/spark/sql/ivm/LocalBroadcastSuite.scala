@@ -19,15 +19,7 @@ import org.scalatest.funsuite.AnyFunSuite
 class LocalBroadcastSuite extends AnyFunSuite {
   private lazy val spark: SparkSession = TestSpark.session("local-broadcast")
 
-  private def withConf[T](kv: (String, String)*)(body: => T): T = {
-    val before = kv.map { case (k, _) => k -> spark.conf.getOption(k) }
-    kv.foreach { case (k, v) => spark.conf.set(k, v) }
-    try body
-    finally before.foreach {
-        case (k, Some(v)) => spark.conf.set(k, v)
-        case (k, None) => spark.conf.unset(k)
-      }
-  }
+  private def withConf[T](kv: (String, String)*)(body: => T): T = TestSpark.withConf(spark, kv: _*)(body)
 
   /** Jobs started while `body` ran. */
   private def jobs[T](body: => T): (T, Int) = {
