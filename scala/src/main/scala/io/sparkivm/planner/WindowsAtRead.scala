@@ -25,13 +25,11 @@ import org.apache.spark.sql.types.DataType
  * @param columns    the view's columns
  * @param types      their types, as the query gives them
  * @param functions  the window functions, as SQL (for DESCRIBE and EXPLAIN)
+ * @param query      the query, as analyzed: what a read must compute again
+ * @param rows       its plan of the kept rows
  */
 case class WindowsAtRead(rowColumns: Seq[String], rowTypes: Seq[DataType], select: String,
-    columns: Seq[String], types: Seq[DataType], functions: Seq[String]) {
-
-  // The query and the rows under its windows, as analyzed: what a read must compute again.
-  @transient private var query: LogicalPlan = _
-  @transient private var rows: LogicalPlan = _
+    columns: Seq[String], types: Seq[DataType], functions: Seq[String])(query: LogicalPlan, rows: LogicalPlan) {
 
   /**
    * The query with the rows under its windows read from `leaf` (a relation of [[rowColumns]]),
@@ -117,11 +115,9 @@ object WindowsAtRead {
       s"FROM ($from) AS ${fresh()}"
     val functions = above.collect { case w: Window => w.windowExpressions.map(e => render(unalias(e), read = false)) }
       .reverse.flatten
-    val windows = WindowsAtRead(rowColumns, rows.output.map(_.dataType), select, columns,
-      plan.output.map(_.dataType), functions)
-    windows.query = plan
-    windows.rows = rows
-    (rows, Some(windows))
+    (rows,
+      Some(WindowsAtRead(rowColumns, rows.output.map(_.dataType), select, columns,
+          plan.output.map(_.dataType), functions)(plan, rows)))
   }
 
   /** Projections, filters and windows from the top of `p` down, through aliases. */
