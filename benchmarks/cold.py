@@ -13,6 +13,9 @@ checks the view against the recomputation. A worker times only its statement (it
 start is reported beside it). With --same-app the refreshes and recomputations of every round
 run in one application instead, alternating which goes first: the second and later refreshes
 then find the state earlier ones asked for (made between refreshes).
+A view whose query ends in LIMIT (a top-k view, which sorts its kept rows when read) is also
+read once right after its refresh, and the recomputed table after its recomputation
+(`read_s`): `speedup_with_read` is (recompute + read) / (refresh + read).
 
 Results: benchmarks/results/<out>.json; plot: docs/img/<out>_rounds.png (--out, default cold).
 """
@@ -20,9 +23,11 @@ Results: benchmarks/results/<out>.json; plot: docs/img/<out>_rounds.png (--out, 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -37,7 +42,7 @@ sys.path.insert(0, HERE)
 
 from fk import TABLES, VIEWS, declare_keys, refresh_functions  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
-from spark_ivm import MaterializedView, configure_spark_with_ivm  # noqa: E402
+from spark_ivm import MaterializedView, configure_spark_with_ivm, ivm_jar_path  # noqa: E402
 from tpch_data import generate  # noqa: E402
 
 
@@ -91,6 +96,44 @@ def timed_refresh(spark: SparkSession, view: str) -> Dict[str, Any]:
             "rows_read": report.rows_read, "phases_ms": report.phases_ms, "phases_jobs": report.phases_jobs}
 
 
+def reads_timed(view: str) -> bool:
+    """A view whose query ends in LIMIT does work when read: its refresh is timed with a read."""
+    return re.search(r"\bLIMIT\s+\d+\s*$", VIEWS[view], re.IGNORECASE) is not None
+
+
+def timed_read(spark: SparkSession, table: str) -> Dict[str, Any]:
+    t0 = time.perf_counter()
+    n = len(spark.table(table).collect())
+    return {"read_s": time.perf_counter() - t0, "read_rows": n}
+
+
+def timed_side(spark: SparkSession, view: str, side: str) -> Dict[str, Any]:
+    """The refresh of the view, or the recomputation of its table, then one read of it if timed."""
+    out = timed_refresh(spark, f"{view}_mv") if side == "refresh" else timed_recompute(spark, view)
+    if reads_timed(view):
+        out.update(timed_read(spark, f"{view}_mv" if side == "refresh" else f"{view}_full"))
+    return out
+
+
+def ratios(got: Dict[str, Any]) -> Dict[str, Any]:
+    """Recompute / refresh, and with a read on each side when one was timed."""
+    ref, rec = got["refresh"], got["recompute"]
+    out = {"speedup": rec["recompute_s"] / ref["refresh_s"]}
+    if "read_s" in ref:
+        out["speedup_with_read"] = (rec["recompute_s"] + rec["read_s"]) / (ref["refresh_s"] + ref["read_s"])
+    return out
+
+
+def describe(row: Dict[str, Any]) -> str:
+    ref, rec = row["refresh"], row["recompute"]
+    text = (f"refresh {ref['refresh_s']:.2f} s ({ref['spark_jobs']} jobs, {ref['phases_ms']}), recompute "
+            f"{rec['recompute_s']:.2f} s: {row['speedup']:.1f}x")
+    if "speedup_with_read" in row:
+        text += (f"; reads {ref['read_s']:.2f} s (view) / {rec['read_s']:.2f} s (table): "
+                 f"{row['speedup_with_read']:.1f}x with the read")
+    return text
+
+
 def timed_recompute(spark: SparkSession, view: str) -> Dict[str, Any]:
     metrics = spark.sparkContext._jvm.org.apache.spark.sql.ivm.ReadMetrics  # type: ignore[union-attr]
     t0 = time.perf_counter()
@@ -109,10 +152,8 @@ def worker(args: argparse.Namespace) -> None:
         spark.sql(f"CREATE MATERIALIZED VIEW {args.view}_mv REFRESH POLICY INCREMENTAL AS {VIEWS[args.view]}")
     elif args.worker == "change":
         out.update(refresh_functions(spark, 0.0, seed=args.round, orders=args.orders))
-    elif args.worker == "refresh":
-        out.update(timed_refresh(spark, f"{args.view}_mv"))
-    elif args.worker == "recompute":
-        out.update(timed_recompute(spark, args.view))
+    elif args.worker in ("refresh", "recompute"):
+        out.update(timed_side(spark, args.view, args.worker))
     elif args.worker == "check":
         out["same"] = bag(spark, f"{args.view}_mv") == bag(spark, f"{args.view}_full")
     spark.stop()
@@ -141,10 +182,8 @@ def cold_rounds(args: argparse.Namespace) -> List[Dict[str, Any]]:
         if not run_worker(args, "check", r)["same"]:
             raise SystemExit(f"round {r}: the view differs from its recomputation")
         row = {"round": r, "first": sides[0], "refresh": got["refresh"], "recompute": got["recompute"],
-               "speedup": got["recompute"]["recompute_s"] / got["refresh"]["refresh_s"]}
-        print(f"  cold round {r}: refresh {row['refresh']['refresh_s']:.2f} s "
-              f"({row['refresh']['spark_jobs']} jobs, {row['refresh']['phases_ms']}), recompute "
-              f"{row['recompute']['recompute_s']:.2f} s: {row['speedup']:.1f}x", flush=True)
+               **ratios(got), "load1": os.getloadavg()[0]}
+        print(f"  cold round {r}: {describe(row)}", flush=True)
         rounds.append(row)
     return rounds
 
@@ -158,14 +197,11 @@ def same_app_rounds(args: argparse.Namespace) -> List[Dict[str, Any]]:
         spark._jvm.io.sparkivm.state.StateBuilds.awaitIdle(600000)  # type: ignore[union-attr]
         got: Dict[str, Any] = {}
         for side in (["refresh", "recompute"] if r % 2 else ["recompute", "refresh"]):
-            got[side] = (timed_refresh(spark, f"{args.view}_mv") if side == "refresh"
-                         else timed_recompute(spark, args.view))
+            got[side] = timed_side(spark, args.view, side)
         if bag(spark, f"{args.view}_mv") != bag(spark, f"{args.view}_full"):
             raise SystemExit(f"same-app round {r}: the view differs from its recomputation")
-        row = {"round": r, **got, "speedup": got["recompute"]["recompute_s"] / got["refresh"]["refresh_s"]}
-        print(f"  same-app round {r}: refresh {row['refresh']['refresh_s']:.2f} s "
-              f"({row['refresh']['spark_jobs']} jobs, {row['refresh']['phases_ms']}), recompute "
-              f"{row['recompute']['recompute_s']:.2f} s: {row['speedup']:.1f}x", flush=True)
+        row = {"round": r, **got, **ratios(got), "load1": os.getloadavg()[0]}
+        print(f"  same-app round {r}: {describe(row)}", flush=True)
         rounds.append(row)
     spark.stop()
     return rounds
@@ -192,6 +228,11 @@ def plot_rounds(result: Dict[str, Any], path: str, title: str, xlabel: str = "ro
                            label=f"refresh, {label}")
             ax.plot(xs, [r["recompute"]["recompute_s"] for r in rows], marker=marker, linestyle="--",
                     color=line[0].get_color(), label=f"recompute, {label}")
+            if all("read_s" in r["refresh"] for r in rows):
+                ax.plot(xs, [r["refresh"]["refresh_s"] + r["refresh"]["read_s"] for r in rows],
+                        marker=marker, linestyle=":", color=line[0].get_color(),
+                        label=f"refresh + read of the view, {label}")
+    ax.set_xticks(sorted({r["round"] for key in ("cold", "same_app") for r in result.get(key) or []}))
     ax.set_xlabel(xlabel)
     ax.set_ylabel("seconds")
     ax.set_ylim(bottom=0)
@@ -228,6 +269,7 @@ def main() -> None:
     print(f"set up in {setup['application_s']:.0f} s: {setup['rows']}", flush=True)
     result: Dict[str, Any] = {"sf": args.sf, "view": args.view, "orders": args.orders, "rely": args.rely,
                               "master": args.master, "machine": platform.platform(), "rows": setup["rows"],
+                              "jar_md5": hashlib.md5(open(ivm_jar_path(), "rb").read()).hexdigest(),
                               "cold": cold_rounds(args)}
     if args.same_app:
         result["same_app"] = same_app_rounds(args)

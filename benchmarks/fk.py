@@ -94,6 +94,13 @@ VIEWS = {
 # The TPC-H queries of operator coverage (issue 12): a left join under two aggregates, an IN
 # subquery over an aggregate, EXISTS and NOT EXISTS, an uncorrelated scalar subquery.
 VIEWS.update({q: QUERIES[q] for q in ("q13", "q18", "q21", "q22")})
+# A top-k view (issue 44): the 100 orders of highest revenue. Its backing table keeps every
+# order's revenue and a read applies ORDER BY ... LIMIT, so it is timed with a read (cold.py)
+# and left out of this script's default views.
+VIEWS["top100"] = """SELECT o_orderkey, o_orderdate, sum(l_extendedprice * (1 - l_discount)) AS revenue
+                     FROM orders JOIN lineitem ON l_orderkey = o_orderkey GROUP BY o_orderkey, o_orderdate
+                     ORDER BY revenue DESC, o_orderkey, o_orderdate LIMIT 100"""
+TOPK_VIEWS = {"top100"}
 MODES = {  # mode: confs set for its refresh
     "generic": {"spark.ivm.fkPruning.enabled": "false", "spark.ivm.keyProbing.enabled": "false"},
     "fk": {"spark.ivm.fkPruning.enabled": "true", "spark.ivm.keyProbing.enabled": "false"},
@@ -353,7 +360,7 @@ def main() -> None:
                         help="a fixed number of orders in and out per round (instead of --fraction)")
     parser.add_argument("--rely", action="store_true",
                         help="declare the foreign keys with RELY (refreshes trust them)")
-    parser.add_argument("--views", default=",".join(VIEWS))
+    parser.add_argument("--views", default=",".join(v for v in VIEWS if v not in TOPK_VIEWS))
     parser.add_argument("--modes", default=DEFAULT_MODES, help="subset of " + ",".join(MODES))
     parser.add_argument("--memory", default="12g")
     parser.add_argument("--work", default=os.path.join(ROOT, "work"))
