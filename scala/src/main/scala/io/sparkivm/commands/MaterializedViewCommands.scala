@@ -1,7 +1,7 @@
 package io.sparkivm.commands
 
 import io.sparkivm.catalog.ViewCatalog
-import io.sparkivm.execution.{HeldState, RefreshLog, RefreshPipeline}
+import io.sparkivm.execution.{RefreshLog, RefreshPipeline, StateReport}
 import org.apache.spark.sql.catalyst.expressions.{Attribute, AttributeReference}
 import org.apache.spark.sql.execution.command.LeafRunnableCommand
 import org.apache.spark.sql.types.{LongType, StringType, TimestampType}
@@ -134,7 +134,7 @@ case class ShowStateCommand(statement: ShowState) extends LeafRunnableCommand {
   override val output: Seq[Attribute] = Seq(string("kind"), string("of"), string("place"), long("bytes"),
     string("view"), string("stamp"))
   override def run(spark: SparkSession): Seq[Row] = {
-    val lines = statement.name.map(n => HeldState.of(spark, ViewCatalog.lookup(spark, n))).getOrElse(HeldState.all)
+    val lines = statement.name.map(n => StateReport.of(spark, ViewCatalog.lookup(spark, n))).getOrElse(StateReport.all)
     lines.map(l => Row(l.kind, l.of, l.place, l.bytes, l.view.orNull, l.stamp))
   }
 }

@@ -10,7 +10,7 @@ import io.sparkivm.changes.{ChangeFeed, ChangeRequest, DeltaSources, PinnedSourc
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.epsilon.{TriangleMaintenance, TriangleStateTables, TriangleViews}
 import io.sparkivm.execution.{
-  AnalyzedView, BackingTable, CheckSteps, Freshness, HeldState, PinnedReader, PlanningConf, ResidentBackingRows,
+  AnalyzedView, BackingTable, CheckSteps, Freshness, KeyedViewRows, PinnedReader, PlanningConf, StateReport,
   ViewAnalysis
 }
 import io.sparkivm.planner.{AggregateState, PlanOnly, TimeFilters}
@@ -80,7 +80,7 @@ object ViewExplainer {
     val refreshedAt = new Timestamp(last.timestampMs)
     val fresh = Freshness.of(spark, meta, last)
     val lastReason = meta.history.lastOption.map(_.reason)
-    val state = HeldState.of(spark, meta)
+    val state = StateReport.of(spark, meta)
     val info = Seq(
       ("View", meta.viewName, ""), ("Backing table", meta.backing.quotedString, ""), ("Query", meta.queryText, ""),
       ("Refresh policy",
@@ -110,12 +110,12 @@ object ViewExplainer {
           s"#${last.number} (${last.mode}) at $refreshedAt, " +
             s"backing table version ${last.backingVersion}" + lastReason.map(r => s": $r").getOrElse(""), "")) ++
       Seq(("State held",
-          if (state.isEmpty) s"none (${HeldState.summary(spark)})"
+          if (state.isEmpty) s"none (${StateReport.summary(spark)})"
           else
-            s"${HeldState.bytes(state.map(_.bytes).sum)} in ${state.size} arrangements (${HeldState.summary(spark)})",
+            s"${StateReport.bytes(state.map(_.bytes).sum)} in ${state.size} arrangements (${StateReport.summary(spark)})",
           "")) ++
       state.map(l =>
-        ("State", s"${l.kind} of ${l.of} at ${l.stamp}: ${HeldState.bytes(l.bytes)} in the ${l.place}", "")) ++
+        ("State", s"${l.kind} of ${l.of} at ${l.stamp}: ${StateReport.bytes(l.bytes)} in the ${l.place}", "")) ++
       meta.comment.map(c => ("Comment", c, "")) ++
       (if (meta.sqlConf.isEmpty) Nil
        else Seq(("SQL configurations",
@@ -295,7 +295,7 @@ object ViewExplainer {
             n.startsWith("integrity fails"))
         val recompute = if (maintenance.states.exists(_.recompute.isDefined)) 2 else 0
         val kept = maintenance.keyNames.nonEmpty &&
-          ResidentBackingRows.keptAt(DeltaTables.log(spark, meta.backing).update(), maintenance.foldColumns)
+          KeyedViewRows.keptAt(DeltaTables.log(spark, meta.backing).update(), maintenance.foldColumns)
         line("Old rows of the changed groups: " + (if (kept) "looked up in the view's rows kept in memory by key " +
                                                      s"(${IvmConf.StateExecutorMaxBytes.key}), no job"
                                                    else s"read from ${meta.backing.quotedString}"))

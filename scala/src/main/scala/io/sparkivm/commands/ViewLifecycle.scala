@@ -11,8 +11,8 @@ import io.sparkivm.conf.IvmConf
 import io.sparkivm.epsilon.{EpsilonStrategy, TriangleStateTables, TriangleViews}
 import io.sparkivm.errors.{IvmErrors, IvmException}
 import io.sparkivm.execution.{
-  AnalyzedView, BackingLayout, BackingTable, CatalogViews, FaultInjection, MaintenanceStrategy, PinnedReader,
-  RefreshContext, RefreshFailures, RefreshPipeline, ResidentKeyCounts, ViewAnalysis
+  AnalyzedView, ArrangedKeyCounts, BackingLayout, BackingTable, CatalogViews, FaultInjection, MaintenanceStrategy,
+  PinnedReader, RefreshContext, RefreshFailures, RefreshPipeline, ViewAnalysis
 }
 import io.sparkivm.planner.ViewMaintenance
 import io.sparkivm.policy.RefreshPolicies
@@ -146,7 +146,7 @@ object ViewLifecycle extends Logging {
       }
       RefreshHistory.measuredAfterCommit(meta.id, 0, System.currentTimeMillis() - startMs)
       if (incremental)
-        ResidentKeyCounts.store(spark, BackingTable.stateRoot(spark, backing), analyzed.plan, pinned, reader)
+        ArrangedKeyCounts.store(spark, BackingTable.stateRoot(spark, backing), analyzed.plan, pinned, reader)
       FaultInjection.point(spark, "create-after-backing")
       CatalogViews.create(spark, meta, analyzed.maintenance, replace = replacing.isDefined)
     } catch {

@@ -5,7 +5,7 @@ import scala.collection.mutable
 import io.sparkivm.catalog.{EpsilonState, RefreshRecord, ViewMetadata}
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.execution.{
-  AnalyzedView, MaintenanceStrategy, PinnedReader, PlanningConf, RefreshContext, ResidentState, StrategyProvider,
+  AnalyzedView, MaintenanceStrategy, PartitionedState, PinnedReader, PlanningConf, RefreshContext, StrategyProvider,
   StrategyRefresh
 }
 import io.sparkivm.planner.{DeltaRules, TriangleQuery}
@@ -63,7 +63,7 @@ class TriangleRefresh(spark: SparkSession, meta: ViewMetadata, q: TriangleQuery,
   private val tables = new TriangleStateTables(spark, meta, attempt)
   private val base = tables.restore(state)
   private val engine = new TriangleMaintenance(spark, q, reader.rules, PlanningConf.probe(spark).maxKeys,
-    Some(ResidentState.Owner(meta.backing, tables.instance)).filter(_ => IvmConf.EpsilonResidentState.get(spark)))
+    Some(PartitionedState.Owner(meta.backing, tables.instance)).filter(_ => IvmConf.EpsilonResidentState.get(spark)))
   // Read once: the delta and the next state both split rows by the heavy keys as of `state`.
   private val heavy = TriangleViews.heavySets(state, tables, state.versions, engine)
   private val branch = TriangleViews.branch(spark, q, engine,

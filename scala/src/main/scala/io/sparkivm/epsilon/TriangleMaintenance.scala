@@ -4,7 +4,7 @@ import scala.collection.mutable
 
 import io.sparkivm.catalog.EpsilonState
 import io.sparkivm.errors.IvmErrors
-import io.sparkivm.execution.{DriverEval, ResidentState}
+import io.sparkivm.execution.{DriverEval, PartitionedState}
 import io.sparkivm.planner.{DeltaRules, KeyProbe, TriangleQuery}
 import org.apache.spark.sql.catalyst.CatalystTypeConverters
 import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, Cast, Literal}
@@ -42,7 +42,7 @@ import org.apache.spark.sql.{DataFrame, Row, SparkSession}
  * once per batch from its degree after the batch.
  */
 class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRules, maxKeys: Int,
-    resident: Option[ResidentState.Owner] = None) {
+    resident: Option[PartitionedState.Owner] = None) {
   import TriangleMaintenance._
 
   private val sides = 0 until 3
@@ -242,15 +242,15 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
     }
 
   /** The resident rows of occurrence i at Post laid out by `layout` (see [[residentPost]]). */
-  private def residentEntry(i: Int, layout: String): Option[ResidentState.Entry] = for {
+  private def residentEntry(i: Int, layout: String): Option[PartitionedState.Entry] = for {
     owner <- resident
     (preVersions, postVersions) <- rules.stamps(q.sides(i).plan)
   } yield {
     val name = owner.name(group(i), layout)
     val (preStamp, postStamp) = (owner.stamp(preVersions), owner.stamp(postVersions))
-    ResidentState.synchronized {
-      ResidentState.get(spark, name, postStamp).getOrElse {
-        val advanced = ResidentState.get(spark, name, preStamp).flatMap { kept =>
+    PartitionedState.synchronized {
+      PartitionedState.get(spark, name, postStamp).getOrElse {
+        val advanced = PartitionedState.get(spark, name, preStamp).flatMap { kept =>
           deltas(i) match {
             case None => Some(kept.copy(version = postStamp))
             case Some(d) if d.local => kept.plus(postStamp, PartitionedRows.toInternal(kept.base.schema, d.rows))
@@ -259,11 +259,11 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
         }
         val entry = advanced.getOrElse {
           val bytes = rules.sizeInBytes(q.sides(i).plan)
-          val parts = ResidentState.partitions(spark,
-            if (bytes == Long.MaxValue) 0L else bytes / ResidentState.BytesPerPartition)
-          ResidentState.Entry(postStamp, ResidentState.rows(post(i), s"$layout$i", parts), Vector.empty)
+          val parts = PartitionedState.partitions(spark,
+            if (bytes == Long.MaxValue) 0L else bytes / PartitionedState.BytesPerPartition)
+          PartitionedState.Entry(postStamp, PartitionedState.rows(post(i), s"$layout$i", parts), Vector.empty)
         }
-        ResidentState.put(name, entry)
+        PartitionedState.put(name, entry)
         entry
       }
     }
@@ -407,7 +407,7 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
    * its light rows). Then every step's second hops (point lookups keyed by F1 and F2) and
    * auxiliary-view lookups (V_p as of the step: stored plus earlier steps' changes) are one
    * query, summed per row. Where the resident rows are read in place (a local master), the
-   * hops run no job at all: each probe is a local relation ([[ResidentState.Entry.frame]]).
+   * hops run no job at all: each probe is a local relation ([[PartitionedState.Entry.frame]]).
    *
    * `auxTable(i, keys, where)` gives auxiliary view i's rows whose b_{i+1} is in `keys` (its
    * light side's variable) and whose columns in `where` hold the values given, or more rows.

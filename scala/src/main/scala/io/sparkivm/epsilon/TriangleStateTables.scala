@@ -7,7 +7,7 @@ import io.sparkivm.catalog.{DeltaTables, EpsilonState, ViewCatalog, ViewMetadata
 import io.sparkivm.changes.DeltaSources
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.errors.IvmErrors
-import io.sparkivm.execution.{DriverWrite, ResidentState, StateConflictException}
+import io.sparkivm.execution.{DriverWrite, PartitionedState, StateConflictException}
 import io.sparkivm.state.{Arrangement, StateId, StateKind, StatePlace, StateRegistry, StateSize}
 import org.apache.spark.sql.catalyst.{CatalystTypeConverters, InternalRow, TableIdentifier}
 import org.apache.spark.sql.delta.util.FileNames
@@ -91,18 +91,18 @@ class TriangleStateTables(spark: SparkSession, meta: ViewMetadata, attempt: Stri
   /**
    * Auxiliary view i as of a version, the rows whose first column (its probe key) is one of
    * `keys` and whose columns named in `where` hold one of the values given, or more rows:
-   * resident when kept ([[ResidentState]]), else read from its table and kept.
+   * resident when kept ([[PartitionedState]]), else read from its table and kept.
    */
   def aux(i: Int, version: Long, rows: Long, keyColumn: String, keys: Option[Seq[Any]],
       where: Seq[(String, Seq[Any])] = Nil): WeightedDelta =
     if (!resident) WeightedDelta.there(read(3 + i, version))
     else {
-      val table = ResidentState.tableName(names(3 + i))
-      val entry = ResidentState.get(spark, table, stamp(3 + i, version)).getOrElse {
-        val parts = ResidentState.partitions(spark, rows / ResidentState.RowsPerPartition + 1)
-        val built = ResidentState.Entry(stamp(3 + i, version),
-          ResidentState.rows(read(3 + i, version), keyColumn, parts), Vector.empty)
-        ResidentState.put(table, built)
+      val table = PartitionedState.tableName(names(3 + i))
+      val entry = PartitionedState.get(spark, table, stamp(3 + i, version)).getOrElse {
+        val parts = PartitionedState.partitions(spark, rows / PartitionedState.RowsPerPartition + 1)
+        val built = PartitionedState.Entry(stamp(3 + i, version),
+          PartitionedState.rows(read(3 + i, version), keyColumn, parts), Vector.empty)
+        PartitionedState.put(table, built)
         built
       }
       val at = where.map { case (c, v) => entry.base.schema.fieldIndex(c) -> v }
@@ -116,7 +116,7 @@ class TriangleStateTables(spark: SparkSession, meta: ViewMetadata, attempt: Stri
     val laid = rows.repartitionByRange(files.toInt, col(sortKey)).sortWithinPartitions(sortKey)
     laid.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
       .option("maxRecordsPerFile", rowsPerFile).option("userMetadata", tag).saveAsTable(names(i).quotedString)
-    ResidentState.remove(ResidentState.tableName(names(i)))
+    PartitionedState.remove(PartitionedState.tableName(names(i)))
     version(i)
   }
 
@@ -154,18 +154,18 @@ class TriangleStateTables(spark: SparkSession, meta: ViewMetadata, attempt: Stri
    * rows follow when the append is the next version and the change is held on the driver.
    */
   def appendAux(i: Int, from: Long, change: WeightedDelta, sortKey: String): Long = {
-    val table = ResidentState.tableName(names(3 + i))
+    val table = PartitionedState.tableName(names(3 + i))
     val to = append(3 + i, change, sortKey)
     val followed = for {
-      entry <- ResidentState.get(spark, table, stamp(3 + i, from)) if change.local && to == from + 1
+      entry <- PartitionedState.get(spark, table, stamp(3 + i, from)) if change.local && to == from + 1
       schema = entry.base.schema
       next <- entry.plus(stamp(3 + i, to),
         PartitionedRows.toInternal(schema,
           change.rows.map(r => Row.fromSeq(schema.fieldNames.toSeq.map(n => r.getAs[Any](n))))))
     } yield next
     followed match {
-      case Some(entry) => ResidentState.put(table, entry)
-      case None => ResidentState.remove(table)
+      case Some(entry) => PartitionedState.put(table, entry)
+      case None => PartitionedState.remove(table)
     }
     to
   }
@@ -184,7 +184,7 @@ class TriangleStateTables(spark: SparkSession, meta: ViewMetadata, attempt: Stri
   }
 
   def drop(): Unit = names.foreach { n =>
-    ResidentState.remove(ResidentState.tableName(n))
+    PartitionedState.remove(PartitionedState.tableName(n))
     spark.sql(s"DROP TABLE IF EXISTS ${n.quotedString}")
     DeltaTables.forget(spark, n)
   }
@@ -200,9 +200,9 @@ object TriangleStateTables {
 
   /** Drops the state tables of a view's backing table, if there are any. */
   def dropFor(spark: SparkSession, backing: TableIdentifier): Unit = {
-    ResidentState.removeView(backing)
+    PartitionedState.removeView(backing)
     EpsilonState.tables(backing).foreach { n =>
-      ResidentState.remove(ResidentState.tableName(n))
+      PartitionedState.remove(PartitionedState.tableName(n))
       if (ViewCatalog.exists(spark, n)) spark.sql(s"DROP TABLE IF EXISTS ${n.quotedString}")
       DeltaTables.forget(spark, n)
     }

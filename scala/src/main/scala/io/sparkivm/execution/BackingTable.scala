@@ -96,8 +96,8 @@ object BackingTable {
 
   /** [[current]] at `snapshot`, which a refresh reads once for its delta's reads of the table. */
   def at(spark: SparkSession, meta: ViewMetadata, snapshot: Snapshot, positions: Boolean): LogicalPlan = {
-    // A small table's rows held on the driver ([[HeldTableRows]]): no job reads them.
-    HeldTableRows.rows(spark, meta.backing, snapshot) match {
+    // A small table's rows held on the driver ([[SmallTableRows]]): no job reads them.
+    SmallTableRows.rows(spark, meta.backing, snapshot) match {
       case Some(rows) => RefreshSteps.local(DataTypeUtils.toAttributes(snapshot.metadata.schema), rows)
       case None =>
         val df = DeltaSources.snapshot(spark, meta.backing, snapshot.version)
@@ -110,12 +110,12 @@ object BackingTable {
 
   /**
    * The old rows of a refresh's changed keys (rows of the key columns) where the table is kept
-   * in memory by key ([[ResidentBackingRows]]): the columns the fold reads, with their places.
+   * in memory by key ([[KeyedViewRows]]): the columns the fold reads, with their places.
    * `made` is called if the table was read now to keep them.
    */
   def oldOfKeys(spark: SparkSession, meta: ViewMetadata, snapshot: Snapshot, maintenance: ViewMaintenance,
       keys: Seq[InternalRow], refresh: String, made: () => Unit): Option[LogicalPlan] =
-    ResidentBackingRows.rows(spark, meta, snapshot, maintenance.foldColumns, maintenance.keyNames.size, keys,
+    KeyedViewRows.rows(spark, meta, snapshot, maintenance.foldColumns, maintenance.keyNames.size, keys,
       refresh, made).map { case (output, rows) => RefreshSteps.local(output, rows) }
 
   def sizeInBytes(spark: SparkSession, meta: ViewMetadata): Long =

@@ -63,7 +63,7 @@ class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
       .getOrElse(DeltaSources.snapshot(spark, leaf.table, version))
 
   /**
-   * A small table's rows at `version` held on the driver ([[HeldTableRows]]), as a relation with
+   * A small table's rows at `version` held on the driver ([[SmallTableRows]]), as a relation with
    * fresh attributes: a dimension such as TPC-H's `nation` is then joined on the driver, where a
    * scan of its one file would make every query that reads it a Spark job. Post's rows are held
    * per version: advanced from the rows held at Pre by the change held here (Post = Pre + D), or
@@ -71,17 +71,17 @@ class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
    * (Pre = Post - D), or not held.
    */
   private def heldRows(leaf: SourceLeaf, version: Long): Option[LogicalPlan] = for {
-    p <- pinned.get(leaf.name) if p.sizeInBytes <= HeldTableRows.MaxBytes && IvmConf.KnownFilesEnabled.get(spark)
+    p <- pinned.get(leaf.name) if p.sizeInBytes <= SmallTableRows.MaxBytes && IvmConf.KnownFilesEnabled.get(spark)
     snapshot = KnownFiles.snapshot(DeltaTables.log(spark, leaf.table), p.version)
     // CHAR and VARCHAR columns are padded or checked by a table read, not by a relation.
     if snapshot.metadata.id == p.tableId && !CharVarcharUtils.hasCharVarchar(snapshot.metadata.schema)
     local = changes.get(leaf.name).collect { case DriverChange(schema, data) => (schema, data) }
     post <- local.zip(consumed.get(leaf.name)).flatMap { case ((schema, data), from) =>
-      HeldTableRows.at(spark, snapshot).orElse(HeldTableRows.advanced(spark, snapshot, from, schema, data))
-    }.orElse(HeldTableRows.rows(spark, leaf.table, snapshot))
+      SmallTableRows.at(spark, snapshot).orElse(SmallTableRows.advanced(spark, snapshot, from, schema, data))
+    }.orElse(SmallTableRows.rows(spark, leaf.table, snapshot))
     rows <- if (version == p.version) Some(post)
     else derivedPre.synchronized(derivedPre.getOrElseUpdate(leaf.name,
-        local.flatMap { case (schema, data) => HeldTableRows.plus(snapshot.metadata.schema, post, schema, data, -1) }))
+        local.flatMap { case (schema, data) => SmallTableRows.plus(snapshot.metadata.schema, post, schema, data, -1) }))
   } yield LocalRelation(DataTypeUtils.toAttributes(snapshot.metadata.schema), rows)
 
   /** Pre's rows of held tables, derived once per refresh (a plan reads Pre in several branches). */
@@ -147,7 +147,7 @@ class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
     for {
       source <- pinned.get(table.leaf.name)
       from <- consumed.get(table.leaf.name)
-      counts <- ResidentKeyCounts.read(spark, table, keys, source, from, changes.get(table.leaf.name),
+      counts <- ArrangedKeyCounts.read(spark, table, keys, source, from, changes.get(table.leaf.name),
         post(table.leaf), refreshToken,
         stateRoot.map(StoredKeyCounts.dirOf(_, source.tableId, table.definition)))
     } yield counts
@@ -157,7 +157,7 @@ class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
     for {
       source <- pinned.get(leaf.name)
       from <- consumed.get(leaf.name)
-      rows <- ResidentTableRows.read(spark, leaf.table, key, columns, keys, source, from, atPost,
+      rows <- KeyedTableRows.read(spark, leaf.table, key, columns, keys, source, from, atPost,
         changes.get(leaf.name), all, refreshToken)
     } yield rows
 
@@ -165,7 +165,7 @@ class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
     for {
       source <- pinned.get(leaf.name)
       from <- consumed.get(leaf.name)
-      rows <- ResidentTableRows.where(spark, leaf.table, columns, source, from, changes.get(leaf.name), where)
+      rows <- KeyedTableRows.where(spark, leaf.table, columns, source, from, changes.get(leaf.name), where)
     } yield rows
 
   /** Who asks for counts and rows: one refresh (its plan may ask for the same counts more than once). */

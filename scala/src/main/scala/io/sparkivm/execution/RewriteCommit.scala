@@ -39,7 +39,7 @@ import org.apache.spark.sql.{Column, DataFrame, SaveMode, SparkSession}
  * ([[smallFiles]]), so that marking and appending keeps the view's files few. When no file is
  * rewritten and the new rows are on the driver, the driver writes them ([[DriverWrite]]: no
  * job), and the new version's rows are held for the next refresh when the table is small
- * ([[HeldTableRows]]). Readers see an ordinary Delta table; the change feed (if a downstream
+ * ([[SmallTableRows]]). Readers see an ordinary Delta table; the change feed (if a downstream
  * view turned it on) shows the rewritten files' rows as deleted and inserted, which nets to the
  * real change.
  */
@@ -156,14 +156,14 @@ object RewriteCommit extends DeltaCommand {
         added))
     // Rows that replaced all others are known whether or not the old ones were held.
     for ((schema, rows) <- whole.orElse(freshOnDriver.filter(_ => replacesAll))) {
-      HeldTableRows.replaced(spark, path, txn.metadata.id, version, schema, rows)
+      SmallTableRows.replaced(spark, path, txn.metadata.id, version, schema, rows)
     }
     Some(changed.metrics)
   }
 
   /**
    * The table's rows after the apply (its columns, with their schema), when they are all known on
-   * the driver: the table's rows at the version read are held there ([[HeldTableRows]]), the
+   * the driver: the table's rows at the version read are held there ([[SmallTableRows]]), the
    * table is at most `spark.ivm.apply.rewriteWithoutSearchBytes` (so it would be rewritten
    * without a search anyway) and has no change data feed (whose readers would see every row
    * deleted and inserted). They are the held rows less those of the changed keys, plus the new
@@ -175,12 +175,12 @@ object RewriteCommit extends DeltaCommand {
       : Option[(StructType, Seq[InternalRow])] =
     if (maintenance.keyNames.isEmpty || DeltaConfigs.CHANGE_DATA_FEED.fromMetaData(txn.metadata)) None
     else for {
-      held <- HeldTableRows.at(spark, txn.snapshot)
+      held <- SmallTableRows.at(spark, txn.snapshot)
       if DeltaSources.sizeInBytes(txn.snapshot) <= IvmConf.ApplyRewriteWithoutSearchBytes.get(spark)
       keys <- keysOnDriver
       (schema, fresh) <- freshOnDriver
       if DriverWrite.sameColumns(txn.metadata.schema, schema)
-    } yield schema -> (HeldTableRows.without(schema, held, maintenance.keyNames.map(schema.fieldIndex), keys) ++ fresh)
+    } yield schema -> (SmallTableRows.without(schema, held, maintenance.keyNames.map(schema.fieldIndex), keys) ++ fresh)
 
   /**
    * Replaces all rows of the backing table by `rows` (a full refresh), with the schema of `rows`

@@ -18,7 +18,7 @@ import org.scalatest.funsuite.AnyFunSuite
  * Post, or at Pre before the change moves them; and the same rows a scan of the table at that
  * version finds, for the keys asked, NULL keys included.
  */
-class ResidentTableRowsSuite extends AnyFunSuite {
+class KeyedTableRowsSuite extends AnyFunSuite {
   private lazy val spark: SparkSession = TestSpark.session("resident-table-rows")
 
   private val schema = StructType(Seq(StructField("k", IntegerType), StructField("s", StringType)))
@@ -59,7 +59,7 @@ class ResidentTableRowsSuite extends AnyFunSuite {
         Project(p.output, p)
       }
       val keys = Set[Any](1, 2, null)
-      def read(atPost: Boolean, refresh: String) = ResidentTableRows.read(spark, TableIdentifier("rt_t"), "k",
+      def read(atPost: Boolean, refresh: String) = KeyedTableRows.read(spark, TableIdentifier("rt_t"), "k",
         schema.fields.toSeq.map(f => f.copy(name = f.name.toLowerCase)), keys, source, pre, atPost, Some(change),
         all, refresh)
       assert(read(atPost = true, "first").isEmpty, "the first refresh that asks does not read the table")
@@ -70,7 +70,7 @@ class ResidentTableRowsSuite extends AnyFunSuite {
       assert(read(atPost = false, "third").isEmpty)
       // Rows where a filter holds, from the kept rows, without a scan.
       val where = GreaterThan(BoundReference(0, IntegerType, nullable = true), Literal(1))
-      val filtered = ResidentTableRows.where(spark, TableIdentifier("rt_t"),
+      val filtered = KeyedTableRows.where(spark, TableIdentifier("rt_t"),
         schema.fields.toSeq.map(f => f.copy(name = f.name.toLowerCase)), source, pre, Some(change), where)
       assert(filtered.map(external) === Some(spark.sql(s"SELECT k, s FROM rt_t VERSION AS OF ${post.version} " +
           "WHERE k > 1").collect().toSeq.sortBy(_.toString)))

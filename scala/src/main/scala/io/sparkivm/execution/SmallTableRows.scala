@@ -28,7 +28,7 @@ import org.apache.spark.sql.types.StructType
  * table in a few files is read once when a refresh asks for it: on the driver from its files
  * ([[DriverTableRead]]), or by one job.
  */
-object HeldTableRows {
+object SmallTableRows {
 
   /** Tables with more rows (`spark.ivm.heldTables.maxRows`), or more bytes, are not held. */
   val MaxBytes: Long = 2L << 20

@@ -11,7 +11,7 @@ import org.apache.spark.sql.SparkSession
  * view, what the view owns, what is of its backing table, and what is of the tables it reads
  * (shared with other views that read them).
  */
-object HeldState {
+object StateReport {
 
   /** One arrangement: its kind, what it is of, where, its bytes, the view it serves and its stamp. */
   final case class Line(kind: String, of: String, place: String, bytes: Long, view: Option[String], stamp: String)

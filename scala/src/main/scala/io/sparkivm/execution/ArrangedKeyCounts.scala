@@ -19,7 +19,7 @@ import org.apache.spark.sql.types.StructType
 
 /**
  * The counts of a [[CountedTable]] kept in the executors' memory between refreshes, indexed by
- * key ([[ResidentState]], [[org.apache.spark.sql.ivm.PartitionedRows]]), so that a refresh reads
+ * key ([[PartitionedState]], [[org.apache.spark.sql.ivm.PartitionedRows]]), so that a refresh reads
  * the counts of its changed keys and nothing else.
  *
  * An entry is named by the table's Delta id and what is counted, and stamped with the table
@@ -33,7 +33,7 @@ import org.apache.spark.sql.types.StructType
  * ([[StoredKeyCounts]]: written at CREATE for the integrity checks, or between refreshes), and
  * every refresh moves that copy on by its change.
  */
-object ResidentKeyCounts extends Logging {
+object ArrangedKeyCounts extends Logging {
   private val CountColumn = "__ivm_cnt"
 
   /**
@@ -69,12 +69,12 @@ object ResidentKeyCounts extends Logging {
       // The log's path with the id: a copied table keeps its id.
       val name = s"keycounts/${DeltaTables.log(spark, t.leaf.table).logPath}#${source.tableId}/${t.definition}"
       val (preStamp, postStamp) = (from.toString, source.version.toString)
-      val askedBefore = ResidentState.ask(name, refresh)
+      val askedBefore = PartitionedState.ask(name, refresh)
       // The counts in storage, read at Pre for a refresh that finds none in memory (the first
       // of an application), and moved on to Post by every refresh whatever answers it.
       lazy val fromStorage: Option[KeyCounts] = stored.flatMap { dir =>
-        val wantedHere = wanted.map(CatalystTypeConverters.convertToCatalyst).toSet
-        StoredKeyCounts.at(spark, dir, from, keyType, wantedHere).map { pre =>
+        val wantedCatalyst = wanted.map(CatalystTypeConverters.convertToCatalyst).toSet
+        StoredKeyCounts.at(spark, dir, from, keyType, wantedCatalyst).map { pre =>
           val p = pre.map { case (k, n) => CatalystTypeConverters.convertToScala(k, keyType) -> n }
           KeyCounts(p, plus(p, 1))
         }
@@ -91,16 +91,16 @@ object ResidentKeyCounts extends Logging {
             StoredKeyCounts.writeBaseBeside(spark, dir, source.version, SparkInternals.dataFrame(spark, countsOf(t, plan)))
         }
       }
-      ResidentState.get(spark, name, postStamp) match {
+      PartitionedState.get(spark, name, postStamp) match {
         case Some(e) => e.sums(spark, wanted, CountColumn).map(p => KeyCounts(plus(p, -1), p))
-        case None => ResidentState.get(spark, name, preStamp) match {
+        case None => PartitionedState.get(spark, name, preStamp) match {
             case Some(e) =>
               val counted = e.sums(spark, wanted, CountColumn).map(p => KeyCounts(p, plus(p, 1)))
               // The entry moves on to Post: the change's counts appended, as a refresh appends.
               val rows = d.iterator.map { case (k, n) => InternalRow(k, n) }.toSeq
               e.plus(postStamp, rows) match {
-                case Some(next) => ResidentState.put(name, next)
-                case None => ResidentState.remove(name)
+                case Some(next) => PartitionedState.put(name, next)
+                case None => PartitionedState.remove(name)
               }
               counted
             // Counted the second time a refresh in this application asks: an application that
@@ -110,23 +110,23 @@ object ResidentKeyCounts extends Logging {
             case None if !StateRegistry.admits(spark, StatePlace.Executors, source.sizeInBytes) => fromStorage
             case None =>
               val plan = post
-              def make(): ResidentState.Entry = {
+              def make(): PartitionedState.Entry = {
                 val counts = countsOf(t, plan)
-                val parts = ResidentState.partitions(spark, source.sizeInBytes / (16L << 20) + 1)
-                ResidentState.Entry(postStamp,
-                  ResidentState.rows(SparkInternals.dataFrame(spark, counts), t.key.name, parts), Vector.empty)
+                val parts = PartitionedState.partitions(spark, source.sizeInBytes / (16L << 20) + 1)
+                PartitionedState.Entry(postStamp,
+                  PartitionedState.rows(SparkInternals.dataFrame(spark, counts), t.key.name, parts), Vector.empty)
               }
               if (IvmConf.StateBuildInBackground.get(spark)) {
                 // Counted after this refresh, at its Post: the next refresh's Pre (StateBuilds).
-                StateBuilds.submit(spark, ResidentState.idOf(name)) {
+                StateBuilds.submit(spark, PartitionedState.idOf(name)) {
                   val entry = make()
                   entry.base.load()
-                  ResidentState.put(name, entry)
+                  PartitionedState.put(name, entry)
                 }
                 fromStorage
               } else {
                 val entry = make()
-                ResidentState.put(name, entry)
+                PartitionedState.put(name, entry)
                 entry.sums(spark, wanted, CountColumn).map(p => KeyCounts(plus(p, -1), p))
               }
           }

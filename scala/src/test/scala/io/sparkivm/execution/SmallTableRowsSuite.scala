@@ -14,7 +14,7 @@ import org.scalatest.funsuite.AnyFunSuite
  * only, moved to a later version by the net change in between (Post = Pre + D) and back
  * (Pre = Post - D), and refused where a change is not of the rows held or the table is too large.
  */
-class HeldTableRowsSuite extends AnyFunSuite {
+class SmallTableRowsSuite extends AnyFunSuite {
   private lazy val spark: SparkSession = TestSpark.session("held-table-rows")
 
   private def snapshot(table: String): Snapshot = DeltaLog.forTable(spark, TableIdentifier(table)).update()
@@ -38,12 +38,12 @@ class HeldTableRowsSuite extends AnyFunSuite {
     spark.sql("CREATE TABLE ht_small (k INT, s STRING) USING delta")
     spark.sql("INSERT INTO ht_small VALUES (1, 'a'), (2, 'b'), (2, 'b'), (3, NULL)")
     val v1 = snapshot("ht_small")
-    assert(HeldTableRows.at(spark, v1).isEmpty)
-    val rows = HeldTableRows.rows(spark, TableIdentifier("ht_small"), v1)
+    assert(SmallTableRows.at(spark, v1).isEmpty)
+    val rows = SmallTableRows.rows(spark, TableIdentifier("ht_small"), v1)
     assert(rows.map(bag(schema, _)) === Some(tableBag("ht_small")), "duplicates and NULLs as the table has them")
-    assert(HeldTableRows.at(spark, v1).map(bag(schema, _)) === rows.map(bag(schema, _)))
+    assert(SmallTableRows.at(spark, v1).map(bag(schema, _)) === rows.map(bag(schema, _)))
     spark.sql("INSERT INTO ht_small VALUES (4, 'd')")
-    assert(HeldTableRows.at(spark, snapshot("ht_small")).isEmpty, "a later version is not the one held")
+    assert(SmallTableRows.at(spark, snapshot("ht_small")).isEmpty, "a later version is not the one held")
   }
 
   test("moved forward by the net change, and back") {
@@ -51,32 +51,32 @@ class HeldTableRowsSuite extends AnyFunSuite {
     spark.sql("CREATE TABLE ht_moved (k INT, s STRING) USING delta")
     spark.sql("INSERT INTO ht_moved VALUES (1, 'a'), (2, 'b'), (2, 'b')")
     val pre = snapshot("ht_moved")
-    val preRows = HeldTableRows.rows(spark, TableIdentifier("ht_moved"), pre).get
+    val preRows = SmallTableRows.rows(spark, TableIdentifier("ht_moved"), pre).get
     spark.sql("INSERT INTO ht_moved VALUES (5, 'e'), (2, 'b')")
     spark.sql("DELETE FROM ht_moved WHERE k = 1")
     val post = snapshot("ht_moved")
     val change = Seq(row(5, "e", 1), row(2, "b", 1), row(1, "a", -1))
-    val moved = HeldTableRows.advanced(spark, post, pre.version, changeSchema, change)
+    val moved = SmallTableRows.advanced(spark, post, pre.version, changeSchema, change)
     assert(moved.map(bag(schema, _)) === Some(tableBag("ht_moved")))
-    assert(HeldTableRows.at(spark, post).map(bag(schema, _)) === moved.map(bag(schema, _)), "held at Post")
-    val back = HeldTableRows.plus(schema, moved.get, changeSchema, change, -1)
+    assert(SmallTableRows.at(spark, post).map(bag(schema, _)) === moved.map(bag(schema, _)), "held at Post")
+    val back = SmallTableRows.plus(schema, moved.get, changeSchema, change, -1)
     assert(back.map(bag(schema, _)) === Some(bag(schema, preRows)), "Pre = Post - D")
     // Not from a version that is not held.
-    assert(HeldTableRows.advanced(spark, post, pre.version - 1, changeSchema, change).isEmpty)
+    assert(SmallTableRows.advanced(spark, post, pre.version - 1, changeSchema, change).isEmpty)
   }
 
   test("a change that deletes rows not held is refused") {
     val rows = Seq(row(1, "a", 0), row(2, "b", 0)).map(r => InternalRow(r.getInt(0), r.getUTF8String(1)))
-    assert(HeldTableRows.plus(schema, rows, changeSchema, Seq(row(3, "c", -1)), 1).isEmpty)
-    assert(HeldTableRows.plus(schema, rows, changeSchema, Seq(row(1, "a", -1), row(1, "a", -1)), 1).isEmpty)
+    assert(SmallTableRows.plus(schema, rows, changeSchema, Seq(row(3, "c", -1)), 1).isEmpty)
+    assert(SmallTableRows.plus(schema, rows, changeSchema, Seq(row(1, "a", -1), row(1, "a", -1)), 1).isEmpty)
     // A change of other columns is not of these rows either.
-    assert(HeldTableRows.plus(schema, rows, schema, Seq(rows.head), 1).isEmpty)
+    assert(SmallTableRows.plus(schema, rows, schema, Seq(rows.head), 1).isEmpty)
   }
 
   test("without drops the rows of the given keys") {
     val rows = Seq(InternalRow(1, UTF8String.fromString("a")), InternalRow(2, UTF8String.fromString("b")),
       InternalRow(2, UTF8String.fromString("c")), InternalRow(null, UTF8String.fromString("n")))
-    val kept = HeldTableRows.without(schema, rows, Seq(0), Set(InternalRow(2), InternalRow(null)))
+    val kept = SmallTableRows.without(schema, rows, Seq(0), Set(InternalRow(2), InternalRow(null)))
     assert(bag(schema, kept) === Map(Row(1, "a") -> 1))
   }
 
@@ -87,9 +87,9 @@ class HeldTableRowsSuite extends AnyFunSuite {
     spark.conf.set("spark.ivm.heldTables.maxRows", "2")
     try {
       val v = snapshot("ht_large")
-      assert(!HeldTableRows.holdable(spark, v))
-      assert(HeldTableRows.rows(spark, TableIdentifier("ht_large"), v).isEmpty)
-      assert(HeldTableRows.at(spark, v).isEmpty)
+      assert(!SmallTableRows.holdable(spark, v))
+      assert(SmallTableRows.rows(spark, TableIdentifier("ht_large"), v).isEmpty)
+      assert(SmallTableRows.at(spark, v).isEmpty)
     } finally spark.conf.unset("spark.ivm.heldTables.maxRows")
   }
 }

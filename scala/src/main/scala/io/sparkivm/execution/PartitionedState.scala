@@ -7,11 +7,12 @@ import org.apache.spark.sql.ivm.{DriverRows, PartitionedRows}
 import org.apache.spark.sql.{DataFrame, SparkSession}
 
 /**
- * IVM^eps state kept resident between refreshes: the relation occurrences and the auxiliary
- * views. Kara et al. (2020, section 4) keep them as in-memory maps probed by key; here they are
- * rows in the executors' memory, partitioned and indexed by the key a refresh probes them with
- * ([[PartitionedRows]]), so a refresh reads neither a Delta table nor any row but those of the
- * keys it probes (and computes the degrees of its keys from those rows alone).
+ * State kept between refreshes as rows partitioned by key, first IVM^eps's: the relation
+ * occurrences and the auxiliary views. Kara et al. (2020, section 4) keep them as in-memory maps
+ * probed by key; here they are rows in the executors' memory, partitioned and indexed by the key
+ * a refresh probes them with ([[PartitionedRows]]), so a refresh reads neither a Delta table nor
+ * any row but those of the keys it probes (and computes the degrees of its keys from those rows
+ * alone).
  *
  * Delta tables stay the durable copy. An entry is named (an auxiliary view's state table, or a
  * view's occurrence in one layout) and stamped with the Delta table ids and versions its rows
@@ -21,10 +22,10 @@ import org.apache.spark.sql.{DataFrame, SparkSession}
  * compaction) reads the tables and keeps that. One entry per name, held in the executors' state
  * ([[StateRegistry]]): the rows as first read, plus the changes refreshes added since, held on
  * the driver (the small per-refresh changes). The same entries keep the rows and counts by key
- * of the resident tables beside it ([[ResidentTableRows]], [[ResidentKeyCounts]],
- * [[ResidentBackingRows]]), named under their own prefixes.
+ * of the tables kept beside it ([[KeyedTableRows]], [[ArrangedKeyCounts]], [[KeyedViewRows]]),
+ * named under their own prefixes.
  */
-object ResidentState {
+object PartitionedState {
 
   /** Appended rows held on the driver past this many: the entry is dropped and rebuilt. */
   val MaxAppendedRows = 200000
@@ -39,7 +40,7 @@ object ResidentState {
     math.max(2L * spark.sparkContext.defaultParallelism, math.min(MaxPartitions.toLong, wanted)).toInt
 
   /**
-   * `df`'s rows kept resident, laid out and (where the key type allows) indexed by `keyColumn`,
+   * `df`'s rows kept in memory, laid out and (where the key type allows) indexed by `keyColumn`,
    * so that a probe by a few keys reads only their rows.
    */
   def rows(df: DataFrame, keyColumn: String, partitions: Int): PartitionedRows =
@@ -105,7 +106,7 @@ object ResidentState {
       if (appended.size + rows.size > MaxAppendedRows) None else Some(Entry(next, base, appended ++ rows))
   }
 
-  /** The kind of state an entry's name holds (see the resident tables above). */
+  /** The kind of state an entry's name holds (see the tables above). */
   private def kindOf(name: String): StateKind =
     if (name.startsWith("keycounts/")) StateKind.KeyCounts
     else if (name.startsWith("rows/")) StateKind.KeyedRows

@@ -15,7 +15,7 @@ import org.apache.spark.sql.types.StructField
 /**
  * The rows of a table that a view reads by key (an operator recomputed for its changed keys:
  * [[io.sparkivm.planner.SharedScans]]), kept in the executors' memory between refreshes and
- * indexed by that key ([[ResidentState]], [[org.apache.spark.sql.ivm.PartitionedRows]]): an
+ * indexed by that key ([[PartitionedState]], [[org.apache.spark.sql.ivm.PartitionedRows]]): an
  * arrangement, as Materialize and DBSP keep their inputs indexed by the keys their operators
  * look them up with. A refresh then reads the rows of its changed keys in place, where it would
  * otherwise scan the table for them. TPC-H Q22's NOT EXISTS, recomputed for the customers whose
@@ -23,15 +23,15 @@ import org.apache.spark.sql.types.StructField
  *
  * Only the columns the view reads are kept, each row with a weight (1 as read). An entry is
  * named by the table (its log's path and Delta id), the key and the columns, and stamped with
- * the table version it holds, as [[ResidentKeyCounts]]' counts are: a version's rows never
+ * the table version it holds, as [[ArrangedKeyCounts]]' counts are: a version's rows never
  * change, so an entry needs no durable copy. A refresh finds the entry at its Pre version and
  * appends the change's rows (held on the driver) with their signs as weights, which moves it to
  * Post; or finds it at the version it reads; or reads the table once at Post, the second time a
  * refresh in the application reads it by that key (an application that refreshes once never
- * pays for it). Rows appended past [[ResidentState.MaxAppendedRows]] drop the entry, and the
+ * pays for it). Rows appended past [[PartitionedState.MaxAppendedRows]] drop the entry, and the
  * next refresh that asks reads the table again.
  */
-object ResidentTableRows {
+object KeyedTableRows {
   private val WeightColumn = "__ivm_w"
 
   /**
@@ -56,45 +56,46 @@ object ResidentTableRows {
     // The keys are Catalyst values of the key's type: looked up in place as they are; a job's
     // filter takes external values.
     lazy val external = keys.map(k => if (k == null) null else CatalystTypeConverters.convertToScala(k, keyType))
-    val askedBefore = ResidentState.ask(name, refresh)
+    val askedBefore = PartitionedState.ask(name, refresh)
 
-    def rowsOf(e: ResidentState.Entry): Option[Seq[InternalRow]] = {
+    def rowsOf(e: PartitionedState.Entry): Option[Seq[InternalRow]] = {
       val found = e.base.rowsOfKeysInPlace(keys.toArray.distinct, e.appended).orElse(
         DriverRows.collect(spark, Seq(e.frame(spark, Some(external.toSeq))), Int.MaxValue).map(_.head))
       found.flatMap(net(_, columns)) match {
         case None =>
-          ResidentState.remove(name)
+          PartitionedState.remove(name)
           None
         case rows => rows
       }
     }
     val wantedStamp = if (atPost) postStamp else preStamp
-    ResidentState.get(spark, name, wantedStamp) match {
+    PartitionedState.get(spark, name, wantedStamp) match {
       case Some(e) => rowsOf(e)
       case None if !atPost => None
-      case None => ResidentState.get(spark, name, preStamp).flatMap(e => moved(e, change, columns, postStamp)) match {
+      case None =>
+        PartitionedState.get(spark, name, preStamp).flatMap(e => moved(e, change, columns, postStamp)) match {
           case Some(next) =>
-            ResidentState.put(name, next)
+            PartitionedState.put(name, next)
             rowsOf(next)
           case None if !askedBefore => None
           case None =>
             val plan = all
-            def make(): ResidentState.Entry = {
+            def make(): PartitionedState.Entry = {
               val named = Project(plan.output.zip(columns).map { case (a, c) => Alias(a, c.name)() } :+
                   Alias(Literal(1L), WeightColumn)(), plan)
-              val parts = ResidentState.partitions(spark, source.sizeInBytes / (16L << 20) + 1)
-              val base = ResidentState.rows(SparkInternals.dataFrame(spark, named), key, parts)
+              val parts = PartitionedState.partitions(spark, source.sizeInBytes / (16L << 20) + 1)
+              val base = PartitionedState.rows(SparkInternals.dataFrame(spark, named), key, parts)
               // Every partition now, so that lookups read in place from the first.
               base.load()
-              ResidentState.Entry(postStamp, base, Vector.empty)
+              PartitionedState.Entry(postStamp, base, Vector.empty)
             }
             if (IvmConf.StateBuildInBackground.get(spark)) {
               // Made after this refresh, at its Post: the next refresh's Pre (StateBuilds).
-              StateBuilds.submit(spark, ResidentState.idOf(name))(ResidentState.put(name, make()))
+              StateBuilds.submit(spark, PartitionedState.idOf(name))(PartitionedState.put(name, make()))
               None
             } else {
               val entry = make()
-              ResidentState.put(name, entry)
+              PartitionedState.put(name, entry)
               rowsOf(entry)
             }
         }
@@ -118,10 +119,10 @@ object ResidentTableRows {
   def where(spark: SparkSession, table: TableIdentifier, columns: Seq[StructField], source: PinnedSource,
       from: Long, change: Option[TableChange], where: Expression): Option[Seq[InternalRow]] = {
     val (start, end) = (prefix(spark, table, source), "/" + signature(columns))
-    def find(version: Long) = ResidentState.find(spark, version.toString)(n => n.startsWith(start) && n.endsWith(end))
+    def find(version: Long) = PartitionedState.find(spark, version.toString)(n => n.startsWith(start) && n.endsWith(end))
     val atPost = find(source.version).map(_._2).orElse(find(from).flatMap { case (name, e) =>
       moved(e, change, columns, source.version.toString).map { next =>
-        ResidentState.put(name, next)
+        PartitionedState.put(name, next)
         next
       }
     })
@@ -136,8 +137,8 @@ object ResidentTableRows {
    * The entry at Pre moved to Post (`next`): the change's rows, in the entry's columns, with their
    * signs as weights; None where the change is not held on the driver.
    */
-  private def moved(e: ResidentState.Entry, change: Option[TableChange], columns: Seq[StructField],
-      next: String): Option[ResidentState.Entry] = change.filter(_.nonEmpty) match {
+  private def moved(e: PartitionedState.Entry, change: Option[TableChange], columns: Seq[StructField],
+      next: String): Option[PartitionedState.Entry] = change.filter(_.nonEmpty) match {
     case None => Some(e.copy(version = next))
     case Some(DriverChange(schema, data)) =>
       val at = columns.map(c => schema.fieldNames.indexWhere(_.equalsIgnoreCase(c.name)))

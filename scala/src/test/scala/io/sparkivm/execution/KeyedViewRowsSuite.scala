@@ -13,13 +13,13 @@ import org.scalatest.BeforeAndAfterAll
 import org.scalatest.funsuite.AnyFunSuite
 
 /**
- * ResidentBackingRows: a view's backing table is arranged the second time a refresh asks for it
+ * KeyedViewRows: a view's backing table is arranged the second time a refresh asks for it
  * (never the first), and a lookup then gives exactly the table's rows of the keys asked for
  * (the kept columns, the row's file and index in the table, and the version), none for a key
  * with no row; after spark-ivm's own apply the rows follow the new version without being read
  * again; tables held on the driver whole, and lookups without keys, are not arranged.
  */
-class ResidentBackingRowsSuite extends AnyFunSuite with BeforeAndAfterAll {
+class KeyedViewRowsSuite extends AnyFunSuite with BeforeAndAfterAll {
   private lazy val spark: SparkSession = TestSpark.session("resident-backing-rows")
 
   private val settings = Seq("spark.ivm.heldTables.maxRows" -> "0", "spark.ivm.state.buildInBackground" -> "false")
@@ -57,7 +57,7 @@ class ResidentBackingRowsSuite extends AnyFunSuite with BeforeAndAfterAll {
   }
 
   private def lookup(ks: Seq[InternalRow], refresh: String, made: () => Unit = () => ()) =
-    ResidentBackingRows.rows(spark, meta, snapshot, columns, maintenance.keyNames.size, ks, refresh, made)
+    KeyedViewRows.rows(spark, meta, snapshot, columns, maintenance.keyNames.size, ks, refresh, made)
 
   private def asSeqs(found: Option[(Seq[org.apache.spark.sql.catalyst.expressions.Attribute], Seq[InternalRow])])
       : Set[Seq[Any]] = {
@@ -73,14 +73,14 @@ class ResidentBackingRowsSuite extends AnyFunSuite with BeforeAndAfterAll {
   test("the rows are arranged the second time a refresh asks, and give the table's rows of the keys") {
     var made = 0
     assert(lookup(keys(1, 2), "refresh-a", () => made += 1).isEmpty)
-    assert(made == 0 && !ResidentBackingRows.keptAt(snapshot, columns))
+    assert(made == 0 && !KeyedViewRows.keptAt(snapshot, columns))
     val found = lookup(keys(1, 2, 9), "refresh-b", () => made += 1)
     assert(made == 1)
     val (attrs, _) = found.get
     assert(attrs.map(_.name) == columns ++ ViewMaintenance.PositionColumns)
     assert(asSeqs(found) == expected(1, 2))
-    assert(ResidentBackingRows.keptAt(snapshot, columns))
-    assert(!ResidentBackingRows.keptAt(snapshot, columns.take(1)))
+    assert(KeyedViewRows.keptAt(snapshot, columns))
+    assert(!KeyedViewRows.keptAt(snapshot, columns.take(1)))
     // Kept: a later lookup makes nothing.
     assert(asSeqs(lookup(keys(3), "refresh-c", () => made += 1)) == expected(3) && made == 1)
   }
@@ -88,7 +88,7 @@ class ResidentBackingRowsSuite extends AnyFunSuite with BeforeAndAfterAll {
   test("after spark-ivm's own apply the kept rows follow the new version, unread") {
     spark.sql("INSERT INTO rbr_base VALUES (1, 1), (5, 50)")
     assert(RefreshPipeline.refresh(spark, Seq("rbr_mv"), full = false).mode == "incremental")
-    assert(ResidentBackingRows.keptAt(snapshot, columns))
+    assert(KeyedViewRows.keptAt(snapshot, columns))
     var made = 0
     val found = lookup(keys(1, 2, 5), "refresh-d", () => made += 1)
     assert(made == 0)
@@ -109,12 +109,12 @@ class ResidentBackingRowsSuite extends AnyFunSuite with BeforeAndAfterAll {
 
   test("no keys, no key columns, or a table held on the driver: nothing is looked up") {
     assert(lookup(Nil, "refresh-e").isEmpty)
-    assert(ResidentBackingRows.rows(spark, meta, snapshot, columns, 0, keys(1), "refresh-e", () => ()).isEmpty)
+    assert(KeyedViewRows.rows(spark, meta, snapshot, columns, 0, keys(1), "refresh-e", () => ()).isEmpty)
     spark.conf.set("spark.ivm.heldTables.maxRows", "20000")
     try {
       // Held whole on the driver: read from there, never arranged.
-      assert(HeldTableRows.rows(spark, meta.backing, snapshot).isDefined)
-      assert(HeldTableRows.at(spark, snapshot).isDefined)
+      assert(SmallTableRows.rows(spark, meta.backing, snapshot).isDefined)
+      assert(SmallTableRows.at(spark, snapshot).isDefined)
       assert(lookup(keys(1), "refresh-f").isEmpty)
     } finally spark.conf.set("spark.ivm.heldTables.maxRows", "0")
   }

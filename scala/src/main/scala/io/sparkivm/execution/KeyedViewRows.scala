@@ -41,10 +41,10 @@ import org.apache.spark.unsafe.types.UTF8String
  *
  * The rows are made (one read of the table, laid out by key) the second time a refresh of the
  * application reads the view's old rows by key, so an application that refreshes once never
- * pays for them; only for tables larger than [[HeldTableRows]] holds on the driver, and only
+ * pays for them; only for tables larger than [[SmallTableRows]] holds on the driver, and only
  * where they fit the executors' state budget (`spark.ivm.state.executorMaxBytes`).
  */
-object ResidentBackingRows {
+object KeyedViewRows {
 
   /** Rows recorded on top of the rows first read, past which the entry is made again. */
   private val MaxOverlayRows = 200000
@@ -113,8 +113,8 @@ object ResidentBackingRows {
       keys: Seq[InternalRow], refresh: String, made: () => Unit): Option[(Seq[Attribute], Seq[InternalRow])] = {
     val path = snapshot.deltaLog.dataPath.toString
     val id = stateId(path)
-    // A table held on the driver whole (HeldTableRows) is read from there.
-    if (keyCount == 0 || keys.isEmpty || HeldTableRows.at(spark, snapshot).isDefined) return None
+    // A table held on the driver whole (SmallTableRows) is read from there.
+    if (keyCount == 0 || keys.isEmpty || SmallTableRows.at(spark, snapshot).isDefined) return None
     val found = StateRegistry.get[Arranged](id, TableStamp(snapshot.metadata.id, snapshot.version).toString)
       .filter { a =>
         val current = a.isAt(snapshot, columns) && a.base.alive(spark.sparkContext)
@@ -149,7 +149,7 @@ object ResidentBackingRows {
     val table = snapshot.metadata.schema
     val fields = columns.flatMap(c => table.find(_.name == c))
     val fits = StateRegistry.admits(spark, StatePlace.Executors, bytes * StateSize.ExecutorBytesPerFileByte)
-    if (!fits || HeldTableRows.holdable(spark, snapshot) || fields.size != columns.size ||
+    if (!fits || SmallTableRows.holdable(spark, snapshot) || fields.size != columns.size ||
       !fields.take(keyCount).forall(f => KeyProbe.equalsAsJvm(f.dataType)) ||
       !fields.forall(f => SharedScans.comparable(f.dataType))) {
       None
@@ -158,7 +158,7 @@ object ResidentBackingRows {
       val df = DeltaSources.snapshot(spark, meta.backing, snapshot.version)
         .select(columns.map(c => col(ViewMaintenance.quote(c))) :+ col("_metadata.file_path").as(file) :+
             col("_metadata.row_index").as(row): _*)
-      val base = ResidentState.rows(df, columns.head, ResidentState.partitions(spark, bytes / (4L << 20) + 1))
+      val base = PartitionedState.rows(df, columns.head, PartitionedState.partitions(spark, bytes / (4L << 20) + 1))
       // Every partition now, so that lookups read in place from the first.
       base.load()
       Some(Arranged(snapshot.metadata.id, snapshot.version,

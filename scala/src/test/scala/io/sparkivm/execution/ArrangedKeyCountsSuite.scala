@@ -22,7 +22,7 @@ import org.scalatest.funsuite.AnyFunSuite
  * asked, equal to counting the table at those versions; and every refresh moves the stored copy
  * on by its change.
  */
-class ResidentKeyCountsSuite extends AnyFunSuite {
+class ArrangedKeyCountsSuite extends AnyFunSuite {
   private lazy val spark: SparkSession = TestSpark.session("resident-key-counts")
 
   private val schema = StructType(Seq(StructField("id", IntegerType), StructField("fk", IntegerType)))
@@ -70,7 +70,7 @@ class ResidentKeyCountsSuite extends AnyFunSuite {
     withSettings {
       val (leaf, counted, source, pre, change) = fixture("rk_resident")
       // Post as the refresh reads it: the occurrence's own attributes.
-      def ask(refresh: String) = ResidentKeyCounts.read(spark, counted, keys, source, pre, Some(change), leaf.plan,
+      def ask(refresh: String) = ArrangedKeyCounts.read(spark, counted, keys, source, pre, Some(change), leaf.plan,
         refresh)
       assert(ask("first").isEmpty, "the first refresh that asks does not count")
       val got = ask("second")
@@ -89,7 +89,7 @@ class ResidentKeyCountsSuite extends AnyFunSuite {
       val ints = keys.map(_.asInstanceOf[Int])
       StoredKeyCounts.writeBase(spark, dir, pre,
         spark.sql(s"SELECT fk, count(*) FROM rk_stored VERSION AS OF $pre WHERE id > 1 GROUP BY fk").toDF("k", "n"))
-      val got = ResidentKeyCounts.read(spark, counted, keys, source, pre, Some(change), leaf.plan, "only", Some(dir))
+      val got = ArrangedKeyCounts.read(spark, counted, keys, source, pre, Some(change), leaf.plan, "only", Some(dir))
       StoredKeyCounts.awaitWrites()
       assert(got === Some(KeyCounts(counts("rk_stored", pre, ints, "id > 1"),
           counts("rk_stored", source.version, ints, "id > 1"))))
@@ -102,7 +102,7 @@ class ResidentKeyCountsSuite extends AnyFunSuite {
   test("small tables and disabled counts are not kept") {
     withSettings {
       val (leaf, counted, source, pre, change) = fixture("rk_small")
-      def ask(s: PinnedSource, refresh: String) = ResidentKeyCounts.read(spark, counted, keys, s, pre,
+      def ask(s: PinnedSource, refresh: String) = ArrangedKeyCounts.read(spark, counted, keys, s, pre,
         Some(change), leaf.plan, refresh)
       spark.conf.set("spark.ivm.keyCounts.enabled", "false")
       try {
