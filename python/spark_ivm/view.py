@@ -298,15 +298,15 @@ class MaterializedView:
         if is_connect(self.spark):
             return None
         # One round trip: names joined, values pickled (lists would cost one per element).
-        return self._resident_trees().open(self.spark._jsparkSession, self._sql_name, "\0".join(inputs),
-                                           bytearray(pickle.dumps(list(inputs.values()), protocol=2)))
+        return self._lookup_trees().open(self.spark._jsparkSession, self._sql_name, "\0".join(inputs),
+                                         bytearray(pickle.dumps(list(inputs.values()), protocol=2)))
 
-    def _resident_trees(self) -> Any:
-        """The JVM's ResidentTrees, resolved once (each resolution is a round trip per package)."""
+    def _lookup_trees(self) -> Any:
+        """The JVM's LookupTrees, resolved once (each resolution is a round trip per package)."""
         if self._trees is None:
             jvm = self.spark._jvm
             assert jvm is not None
-            self._trees = jvm.io.sparkivm.access.ResidentTrees
+            self._trees = jvm.io.sparkivm.access.LookupTrees
         return self._trees
 
     @raises_typed
@@ -316,7 +316,7 @@ class MaterializedView:
         if is_connect(self.spark):
             return ("no view trees: a Spark Connect client reads the view's rows (the trees live in a "
                     "driver's memory, which a Connect client does not share)")
-        text: str = self._resident_trees().describe(self.spark._jsparkSession, self._sql_name)
+        text: str = self._lookup_trees().describe(self.spark._jsparkSession, self._sql_name)
         return text
 
     @raises_typed

@@ -1,7 +1,7 @@
 package io.sparkivm.access
 
 /**
- * What [[ResidentTrees]] holds for a view: the view trees of its CQAP, updated one atom tuple at
+ * What [[LookupTrees]] holds for a view: the view trees of its CQAP, updated one atom tuple at
  * a time and enumerated per access request. [[ViewTree]] for CQAP0 views (constant update and
  * delay), [[HeavyLightTrees]] for hierarchical ones outside CQAP0 (the eps trade-off).
  */

@@ -28,7 +28,7 @@ import scala.collection.mutable
  * multiplicity ([[HeavyLightTrees]]).
  *
  * Values are Catalyst's internal values; a key is the values of its variables in order. Not
- * thread-safe: [[ResidentTrees]] serializes updates and lookups.
+ * thread-safe: [[LookupTrees]] serializes updates and lookups.
  */
 final class ViewTree private (atomVars: IndexedSeq[IndexedSeq[String]], components: Seq[ViewTree.Component],
     lowest: IndexedSeq[Option[ViewTree.Node]], val layout: String,

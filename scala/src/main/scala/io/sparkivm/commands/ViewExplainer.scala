@@ -216,8 +216,8 @@ object ViewExplainer {
         case Right(a) => a.describe.foreach(l => line(s"  $l"))
         case Left(why) => line(s"  not classified: $why")
       }
-      line(s"  lookups: ${io.sparkivm.access.ResidentTrees.explain(spark, meta)}")
-    } else io.sparkivm.access.ResidentTrees.enumeration(spark, meta).foreach(e => line(s"Enumeration of rows(): $e"))
+      line(s"  lookups: ${io.sparkivm.access.LookupTrees.explain(spark, meta)}")
+    } else io.sparkivm.access.LookupTrees.enumeration(spark, meta).foreach(e => line(s"Enumeration of rows(): $e"))
     val decision = policyDecision(spark, meta, last, pinned, analyzed)
     line(s"Next refresh: ${decision.mode}, because ${decision.reason}")
     decision.candidates.foreach(c => line(s"  candidate ${c.mode}: estimated ${CostModel.seconds(c.ms)} (${c.basis})"))

@@ -289,7 +289,7 @@ object ViewLifecycle extends Logging {
 
   def drop(spark: SparkSession, name: Seq[String], ifExists: Boolean): Unit = {
     val id = ViewCatalog.qualify(spark, name)
-    io.sparkivm.access.ResidentTrees.forget(id)
+    io.sparkivm.access.LookupTrees.forget(id)
     StateRegistry.removeWhere(_.view.contains(id.unquotedString))
     // The view may vanish under a concurrent DROP at any step: then this DROP found none.
     val table =

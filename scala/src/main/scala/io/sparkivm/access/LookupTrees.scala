@@ -39,7 +39,7 @@ import org.apache.spark.sql.types.{StructField, StructType}
  * have other aggregates or DISTINCT, or whose trees the driver's state budget
  * (`spark.ivm.state.driverMaxBytes`) cannot hold have no trees: their lookups read the view's rows.
  */
-object ResidentTrees extends Logging {
+object LookupTrees extends Logging {
   val IdleMs: Long = 60000L
 
   /** A view's trees and what they were built from. */
@@ -452,7 +452,7 @@ object ResidentTrees extends Logging {
     p.leaves.map(l => l.name -> PinnedSource(l.table, "", versions(l.name), StructType(Nil))()).toMap
 
   /** A lookup's answers, read in batches of pickled rows (what PySpark's collect reads). */
-  final class LookupCursor private[ResidentTrees] (answers: Iterator[InternalRow], schema: StructType, e: Entry,
+  final class LookupCursor private[LookupTrees] (answers: Iterator[InternalRow], schema: StructType, e: Entry,
       view: String) {
     private val epoch = e.epoch
 

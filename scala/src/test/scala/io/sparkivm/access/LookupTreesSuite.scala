@@ -14,14 +14,14 @@ import org.scalatest.BeforeAndAfterAll
 import org.scalatest.funsuite.AnyFunSuite
 
 /**
- * ResidentTrees: a lookup of a view with ACCESS BY answers, from trees built on the first
+ * LookupTrees: a lookup of a view with ACCESS BY answers, from trees built on the first
  * lookup, exactly the view's rows with those inputs (a COUNT(*) view's counts included); the
  * first lookup after a refresh moves the trees forward by the tables' changes and answers as the
  * view does then; a cursor closed before its answers are read expires; a view without trees (no
  * ACCESS BY, not a triangle listing; an aggregate) or inputs named otherwise get null and a
  * reason; forgetting the trees drops them.
  */
-class ResidentTreesSuite extends AnyFunSuite with BeforeAndAfterAll {
+class LookupTreesSuite extends AnyFunSuite with BeforeAndAfterAll {
   private lazy val spark: SparkSession = TestSpark.session("resident-trees")
 
   private val ordersOf = "SELECT c.ckey AS cust, o.okey AS okey FROM rtr_cust c JOIN rtr_ord o ON c.ckey = o.cust"
@@ -49,18 +49,18 @@ class ResidentTreesSuite extends AnyFunSuite with BeforeAndAfterAll {
 
   private def pickled(values: Any*): Array[Byte] = new Pickler(true, false).dumps(values.asJava)
 
-  private def open(view: String, inputs: (String, Any)*): ResidentTrees.LookupCursor =
-    ResidentTrees.open(spark, view, inputs.map(_._1).mkString("\u0000"), pickled(inputs.map(_._2): _*))
+  private def open(view: String, inputs: (String, Any)*): LookupTrees.LookupCursor =
+    LookupTrees.open(spark, view, inputs.map(_._1).mkString("\u0000"), pickled(inputs.map(_._2): _*))
 
   /** A lookup of a view that has trees. */
-  private def lookup(view: String, inputs: (String, Any)*): ResidentTrees.LookupCursor = {
+  private def lookup(view: String, inputs: (String, Any)*): LookupTrees.LookupCursor = {
     val c = open(view, inputs: _*)
-    assert(c != null, ResidentTrees.describe(spark, view))
+    assert(c != null, LookupTrees.describe(spark, view))
     c
   }
 
   /** The answers in batches of `n`, until the empty batch. */
-  private def answers(c: ResidentTrees.LookupCursor, n: Int = 2): Seq[Seq[Any]] = {
+  private def answers(c: LookupTrees.LookupCursor, n: Int = 2): Seq[Seq[Any]] = {
     val out = Seq.newBuilder[Seq[Any]]
     var done = false
     while (!done) {
@@ -85,7 +85,7 @@ class ResidentTreesSuite extends AnyFunSuite with BeforeAndAfterAll {
   test("a lookup answers the view's rows with those inputs") {
     val orders = byInput("rtr_orders")
     Seq(1, 2, 9, 4).foreach(cust => sameBag(answers(lookup("rtr_orders", "cust" -> cust)), rows(orders, cust)))
-    assert(ResidentTrees.describe(spark, "rtr_orders").startsWith("view trees held: "))
+    assert(LookupTrees.describe(spark, "rtr_orders").startsWith("view trees held: "))
     // A COUNT(*) view: each answer is a tuple with its count.
     sameBag(answers(lookup("rtr_counts", "REGION" -> "EU")), rows(byInput("rtr_counts"), "EU"))
   }
@@ -97,8 +97,8 @@ class ResidentTreesSuite extends AnyFunSuite with BeforeAndAfterAll {
     Seq("rtr_orders", "rtr_counts").foreach(v => RefreshPipeline.refresh(spark, Seq(v), full = false))
     val orders = byInput("rtr_orders")
     Seq(1, 2, 9).foreach(cust => sameBag(answers(lookup("rtr_orders", "cust" -> cust)), rows(orders, cust)))
-    assert(ResidentTrees.describe(spark, "rtr_orders").contains("the last refresh's changes moved"),
-      ResidentTrees.describe(spark, "rtr_orders"))
+    assert(LookupTrees.describe(spark, "rtr_orders").contains("the last refresh's changes moved"),
+      LookupTrees.describe(spark, "rtr_orders"))
     sameBag(answers(lookup("rtr_counts", "region" -> "US")), rows(byInput("rtr_counts"), "US"))
   }
 
@@ -112,14 +112,14 @@ class ResidentTreesSuite extends AnyFunSuite with BeforeAndAfterAll {
 
   test("views without trees, and inputs named otherwise, get null and a reason") {
     assert(open("rtr_plain") == null)
-    assert(ResidentTrees.describe(spark, "rtr_plain").startsWith("no view trees: the view has no ACCESS BY"))
+    assert(LookupTrees.describe(spark, "rtr_plain").startsWith("no view trees: the view has no ACCESS BY"))
     assert(open("rtr_orders", "okey" -> 1) == null)
     val meta = ViewCatalog.lookup(spark, Seq("rtr_plain"))
-    assert(ResidentTrees.explain(spark, meta).startsWith("read the materialized result filtered by the inputs"))
-    assert(ResidentTrees.enumeration(spark, meta).isEmpty)
-    assert(ResidentTrees.explain(spark, ViewCatalog.lookup(spark, Seq("rtr_orders")))
+    assert(LookupTrees.explain(spark, meta).startsWith("read the materialized result filtered by the inputs"))
+    assert(LookupTrees.enumeration(spark, meta).isEmpty)
+    assert(LookupTrees.explain(spark, ViewCatalog.lookup(spark, Seq("rtr_orders")))
         .startsWith("enumerate the view's CQAP0 view trees"))
-    ResidentTrees.forget(ViewCatalog.lookup(spark, Seq("rtr_orders")).view)
-    assert(ResidentTrees.describe(spark, "rtr_orders").startsWith("view trees held: "))
+    LookupTrees.forget(ViewCatalog.lookup(spark, Seq("rtr_orders")).view)
+    assert(LookupTrees.describe(spark, "rtr_orders").startsWith("view trees held: "))
   }
 }
