@@ -1,6 +1,6 @@
 package io.sparkivm
 
-import io.sparkivm.changes.HeldFileScans
+import io.sparkivm.changes.KnownFileScans
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.parser.IvmSqlParser
 import org.apache.spark.sql.SparkSessionExtensions
@@ -11,7 +11,7 @@ import org.apache.spark.sql.ivm.{LocalBroadcast, SparkInternals}
  * extension). It registers spark-ivm's settings with SQLConf and adds a parser that recognises
  * the materialized-view statements and hands every other statement to the parser it wraps, and
  * a physical rule that broadcasts rows held on the driver without a Spark job ([[LocalBroadcast]]),
- * and an optimizer rule that plans scans of Delta versions whose files it holds ([[HeldFileScans]]).
+ * and an optimizer rule that plans scans of Delta versions whose files it holds ([[KnownFileScans]]).
  * The first session also starts loading the classes a refresh uses ([[ClassWarmup]]).
  */
 class IvmSparkSessionExtensions extends (SparkSessionExtensions => Unit) {
@@ -20,6 +20,6 @@ class IvmSparkSessionExtensions extends (SparkSessionExtensions => Unit) {
     IvmConf.registered
     extensions.injectParser { (session, delegate) => new IvmSqlParser(session, delegate) }
     extensions.injectColumnar(_ => LocalBroadcast.columnarRule(IvmConf.BroadcastDriverReadMaxBytes.get))
-    extensions.injectOptimizerRule(HeldFileScans(_))
+    extensions.injectOptimizerRule(KnownFileScans(_))
   }
 }

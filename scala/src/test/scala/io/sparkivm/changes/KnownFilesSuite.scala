@@ -110,7 +110,7 @@ class KnownFilesSuite extends AnyFunSuite with BeforeAndAfterAll {
     val (rows, work) = ReadMetrics.measure(spark) {
       // The rule spark-ivm's extension adds to the optimizer, applied as it would be.
       val df = SparkInternals.dataFrame(spark,
-        HeldFileScans(spark)(spark.table("young").where("k >= 40").queryExecution.analyzed))
+        KnownFileScans(spark)(spark.table("young").where("k >= 40").queryExecution.analyzed))
       assert(df.queryExecution.optimizedPlan.collectFirst {
         case LogicalRelation(r: HadoopFsRelation, _, _, _, _) => r.location
       }.exists(_.isInstanceOf[SkippingFileIndex]))

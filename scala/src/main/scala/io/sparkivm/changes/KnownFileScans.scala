@@ -29,8 +29,8 @@ import org.apache.spark.sql.execution.datasources.{HadoopFsRelation, LogicalRela
  * its conflict checks, so its scans stay Delta's. Runs in the operator-optimization batch, before
  * Delta's own scan preparation (a pre-CBO rule), which leaves other indexes alone.
  */
-case class HeldFileScans(spark: SparkSession) extends Rule[LogicalPlan] {
-  import HeldFileScans.triedNow
+case class KnownFileScans(spark: SparkSession) extends Rule[LogicalPlan] {
+  import KnownFileScans.triedNow
 
   override def apply(plan: LogicalPlan): LogicalPlan = {
     val maxBytes = IvmConf.KnownFilesQueryMaxBytes.get(spark)
@@ -54,8 +54,8 @@ case class HeldFileScans(spark: SparkSession) extends Rule[LogicalPlan] {
   }
 }
 
-object HeldFileScans {
-  private val Tried = TreeNodeTag[QueryPlanningTracker]("spark-ivm.heldFileScans.tried")
+object KnownFileScans {
+  private val Tried = TreeNodeTag[QueryPlanningTracker]("spark-ivm.knownFileScans.tried")
 
   /** Whether this planning has looked at `l` already; marks it looked at. */
   private def triedNow(l: LogicalRelation): Boolean = QueryPlanningTracker.get.exists { tracker =>
