@@ -153,8 +153,8 @@ def test_small_broadcasts_are_built_on_the_driver(spark: SparkSession, tables: s
                            "spark.ivm.broadcast.driverReadMaxBytes": max_bytes}):
             results[max_bytes] = planned(spark, spark.sql(query), f"driver-broadcast-{run}")
     on, small, off = results["1048576"], results["1"], results["0"]
-    assert "LocalBroadcast" in on[1] and "BroadcastExchange" not in on[1], on[1]
-    assert "LocalBroadcast" not in small[1] and "LocalBroadcast" not in off[1], off[1]
+    assert "DriverBroadcast" in on[1] and "BroadcastExchange" not in on[1], on[1]
+    assert "DriverBroadcast" not in small[1] and "DriverBroadcast" not in off[1], off[1]
     assert multiset(on[0]) == multiset(off[0]) == multiset(small[0]) == multiset(spark.sql(query).collect())
     assert {r.g for r in on[0]} == {0, 1, 4, 6}  # g 2 and 5 deleted, 3 filtered, d only has 0-6
     assert on[2] + 2 == off[2], (on[2], off[2])  # two broadcasts without a job each

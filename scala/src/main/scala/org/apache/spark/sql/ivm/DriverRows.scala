@@ -11,7 +11,7 @@ import org.apache.spark.sql.{DataFrame, SparkSession}
 /**
  * Small results held on the driver as Catalyst rows, and plans over them. A refresh's deltas
  * are small; holding them as a `LocalRelation` makes every later use free of Spark jobs (Spark
- * plans a local relation as a local scan, and [[LocalBroadcast]] broadcasts it without a job).
+ * plans a local relation as a local scan, and [[DriverBroadcast]] broadcasts it without a job).
  */
 object DriverRows {
 

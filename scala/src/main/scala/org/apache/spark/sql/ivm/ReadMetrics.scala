@@ -53,7 +53,7 @@ object ReadMetrics {
       }
   }
 
-  /** Counts rows this thread read on the driver, as a task would have ([[LocalBroadcastExec]]). */
+  /** Counts rows this thread read on the driver, as a task would have ([[DriverBroadcastExec]]). */
   def readOnDriver(sc: SparkContext, rows: Long): Unit =
     Option(sc.getLocalProperty(Key)).foreach { id =>
       Option(listeners.get(sc)).flatMap(l => Option(l.counters.get(id))).foreach(_.rows.addAndGet(rows))

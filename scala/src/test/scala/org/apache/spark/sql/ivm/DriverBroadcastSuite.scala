@@ -11,13 +11,13 @@ import org.apache.spark.sql.{DataFrame, Row, SparkSession}
 import org.scalatest.funsuite.AnyFunSuite
 
 /**
- * LocalBroadcast: without adaptive execution, the broadcast exchange of a local scan, or of a
- * plan over file scans of at most `maxBytes`, becomes a [[LocalBroadcastExec]] whose join gives
+ * DriverBroadcast: without adaptive execution, the broadcast exchange of a local scan, or of a
+ * plan over file scans of at most `maxBytes`, becomes a [[DriverBroadcastExec]] whose join gives
  * the rows the exchange's gives, built without a Spark job; larger scans and adaptive plans keep
- * their exchange; [[LocalBroadcast.computeOnDriver]] gives an RDD's rows as `collect` does.
+ * their exchange; [[DriverBroadcast.computeOnDriver]] gives an RDD's rows as `collect` does.
  */
-class LocalBroadcastSuite extends AnyFunSuite {
-  private lazy val spark: SparkSession = TestSpark.session("local-broadcast")
+class DriverBroadcastSuite extends AnyFunSuite {
+  private lazy val spark: SparkSession = TestSpark.session("driver-broadcast")
 
   private def withConf[T](kv: (String, String)*)(body: => T): T = TestSpark.withConf(spark, kv: _*)(body)
 
@@ -36,8 +36,8 @@ class LocalBroadcastSuite extends AnyFunSuite {
   }
 
   private def ruled(df: DataFrame, maxBytes: Long): SparkPlan =
-    new LocalBroadcast(_ => maxBytes).apply(df.queryExecution.executedPlan)
-  private def locals(p: SparkPlan) = p.collect { case l: LocalBroadcastExec => l }
+    new DriverBroadcast(_ => maxBytes).apply(df.queryExecution.executedPlan)
+  private def driverBroadcasts(p: SparkPlan) = p.collect { case l: DriverBroadcastExec => l }
   private def exchanges(p: SparkPlan) = p.collect { case e: BroadcastExchangeExec => e }
   private def rows(p: SparkPlan): Set[Row] = {
     val toRow = org.apache.spark.sql.catalyst.CatalystTypeConverters.createToScalaConverter(p.schema)
@@ -51,10 +51,10 @@ class LocalBroadcastSuite extends AnyFunSuite {
       val small = Seq((1L, "a"), (5L, "b"), (7L, "c"), (99L, "d")).toDF("k", "tag")
       val joined = big.join(broadcast(small), "k")
       val plan = ruled(joined, 0L)
-      assert(locals(plan).size == 1 && exchanges(plan).isEmpty, plan)
+      assert(driverBroadcasts(plan).size == 1 && exchanges(plan).isEmpty, plan)
       assert(rows(plan) == joined.collect().toSet)
       // The broadcast itself runs no job.
-      val (_, n) = jobs(locals(ruled(joined, 0L)).head.executeBroadcast[Any]().value)
+      val (_, n) = jobs(driverBroadcasts(ruled(joined, 0L)).head.executeBroadcast[Any]().value)
       assert(n == 0)
     }
   }
@@ -69,10 +69,10 @@ class LocalBroadcastSuite extends AnyFunSuite {
       val big = spark.range(0, 10).selectExpr("id AS k")
       val joined = big.join(broadcast(small), "k")
       val under = ruled(joined, 1L << 20)
-      assert(locals(under).size == 1 && exchanges(under).isEmpty, under)
+      assert(driverBroadcasts(under).size == 1 && exchanges(under).isEmpty, under)
       assert(rows(under) == joined.collect().toSet)
       val over = ruled(joined, 10L)
-      assert(locals(over).isEmpty && exchanges(over).size == 1, over)
+      assert(driverBroadcasts(over).isEmpty && exchanges(over).size == 1, over)
     }
   }
 
@@ -81,14 +81,14 @@ class LocalBroadcastSuite extends AnyFunSuite {
       import spark.implicits._
       val joined = spark.range(0, 5).toDF("k").join(broadcast(Seq(1L, 2L).toDF("k")), "k")
       val before = joined.queryExecution.executedPlan
-      assert(new LocalBroadcast(_ => Long.MaxValue).apply(before) eq before)
+      assert(new DriverBroadcast(_ => Long.MaxValue).apply(before) eq before)
     }
   }
 
   test("computeOnDriver gives an RDD's rows, partition by partition, without a job") {
     val df = spark.range(0, 50, 1, 4).selectExpr("id", "id % 3 AS m")
     val rdd = df.queryExecution.toRdd
-    val (computed, n) = jobs(LocalBroadcast.computeOnDriver(rdd))
+    val (computed, n) = jobs(DriverBroadcast.computeOnDriver(rdd))
     assert(n == 0)
     assert(computed.map(r => (r.getLong(0), r.getLong(1))).toSeq == (0L until 50L).map(i => (i, i % 3)))
     assert(org.apache.spark.TaskContext.get() == null)

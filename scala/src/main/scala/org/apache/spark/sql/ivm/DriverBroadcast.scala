@@ -31,20 +31,20 @@ import org.apache.spark.{SparkEnv, SparkException, TaskContext, TaskContextImpl}
  * file scans are small: its partitions are computed one after the other in the driver's thread,
  * each with a task context of its own, as an executor would compute them.
  */
-case class LocalBroadcastExec(mode: BroadcastMode, child: SparkPlan) extends UnaryExecNode {
+case class DriverBroadcastExec(mode: BroadcastMode, child: SparkPlan) extends UnaryExecNode {
   override def output: Seq[Attribute] = child.output
   override def outputPartitioning: Partitioning = BroadcastPartitioning(mode)
 
   @transient private lazy val relation: Broadcast[Any] = {
     val rows = child match {
       case scan: LocalTableScanExec => scan.executeCollect()
-      case plan => LocalBroadcast.computeOnDriver(plan.execute())
+      case plan => DriverBroadcast.computeOnDriver(plan.execute())
     }
     sparkContext.broadcast(mode.transform(rows.iterator, Some(rows.length.toLong)))
   }
 
   override protected def doExecute(): RDD[InternalRow] =
-    throw SparkException.internalError("LocalBroadcastExec does not support the execute() code path")
+    throw SparkException.internalError("DriverBroadcastExec does not support the execute() code path")
 
   override protected[sql] def doExecuteBroadcast[T](): Broadcast[T] = relation.asInstanceOf[Broadcast[T]]
 
@@ -52,7 +52,7 @@ case class LocalBroadcastExec(mode: BroadcastMode, child: SparkPlan) extends Una
 }
 
 /**
- * Replaces broadcast exchanges of small inputs by [[LocalBroadcastExec]]: local scans, and plans
+ * Replaces broadcast exchanges of small inputs by [[DriverBroadcastExec]]: local scans, and plans
  * of projections, filters, unions and broadcast joins over them and over file scans of at most
  * `maxBytes` in all (`spark.ivm.broadcast.driverReadMaxBytes`, read by the caller; sized from the files the scan's index already
  * holds: a Delta version's list as a refresh reads it, Delta's prepared scan of a query; never by
@@ -60,15 +60,15 @@ case class LocalBroadcastExec(mode: BroadcastMode, child: SparkPlan) extends Una
  * plans its small queries statically). Runs after the exchanges are planned, as a pre-columnar
  * rule, so that Spark adds the columnar-to-row transition under the new node.
  */
-class LocalBroadcast(maxBytes: SQLConf => Long) extends Rule[SparkPlan] {
+class DriverBroadcast(maxBytes: SQLConf => Long) extends Rule[SparkPlan] {
   def apply(plan: SparkPlan): SparkPlan =
     if (conf.adaptiveExecutionEnabled) plan
     else {
       val maxBytes = this.maxBytes(conf)
       plan.transformUp {
-        case BroadcastExchangeExec(mode, scan: LocalTableScanExec) => LocalBroadcastExec(mode, scan)
+        case BroadcastExchangeExec(mode, scan: LocalTableScanExec) => DriverBroadcastExec(mode, scan)
         case BroadcastExchangeExec(mode, child) if maxBytes > 0 && fileBytes(child).exists(_ <= maxBytes) =>
-          LocalBroadcastExec(mode, child)
+          DriverBroadcastExec(mode, child)
       }
     }
 
@@ -91,7 +91,7 @@ class LocalBroadcast(maxBytes: SQLConf => Long) extends Rule[SparkPlan] {
   }
 }
 
-object LocalBroadcast {
+object DriverBroadcast {
   // Far above the attempt ids of the scheduler's tasks, which count up from 0 per SparkContext.
   private val driverAttempts = new java.util.concurrent.atomic.AtomicLong(Long.MaxValue / 2)
 
@@ -126,8 +126,8 @@ object LocalBroadcast {
     rows.toArray
   }
 
-  /** The rule, run before Spark's columnar transitions; `maxBytes` as in [[LocalBroadcast]]. */
+  /** The rule, run before Spark's columnar transitions; `maxBytes` as in [[DriverBroadcast]]. */
   def columnarRule(maxBytes: SQLConf => Long): ColumnarRule = new ColumnarRule {
-    override def preColumnarTransitions: Rule[SparkPlan] = new LocalBroadcast(maxBytes)
+    override def preColumnarTransitions: Rule[SparkPlan] = new DriverBroadcast(maxBytes)
   }
 }
