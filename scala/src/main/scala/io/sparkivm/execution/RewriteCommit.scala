@@ -65,7 +65,7 @@ object RewriteCommit extends DeltaCommand {
     recordIn(txn, record, Map.empty, None)
     val layout = BackingLayout.of(meta, maintenance)
     val changed = RefreshSteps.localRows(plan) match {
-      case Some(rows) => new LocalChangedRows(spark, DataTypeUtils.fromAttributes(plan.output), rows, maintenance,
+      case Some(rows) => new DriverChangedRows(spark, DataTypeUtils.fromAttributes(plan.output), rows, maintenance,
           BackingLayout.skippingKey(layout, maintenance))
       case None => new DistributedChangedRows(spark, SparkInternals.dataFrame(spark, plan), maintenance)
     }
@@ -316,7 +316,7 @@ object RewriteCommit extends DeltaCommand {
   }
 
   /** Rows held on the driver: the keys filter as an InSet of key structs (null-safe). */
-  private class LocalChangedRows(spark: SparkSession, schema: StructType, rows: Seq[InternalRow],
+  private class DriverChangedRows(spark: SparkSession, schema: StructType, rows: Seq[InternalRow],
       maintenance: ViewMaintenance, skippingKey: Option[String])
       extends ChangedRows {
     private val countAt = schema.fieldIndex(ViewMaintenance.CountColumn)

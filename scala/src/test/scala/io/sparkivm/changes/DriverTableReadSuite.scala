@@ -15,7 +15,7 @@ import org.scalatest.funsuite.AnyFunSuite
 class DriverTableReadSuite extends AnyFunSuite {
   private lazy val spark: SparkSession = TestSpark.session("driver-table-read")
 
-  private def readHere(table: String): Option[Seq[Row]] = {
+  private def readOnDriver(table: String): Option[Seq[Row]] = {
     val log = DeltaLog.forTable(spark, TableIdentifier(table))
     val snapshot = log.update()
     DriverTableRead.rows(spark, snapshot, KnownFiles.matching(log, snapshot, Nil)).map { rows =>
@@ -44,10 +44,10 @@ class DriverTableReadSuite extends AnyFunSuite {
     spark.sql("ALTER TABLE tr ADD COLUMN extra STRING")
     spark.sql("INSERT INTO tr (i, extra) VALUES (2, 'new')")
     spark.sql("DELETE FROM tr WHERE i = 99") // a version whose files are unchanged
-    readHere("tr") // the version's files listed first: listing is not what is measured
-    val (here, work) = ReadMetrics.measure(spark)(readHere("tr"))
-    assert(here.isDefined)
-    assert(same(here.get, spark.table("tr").collect().toSeq), here.get)
+    readOnDriver("tr") // the version's files listed first: listing is not what is measured
+    val (read, work) = ReadMetrics.measure(spark)(readOnDriver("tr"))
+    assert(read.isDefined)
+    assert(same(read.get, spark.table("tr").collect().toSeq), read.get)
     assert(work.jobs === 0)
     // As a scan's rows, equal to them as rows: held rows are matched by equality against rows
     // Spark computes (an array in a generic row is not equal to the same array in an unsafe one).
@@ -63,21 +63,21 @@ class DriverTableReadSuite extends AnyFunSuite {
     spark.sql("DROP TABLE IF EXISTS trdv")
     spark.sql("CREATE TABLE trdv (i INT, s STRING) USING delta TBLPROPERTIES (delta.enableDeletionVectors = true)")
     spark.sql("INSERT INTO trdv SELECT id, 'x' FROM range(20)")
-    assert(readHere("trdv").isDefined, "no deletion vector yet")
+    assert(readOnDriver("trdv").isDefined, "no deletion vector yet")
     spark.sql("DELETE FROM trdv WHERE i = 3")
-    assert(readHere("trdv").isEmpty)
+    assert(readOnDriver("trdv").isEmpty)
     spark.sql("DROP TABLE IF EXISTS trcm")
     spark.sql("CREATE TABLE trcm (i INT) USING delta TBLPROPERTIES (delta.columnMapping.mode = 'name', " +
       "delta.minReaderVersion = '2', delta.minWriterVersion = '5')")
     spark.sql("INSERT INTO trcm VALUES (1)")
-    assert(readHere("trcm").isEmpty)
+    assert(readOnDriver("trcm").isEmpty)
     spark.sql("DROP TABLE IF EXISTS trp")
     spark.sql("CREATE TABLE trp (i INT, p STRING) USING delta PARTITIONED BY (p)")
     spark.sql("INSERT INTO trp VALUES (1, 'a')")
-    assert(readHere("trp").isEmpty)
+    assert(readOnDriver("trp").isEmpty)
     spark.sql("DROP TABLE IF EXISTS trc")
     spark.sql("CREATE TABLE trc (c CHAR(4)) USING delta")
     spark.sql("INSERT INTO trc VALUES ('a')")
-    assert(readHere("trc").isEmpty)
+    assert(readOnDriver("trc").isEmpty)
   }
 }
