@@ -26,8 +26,6 @@ import org.apache.spark.sql.ivm.{CapturedSqlConf, JoinMetrics, ReadMetrics, Sess
  */
 object RefreshSession {
   private val SnapshotPartitions = "spark.databricks.delta.snapshotPartitions"
-  // Spark's switch between generated and interpreted expressions (an internal setting).
-  private val FactoryMode = "spark.sql.codegen.factoryMode"
 
   /** A session of the refresh's own, which keeps catalog entries until [[DeltaTables.release]]. */
   def of(user: SparkSession): SparkSession = {
@@ -39,7 +37,7 @@ object RefreshSession {
     }
     // Pinning reads Delta logs and the view's records: small work, whose expressions (Delta's
     // log replay among them) are interpreted until forSmallInputs has sized the inputs.
-    if (IvmConf.RefreshInterpretedMaxBytes.get(spark) > 0) spark.conf.set(FactoryMode, "NO_CODEGEN")
+    if (IvmConf.RefreshInterpretedMaxBytes.get(spark) > 0) spark.conf.set(QueryCodegen.FactoryMode, "NO_CODEGEN")
     spark
   }
 
@@ -70,22 +68,28 @@ object RefreshSession {
    * its cache of compiled classes can answer, and compiles what the cache does not hold, which
    * in a new application is all of it. Over a few thousand rows interpreting them costs no more
    * (docs/benchmarks.md, "First refresh of an application").
-   * Larger inputs get the `user`'s code generation back.
+   * Larger inputs get the `user`'s code generation back: for a recomputation, every query; for
+   * an incremental refresh, each query that scans more than the limit ([[QueryCodegen]]).
    */
-  def forSmallInputs(spark: SparkSession, user: SparkSession, inputBytes: => Long): Option[String] = {
+  def forSmallInputs(spark: SparkSession, user: SparkSession, inputBytes: => Long,
+      incremental: Boolean): QueryCodegen = {
+    import QueryCodegen.{FactoryMode, WholeStage}
     val max = IvmConf.RefreshInterpretedMaxBytes.get(spark)
     lazy val bytes = inputBytes // sized only when the switch is on
-    if (max <= 0 || bytes > max) {
-      user.conf.getOption(FactoryMode) match {
-        case Some(mode) => spark.conf.set(FactoryMode, mode)
-        case None => spark.conf.unset(FactoryMode)
-      }
-      None
-    } else {
-      spark.conf.set("spark.sql.codegen.wholeStage", "false")
+    def interpret(): Unit = {
+      spark.conf.set(WholeStage, "false")
       spark.conf.set(FactoryMode, "NO_CODEGEN")
-      Some(s"queries without generated code: ${CostModel.bytes(bytes)} of " +
-        s"inputs, at most ${CostModel.bytes(max)} (${IvmConf.RefreshInterpretedMaxBytes.key})")
+    }
+    val users = Seq(WholeStage, FactoryMode).map(k => k -> user.conf.getOption(k)).toMap
+    if (max <= 0 || (bytes > max && !incremental)) {
+      users.foreach {
+        case (k, Some(v)) => spark.conf.set(k, v)
+        case (k, None) => spark.conf.unset(k)
+      }
+      QueryCodegen.Generated
+    } else {
+      interpret()
+      if (bytes <= max) QueryCodegen.Interpreted(bytes, max) else new QueryCodegen.PerQuery(spark, max, users)
     }
   }
 }
@@ -266,7 +270,8 @@ object RefreshPipeline extends Logging {
     FaultInjection.point(user, "after-pin")
     // Read from the backing table's Delta log at most once, and only by those that need it.
     lazy val backingBytes = BackingTable.sizeInBytes(spark, meta)
-    val interpreted = RefreshSession.forSmallInputs(spark, user, pinned.values.map(_.sizeInBytes).sum + backingBytes)
+    val codegen = RefreshSession.forSmallInputs(spark, user, pinned.values.map(_.sizeInBytes).sum + backingBytes,
+      decision.incremental)
 
     if (!decision.incremental) {
       timer.mark("pin")
@@ -284,7 +289,7 @@ object RefreshPipeline extends Logging {
       timer.mark("recompute")
       FaultInjection.point(user, "after-commit")
       return report(spark, meta, number, attemptId, "full", last, pinned, Map.empty, Nil,
-        epsilon.map(e => s"IVM^eps state rebuilt: eps = ${e.eps}, N = ${e.n}").toSeq ++ interpreted,
+        epsilon.map(e => s"IVM^eps state rebuilt: eps = ${e.eps}, N = ${e.n}").toSeq ++ codegen.note,
         ApplyMetrics(-1, -1, -1), timer, decision)
     }
 
@@ -299,7 +304,7 @@ object RefreshPipeline extends Logging {
     val steps = new RefreshSteps(spark,
       // The backing table's size is read only when probing is on at all.
       probe.copy(enabled = probe.enabled && probe.worth(backingBytes)),
-      IvmConf.LocalMaxRows.get(spark))
+      IvmConf.LocalMaxRows.get(spark), codegen)
     // Small changes (held on the driver) make small queries: run them for latency.
     if (changes.values.forall(_.isInstanceOf[DriverChange])) RefreshSession.forSmallWork(spark)
     // The backing table's version, read once for every way of reading its old rows.
@@ -339,7 +344,7 @@ object RefreshPipeline extends Logging {
         return RefreshReport(meta.viewName, "noop", last.number, sourceReports(last, pinned, Map.empty),
           branches, Nil, 0, 0, 0, timer.result, last.backingVersion, why, policy = meta.policy.sql, reason = why)
       }
-      val notes = mutable.ArrayBuffer[String]() ++= run.notes ++= interpreted ++= lookedUp
+      val notes = mutable.ArrayBuffer[String]() ++= run.notes ++= lookedUp
       phase("moving the view's state")
       val epsilon = run.advance(notes)
       if (epsilon.isDefined) {
@@ -352,8 +357,11 @@ object RefreshPipeline extends Logging {
       FaultInjection.point(user, "before-commit")
       val applied = if (FaultInjection.corruptApply(user)) rows.map(Filter(Literal(false), _)) else rows
       phase("applying the changed rows in one commit")
-      val metrics = BackingTable.apply(spark, meta, analyzed.maintenance, applied, record,
-        () => timer.mark("apply"))
+      // The apply scans the files of the backing table that hold the changed keys.
+      val metrics = codegen.scanning(backingBytes + applied.map(QueryCodegen.scannedBytes).sum) {
+        BackingTable.apply(spark, meta, analyzed.maintenance, applied, record, () => timer.mark("apply"))
+      }
+      notes ++= codegen.note
       timer.mark("commit")
       FaultInjection.point(user, "after-commit")
       val done = report(spark, meta, number, attemptId, "incremental", last, pinned, counts, branches, notes.toSeq,

@@ -12,9 +12,12 @@ import org.apache.spark.sql.ivm.{DriverRows, SparkInternals}
 /**
  * How a refresh computes its intermediate results: each once, on the driver when it has at
  * most `maxLocalRows` rows (every later use is then free of Spark jobs, and a decision such as
- * "is it empty" is a look at the rows), else as a local checkpoint on the executors.
+ * "is it empty" is a look at the rows), else as a local checkpoint on the executors. Each query
+ * that runs a job generates code or not as `codegen` decides for it.
  */
-class RefreshSteps(spark: SparkSession, override val probe: ProbeSettings, maxLocalRows: Int) extends PlanSteps {
+class RefreshSteps(spark: SparkSession, override val probe: ProbeSettings, maxLocalRows: Int,
+    codegen: QueryCodegen = QueryCodegen.Generated)
+    extends PlanSteps {
 
   def materialize(plan: LogicalPlan): LogicalPlan = {
     val df = SparkInternals.dataFrame(spark, plan)
@@ -27,17 +30,19 @@ class RefreshSteps(spark: SparkSession, override val probe: ProbeSettings, maxLo
       case Some(rows) => return RefreshSteps.local(plan.output, rows)
       case None =>
     }
-    DriverRows.collect(spark, Seq(df), maxLocalRows) match {
-      case Some(Seq(rows)) if rows.size <= maxLocalRows => RefreshSteps.local(plan.output, rows)
-      case _ =>
-        val done = SparkInternals.analyzed(df.localCheckpoint(eager = true))
-        Project(plan.output.zip(done.output).map { case (o, n) => Alias(n, o.name)(exprId = o.exprId) }, done)
+    codegen(plan) {
+      DriverRows.collect(spark, Seq(df), maxLocalRows) match {
+        case Some(Seq(rows)) if rows.size <= maxLocalRows => RefreshSteps.local(plan.output, rows)
+        case _ =>
+          val done = SparkInternals.analyzed(df.localCheckpoint(eager = true))
+          Project(plan.output.zip(done.output).map { case (o, n) => Alias(n, o.name)(exprId = o.exprId) }, done)
+      }
     }
   }
 
   def isEmpty(plan: LogicalPlan): Boolean = RefreshSteps.localRows(plan) match {
     case Some(rows) => rows.isEmpty
-    case None => SparkInternals.dataFrame(spark, plan).isEmpty
+    case None => codegen(plan)(SparkInternals.dataFrame(spark, plan).isEmpty)
   }
 
   override def materializeVersioned(plan: LogicalPlan, definition: String, stamp: String): LogicalPlan =
@@ -70,8 +75,10 @@ class RefreshSteps(spark: SparkSession, override val probe: ProbeSettings, maxLo
         else Some(values.toSeq.sorted(TypeUtils.getInterpretedOrdering(key.dataType))
             .map(CatalystTypeConverters.convertToScala(_, key.dataType)))
       case None =>
-        BackingTable.distinctValues(SparkInternals.dataFrame(spark,
-            Project(Seq(key), Filter(IsNotNull(key), plan))), max)
+        codegen(plan) {
+          BackingTable.distinctValues(SparkInternals.dataFrame(spark, Project(Seq(key), Filter(IsNotNull(key), plan))),
+            max)
+        }
     }
 }
 

@@ -5,8 +5,9 @@ import scala.collection.mutable.ArrayBuffer
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.plans.logical.LocalRelation
 import org.apache.spark.sql.catalyst.types.DataTypeUtils
+import org.apache.spark.sql.execution.SQLExecution
 import org.apache.spark.sql.types.StructType
-import org.apache.spark.sql.{DataFrame, SparkSession}
+import org.apache.spark.sql.{DataFrame, SparkSession, classic}
 
 /**
  * Small results held on the driver as Catalyst rows, and plans over them. A refresh's deltas
@@ -20,6 +21,7 @@ object DriverRows {
    * `maxRowsPerTask` rows (the caller then computes them distributed). Rows come back as
    * copies, in the DataFrames' order. With `tasks`, the last stage runs as at most that many
    * tasks (for reads of many small files, whose tasks would each cost more to start than to run).
+   * The tasks see `spark`'s SQL settings, as a Dataset action's do (code generation among them).
    */
   def collect(spark: SparkSession, dfs: Seq[DataFrame], maxRowsPerTask: Int,
       tasks: Option[Int] = None): Option[Seq[IndexedSeq[InternalRow]]] = {
@@ -32,7 +34,9 @@ object DriverRows {
       }
     }
     val union = spark.sparkContext.union(rdds)
-    val all = tasks.filter(_ < union.getNumPartitions).map(union.coalesce(_)).getOrElse(union).collect()
+    val all = SQLExecution.withSQLConfPropagated(spark.asInstanceOf[classic.SparkSession]) {
+      tasks.filter(_ < union.getNumPartitions).map(union.coalesce(_)).getOrElse(union).collect()
+    }
     dfs.foreach(df => JoinMetrics.record(df.queryExecution.executedPlan))
     if (all.exists(_._1 < 0)) None
     else {
