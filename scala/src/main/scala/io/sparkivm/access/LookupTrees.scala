@@ -341,7 +341,7 @@ object LookupTrees extends Logging {
 
   /**
    * The index of the view's COUNT(*) column if the view is `SELECT cols, count(*) ... GROUP BY
-   * cols` (its other columns exactly its group keys): each group's count is then the
+   * cols` (its other columns exactly its group keys, renamed or not): each group's count is then the
    * multiplicity of its tuple in the join, as the trees hold it.
    */
   private def countColumn(plan: LogicalPlan): Option[Int] = plan match {
@@ -351,7 +351,12 @@ object LookupTrees extends Logging {
           case Alias(AggregateExpression(Count(Seq(l: Literal)), _, false, None, _), _) => l.value != null
           case _ => false
         })
-      val keys = outputs.indices.filterNot(counts.contains).map(outputs)
+      // A key is a group key as it is or renamed (`c.region AS region`).
+      val keys = outputs.indices.filterNot(counts.contains).map(i =>
+        outputs(i) match {
+          case Alias(a: Attribute, _) => a
+          case other => other
+        })
       val plainKeys = keys.forall(k => k.isInstanceOf[Attribute] && groups.exists(_.semanticEquals(k))) &&
         groups.forall(g => keys.exists(_.semanticEquals(g)))
       if (counts.size == 1 && plainKeys) counts.headOption else None

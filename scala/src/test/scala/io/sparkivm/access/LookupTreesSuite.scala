@@ -25,8 +25,10 @@ class LookupTreesSuite extends AnyFunSuite with BeforeAndAfterAll {
   private lazy val spark: SparkSession = TestSpark.session("resident-trees")
 
   private val ordersOf = "SELECT c.ckey AS cust, o.okey AS okey FROM rtr_cust c JOIN rtr_ord o ON c.ckey = o.cust"
-  // Group keys not renamed: a renamed one (`c.region AS region`) is not recognised as a plain key.
   private val counted = "SELECT c.region, o.cust, count(*) AS n FROM rtr_cust c " +
+    "JOIN rtr_ord o ON c.ckey = o.cust GROUP BY c.region, o.cust"
+  // The same with its group keys renamed, as a view's columns often are.
+  private val countedAs = "SELECT c.region AS area, o.cust AS customer, count(*) AS n FROM rtr_cust c " +
     "JOIN rtr_ord o ON c.ckey = o.cust GROUP BY c.region, o.cust"
 
   private def create(sql: String): Unit =
@@ -44,6 +46,7 @@ class LookupTreesSuite extends AnyFunSuite with BeforeAndAfterAll {
     spark.sql("INSERT INTO rtr_ord VALUES (10, 1), (11, 1), (12, 2), (13, 3), (14, 9)")
     create(s"CREATE MATERIALIZED VIEW rtr_orders REFRESH POLICY INCREMENTAL ACCESS BY (cust) AS $ordersOf")
     create(s"CREATE MATERIALIZED VIEW rtr_counts REFRESH POLICY INCREMENTAL ACCESS BY (region) AS $counted")
+    create(s"CREATE MATERIALIZED VIEW rtr_counts_as REFRESH POLICY INCREMENTAL ACCESS BY (area) AS $countedAs")
     create("CREATE MATERIALIZED VIEW rtr_plain AS SELECT ckey FROM rtr_cust")
   }
 
@@ -88,18 +91,21 @@ class LookupTreesSuite extends AnyFunSuite with BeforeAndAfterAll {
     assert(LookupTrees.describe(spark, "rtr_orders").startsWith("view trees held: "))
     // A COUNT(*) view: each answer is a tuple with its count.
     sameBag(answers(lookup("rtr_counts", "REGION" -> "EU")), rows(byInput("rtr_counts"), "EU"))
+    sameBag(answers(lookup("rtr_counts_as", "area" -> "EU")), rows(byInput("rtr_counts_as"), "EU"))
+    assert(LookupTrees.describe(spark, "rtr_counts_as").startsWith("view trees held: "))
   }
 
   test("the first lookup after a refresh moves the trees forward by the changes") {
     spark.sql("INSERT INTO rtr_ord VALUES (15, 2), (16, 9)")
     spark.sql("DELETE FROM rtr_ord WHERE okey = 10")
     spark.sql("INSERT INTO rtr_cust VALUES (9, 'US')")
-    Seq("rtr_orders", "rtr_counts").foreach(v => RefreshPipeline.refresh(spark, Seq(v), full = false))
+    Seq("rtr_orders", "rtr_counts", "rtr_counts_as").foreach(v => RefreshPipeline.refresh(spark, Seq(v), full = false))
     val orders = byInput("rtr_orders")
     Seq(1, 2, 9).foreach(cust => sameBag(answers(lookup("rtr_orders", "cust" -> cust)), rows(orders, cust)))
     assert(LookupTrees.describe(spark, "rtr_orders").contains("the last refresh's changes moved"),
       LookupTrees.describe(spark, "rtr_orders"))
     sameBag(answers(lookup("rtr_counts", "region" -> "US")), rows(byInput("rtr_counts"), "US"))
+    sameBag(answers(lookup("rtr_counts_as", "area" -> "US")), rows(byInput("rtr_counts_as"), "US"))
   }
 
   test("a cursor closed before its answers are read expires") {
