@@ -30,6 +30,13 @@ sealed trait QueryCodegen {
 
   /** What the report says of it, if anything. */
   def note: Option[String]
+
+  /**
+   * Once the refresh's queries have run: what the session runs later (the state builds queued
+   * for between refreshes, which read whole tables) gets code generation as the refresh's
+   * inputs' size decided it.
+   */
+  def release(): Unit = ()
 }
 
 object QueryCodegen {
@@ -69,6 +76,8 @@ object QueryCodegen {
         finally set(before)
       }
     }
+
+    override def release(): Unit = set(generated)
 
     private def set(values: Map[String, Option[String]]): Unit = values.foreach {
       case (k, Some(v)) => spark.conf.set(k, v)

@@ -372,14 +372,17 @@ object RefreshPipeline extends Logging {
         // which are what the check is to check).
         def committed() = SparkInternals.analyzed(DeltaSources.snapshot(spark, meta.backing, done.backingVersion))
         phase("verifying the committed rows")
-        val verified = RefreshVerification.run(spark, meta.viewName, () => committed(), analyzed.maintenance,
-          pinned, rows)
+        // The check recomputes the query for the changed keys from the tables at full size.
+        val verified = codegen.scanning(pinned.values.map(_.sizeInBytes).sum) {
+          RefreshVerification.run(spark, meta.viewName, () => committed(), analyzed.maintenance, pinned, rows)
+        }
         if (verified.isDefined) timer.mark("verify")
         done.copy(verify = verified, planNotes = done.planNotes ++ verified.map(_.describe),
           phasesMs = timer.result)
       }
     } finally {
       reader.release()
+      codegen.release()
     }
   }
 

@@ -52,6 +52,9 @@ class QueryCodegenSuite extends AnyFunSuite {
     intercept[IllegalArgumentException](code(table)(throw new IllegalArgumentException("fails")))
     assert(settings == ("false", Some("NO_CODEGEN")), "restored after a failed query")
     assert(code.note.exists(_.endsWith(": 2 of 3")), code.note)
+    // What runs after the refresh (state builds over whole tables) generates code as the user's would.
+    code.release()
+    assert(settings == ("true", Some("FALLBACK")))
   }
 
   test("all or none by the refresh's inputs; the user's session keeps its settings") {
