@@ -241,9 +241,11 @@ object IvmConf {
     "A refresh whose inputs (the base tables it reads and the view's backing table, sized from " +
       "their Delta logs) total at most this many bytes runs its queries without generated code: " +
       "operators run one by one (no whole-stage code generation) and their expressions are " +
-      "interpreted. Generating and compiling the code (anew for each plan of a changing shape, " +
-      "and all of it in a new application) costs more than it saves on small inputs. 0: always " +
-      "generate it.", internal = true)
+      "interpreted. Over larger inputs, an incremental refresh decides per query: one that scans " +
+      "more than this many bytes of files (its tables at full size) generates code, the others do " +
+      "not; a recomputation generates code throughout. Generating and compiling the code (anew for " +
+      "each plan of a changing shape, and all of it in a new application) costs more than it saves " +
+      "on small inputs. 0: always generate it.", internal = true)
 
   val LayoutRowsPerFile: IvmConfEntry[Long] = long("spark.ivm.layout.rowsPerFile", 250000L,
     "Backing tables are written in files of at most this many rows, ordered by the view's first " +
