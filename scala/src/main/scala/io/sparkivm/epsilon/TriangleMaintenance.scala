@@ -42,7 +42,7 @@ import org.apache.spark.sql.{DataFrame, Row, SparkSession}
  * once per batch from its degree after the batch.
  */
 class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRules, maxKeys: Int,
-    resident: Option[PartitionedState.Owner] = None) {
+    stateOwner: Option[PartitionedState.Owner] = None) {
   import TriangleMaintenance._
 
   private val sides = 0 until 3
@@ -91,9 +91,9 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
     if (branches.isEmpty) None
     else {
       val raw = frame(i, rules.unionAll(branches.map(_.plan)), Some(rules.multiplicity))
-      val net = localRows(raw).map { rows =>
+      val net = rowsOnDriver(raw).map { rows =>
         // Folded on the driver: the rows are here already.
-        local(raw.schema, fold(rows, cols(i).size))
+        onDriver(raw.schema, fold(rows, cols(i).size))
       }.getOrElse(small(aggregate(raw, cols(i))))
       if (net.isEmpty) None else Some(net)
     }
@@ -105,7 +105,7 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
    * optimizer run), or its optimized plan is a local relation (Spark folds filters and
    * projections over rows held here into one) or a union of them, which Spark would run as a job.
    */
-  private def localRows(df: DataFrame): Option[Seq[Row]] = {
+  private def rowsOnDriver(df: DataFrame): Option[Seq[Row]] = {
     val toRow = CatalystTypeConverters.createToScalaConverter(df.schema)
     DriverEval.rows(df.queryExecution.analyzed, MaxLocalRows).map(_.map(r => toRow(r).asInstanceOf[Row]))
       .orElse(optimizedRows(df))
@@ -130,8 +130,8 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
       case (k, w) if w != 0 => Row.fromSeq(k :+ w)
     }
 
-  /** Rows held here; the rows keep the schema (columns are read by name). */
-  private def local(schema: StructType, rows: Seq[Row]): WeightedDelta = WeightedDelta.here(spark, schema, rows)
+  /** Rows on the driver; the rows keep the schema (columns are read by name). */
+  private def onDriver(schema: StructType, rows: Seq[Row]): WeightedDelta = WeightedDelta.onDriver(spark, schema, rows)
 
   /** Change of |D| (rows) by this refresh. */
   def sizeChange: Long = deltas.flatten.map(_.weight).sum
@@ -179,15 +179,15 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
     if (h.allHeavy) d
     else if (h.empty) d.none
     else h.keys match {
-      case Some(keys) if d.local && keysOnDriver => d.where(s"a$i", keys)
-      case _ => WeightedDelta.there(heavyPart(d.frame, i, h))
+      case Some(keys) if d.isOnDriver && keysOnDriver => d.where(s"a$i", keys)
+      case _ => WeightedDelta.distributed(heavyPart(d.frame, i, h))
     }
   private def lightPart(d: WeightedDelta, i: Int, h: HeavySet): WeightedDelta =
     if (h.allHeavy) d.none
     else if (h.empty) d
     else h.keys match {
-      case Some(keys) if d.local && keysOnDriver => d.where(s"a$i", k => !keys(k))
-      case _ => WeightedDelta.there(lightPart(d.frame, i, h))
+      case Some(keys) if d.isOnDriver && keysOnDriver => d.where(s"a$i", k => !keys(k))
+      case _ => WeightedDelta.distributed(lightPart(d.frame, i, h))
     }
 
   /**
@@ -213,7 +213,7 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
 
   private def hint(t: DataFrame, size: Long) = if (size <= BroadcastKeys) broadcast(t) else t
 
-  // ---- resident occurrences ----
+  // ---- kept occurrences ----
 
   private def positions(i: Int): Seq[Int] =
     q.sides(i).columns.map(c => q.sides(i).plan.output.indexWhere(_.exprId == c.exprId))
@@ -231,19 +231,19 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
    * read); with no kept rows, the occurrence is read at Post once and kept. None when resident
    * state is off or the occurrence does not read pinned Delta tables.
    */
-  private def residentPost(i: Int, layout: String, keys: Seq[Any],
+  private def keptPost(i: Int, layout: String, keys: Seq[Any],
       where: Seq[(String, Seq[Any])]): Option[WeightedDelta] =
-    residentEntry(i, layout).map { entry =>
+    keptEntry(i, layout).map { entry =>
       val at = where.map { case (c, v) => cols(i).indexOf(c) -> v }
       // The entry's columns are an occurrence's (a self-join's occurrences share it), named here as i's.
       val named = StructType(entry.base.schema.fields.zip(cols(i) :+ Weight).map { case (f, n) => f.copy(name = n) })
       entry.rowsOnDriver(keys, at).filter(_ => keysOnDriver).map(WeightedDelta.internal(spark, named, _))
-        .getOrElse(WeightedDelta.there(entry.frame(spark, Some(keys), at).toDF(cols(i) :+ Weight: _*)))
+        .getOrElse(WeightedDelta.distributed(entry.frame(spark, Some(keys), at).toDF(cols(i) :+ Weight: _*)))
     }
 
-  /** The resident rows of occurrence i at Post laid out by `layout` (see [[residentPost]]). */
-  private def residentEntry(i: Int, layout: String): Option[PartitionedState.Entry] = for {
-    owner <- resident
+  /** The kept rows of occurrence i at Post laid out by `layout` (see [[keptPost]]). */
+  private def keptEntry(i: Int, layout: String): Option[PartitionedState.Entry] = for {
+    owner <- stateOwner
     (preVersions, postVersions) <- rules.stamps(q.sides(i).plan)
   } yield {
     val name = owner.name(group(i), layout)
@@ -253,7 +253,7 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
         val advanced = PartitionedState.get(spark, name, preStamp).flatMap { kept =>
           deltas(i) match {
             case None => Some(kept.copy(version = postStamp))
-            case Some(d) if d.local => kept.plus(postStamp, PartitionedRows.toInternal(kept.base.schema, d.rows))
+            case Some(d) if d.isOnDriver => kept.plus(postStamp, PartitionedRows.toInternal(kept.base.schema, d.rows))
             case Some(_) => None
           }
         }
@@ -279,18 +279,18 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
     // rows by a, its few in-edges by b), when both are kept here to count.
     val sized = if (probes.size < 2) Nil
     else probes.map { case (c, v) =>
-      residentEntry(k, c.take(1)).flatMap(_.base.sizeInPlace(v))
+      keptEntry(k, c.take(1)).flatMap(_.base.sizeInPlace(v))
     }
     val chosen =
       if (sized.nonEmpty && sized.forall(_.isDefined)) Some(probes.zip(sized).minBy(_._2.get)._1)
       else probes.headOption
     val kept = chosen.flatMap { case (probed, v) =>
-      residentPost(k, probed.take(1), v, filters.collect { case (c, Some(vs)) if c != probed => c -> vs })
+      keptPost(k, probed.take(1), v, filters.collect { case (c, Some(vs)) if c != probed => c -> vs })
     }
     val rows = kept match {
       case Some(postRows) if atPost => postRows
       case Some(postRows) => deltas(k).fold(postRows)(d => postRows.unionByName(d.negated))
-      case None => WeightedDelta.there(if (atPost) post(k) else pre(k))
+      case None => WeightedDelta.distributed(if (atPost) post(k) else pre(k))
     }
     probe(rows, filters: _*)
   }
@@ -304,13 +304,13 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
       case (d, (_, None)) => d
     }
   private def probe(d: WeightedDelta, filters: (String, Option[Seq[Any]])*): WeightedDelta =
-    if (d.local && keysOnDriver) filters.foldLeft(d) {
+    if (d.isOnDriver && keysOnDriver) filters.foldLeft(d) {
       case (rows, (c, Some(values))) =>
         val set = values.toSet
         rows.where(c, set)
       case (rows, (_, None)) => rows
     }
-    else WeightedDelta.there(probe(d.frame, filters: _*))
+    else WeightedDelta.distributed(probe(d.frame, filters: _*))
 
   private def keysOf(rows: Seq[Row], c: String, schema: StructType): Option[Seq[Any]] = {
     val idx = schema.fieldIndex(c)
@@ -318,7 +318,7 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
     if (vs.size > maxKeys) None else Some(vs.toSeq)
   }
   private def keysOf(d: WeightedDelta, c: String): Option[Seq[Any]] =
-    if (d.local) keysOf(d.rows, c, d.schema) else keysOf(d.frame, c)
+    if (d.isOnDriver) keysOf(d.rows, c, d.schema) else keysOf(d.frame, c)
 
   private def keysOf(df: DataFrame, c: String): Option[Seq[Any]] = {
     val vs = df.select(col(c)).where(col(c).isNotNull).distinct().limit(maxKeys + 1).collect().map(_.get(0))
@@ -335,24 +335,24 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
    * `df` computed now: on the driver when it is small (the bounded sets of one batch are), so
    * that taking its keys and joining it cost no further job; checkpointed otherwise.
    */
-  private def small(df: DataFrame): WeightedDelta = smallAll(Seq(WeightedDelta.there(df))).head
+  private def small(df: DataFrame): WeightedDelta = smallAll(Seq(WeightedDelta.distributed(df))).head
 
   /** Several results computed in one Spark job (see [[small]]); those held here already stay. */
   private def smallAll(ds: Seq[WeightedDelta]): Seq[WeightedDelta] = {
     val done = mutable.Map[Int, WeightedDelta]()
-    val dfs = ds.map(d => if (d.local) null else d.frame)
+    val dfs = ds.map(d => if (d.isOnDriver) null else d.frame)
     val remote = dfs.zipWithIndex.filter { case (df, i) =>
-      if (ds(i).local) { done(i) = ds(i); false }
-      else localRows(df).map(rows => done(i) = local(df.schema, rows)).isEmpty
+      if (ds(i).isOnDriver) { done(i) = ds(i); false }
+      else rowsOnDriver(df).map(rows => done(i) = onDriver(df.schema, rows)).isEmpty
     }
     DriverRows.collect(spark, remote.map(_._1), MaxLocalRows) match {
       case Some(all) if all.forall(_.size <= MaxLocalRows) =>
         remote.zip(all).foreach { case ((df, i), rows) =>
           val toRow = CatalystTypeConverters.createToScalaConverter(df.schema)
-          done(i) = local(df.schema, rows.map(r => toRow(r).asInstanceOf[Row]))
+          done(i) = onDriver(df.schema, rows.map(r => toRow(r).asInstanceOf[Row]))
         }
       case _ => remote.foreach { case (df, i) =>
-          done(i) = WeightedDelta.there(df.localCheckpoint(eager = true))
+          done(i) = WeightedDelta.distributed(df.localCheckpoint(eager = true))
         }
     }
     dfs.indices.map(done)
@@ -364,8 +364,8 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
   /** `d` summed per row of `keys` (weights `w`), computed now: on the driver when it is there. */
   def settled(d: WeightedDelta, keys: Seq[String]): WeightedDelta = {
     val cols = d.select(keys :+ Weight)
-    if (cols.local) local(cols.schema, fold(cols.rows, keys.size))
-    else localRows(cols.frame).map(rows => local(cols.frame.schema, fold(rows, keys.size)))
+    if (cols.isOnDriver) onDriver(cols.schema, fold(cols.rows, keys.size))
+    else rowsOnDriver(cols.frame).map(rows => onDriver(cols.frame.schema, fold(rows, keys.size)))
       .getOrElse(small(aggregate(cols.frame, keys)))
   }
 
@@ -475,9 +475,9 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
       notes += s"D(${q.sides(j).name}): ${d.count} changed rows"
     }
     val out = hopsAll(seconds.map(_._1).toSeq).zip(seconds.map(_._2)).map { case (hit, finish) => finish(hit) }
-    if (out.forall(_.local)) {
+    if (out.forall(_.isOnDriver)) {
       // Every term is held here: summed per row here, no job.
-      local(blockSchema, fold(out.flatMap(_.rows).toSeq, allCols.size)).frame
+      onDriver(blockSchema, fold(out.flatMap(_.rows).toSeq, allCols.size)).frame
     } else small(aggregate(out.map(_.frame).reduce(_ unionByName _), allCols)).frame
   }
 
@@ -491,17 +491,17 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
    */
   private def hopsAll(hops: Seq[Hop]): Seq[WeightedDelta] = {
     val here: Seq[Boolean] = hops.map(h =>
-      h.left.local && h.on.forall { case (l, r) =>
+      h.left.isOnDriver && h.on.forall { case (l, r) =>
         val lt = h.left.schema(l).dataType
         lt == h.right.schema(r).dataType && KeyProbe.equalsAsJvm(lt)
       })
     val done = smallAll(hops.zip(here).map { case (h, driver) =>
-      if (driver) h.right else WeightedDelta.there(join(h.left.frame, h.right.frame, h.on))
+      if (driver) h.right else WeightedDelta.distributed(join(h.left.frame, h.right.frame, h.on))
     })
     hops.indices.map { i =>
       val (h, result) = (hops(i), done(i))
       if (!here(i)) result
-      else if (result.local) joinOnDriver(h.left, result, h.on)
+      else if (result.isOnDriver) joinOnDriver(h.left, result, h.on)
       else small(join(h.left.frame, result.frame, h.on))
     }
   }
@@ -519,7 +519,7 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
       key = lKeys.map(lr.get) if !key.contains(null)
       rr <- byKey.getOrElse(key, Nil)
     } yield Row.fromSeq(lr.toSeq.updated(lW, lr.getLong(lW) * rr.getLong(rW)) ++ rKept.map(rr.get))
-    local(StructType(ls.fields ++ rKept.map(rs.fields)), rows)
+    onDriver(StructType(ls.fields ++ rKept.map(rs.fields)), rows)
   }
 
   /** The auxiliary views' changes from the data, one per view (after [[blockDelta]]). */
@@ -545,11 +545,11 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
     // Occurrences of one table (a self-join) share their rows: one lookup for all their keys.
     val indexed = queried.groupBy(group).values.toSeq.flatMap { same =>
       val keys = same.flatMap(touched(_).get).distinct
-      residentEntry(same.head, "a").flatMap(_.sums(spark, keys, Weight)).toSeq.flatMap(d => same.map(_ -> d))
+      keptEntry(same.head, "a").flatMap(_.sums(spark, keys, Weight)).toSeq.flatMap(d => same.map(_ -> d))
     }.toMap
     val summed = queried.filterNot(indexed.contains)
     val degrees = indexed ++ summed.zip(smallAll(summed.map { i =>
-      WeightedDelta.there(side(i, atPost = true, s"a$i" -> touched(i)).frame.groupBy(s"a$i").agg(sum(Weight)))
+      WeightedDelta.distributed(side(i, atPost = true, s"a$i" -> touched(i)).frame.groupBy(s"a$i").agg(sum(Weight)))
     }).map(_.all.map(r => r.get(0) -> r.getLong(1)).toMap)).toMap
     sides.map { i =>
       touched(i) match {

@@ -95,7 +95,7 @@ class TriangleStateTables(spark: SparkSession, meta: ViewMetadata, attempt: Stri
    */
   def aux(i: Int, version: Long, rows: Long, keyColumn: String, keys: Option[Seq[Any]],
       where: Seq[(String, Seq[Any])] = Nil): WeightedDelta =
-    if (!resident) WeightedDelta.there(read(3 + i, version))
+    if (!resident) WeightedDelta.distributed(read(3 + i, version))
     else {
       val table = PartitionedState.tableName(names(3 + i))
       val entry = PartitionedState.get(spark, table, stamp(3 + i, version)).getOrElse {
@@ -107,7 +107,7 @@ class TriangleStateTables(spark: SparkSession, meta: ViewMetadata, attempt: Stri
       }
       val at = where.map { case (c, v) => entry.base.schema.fieldIndex(c) -> v }
       keys.flatMap(entry.rowsOnDriver(_, at)).map(WeightedDelta.internal(spark, entry.base.schema, _))
-        .getOrElse(WeightedDelta.there(entry.frame(spark, keys, at)))
+        .getOrElse(WeightedDelta.distributed(entry.frame(spark, keys, at)))
     }
 
   /** Replaces table i's rows, laid out in files by `sortKey`; returns the new version. */
@@ -131,7 +131,7 @@ class TriangleStateTables(spark: SparkSession, meta: ViewMetadata, attempt: Stri
     val table = txn.metadata.schema
     // Rows held here whose columns have the table's types are written here, without a job.
     val here =
-      if (!rows.local || !table.fields.forall(f =>
+      if (!rows.isOnDriver || !table.fields.forall(f =>
           rows.schema.fieldNames.contains(f.name) &&
             DataType.equalsIgnoreNullability(rows.schema(f.name).dataType, f.dataType))) None
       else {
@@ -157,7 +157,7 @@ class TriangleStateTables(spark: SparkSession, meta: ViewMetadata, attempt: Stri
     val table = PartitionedState.tableName(names(3 + i))
     val to = append(3 + i, change, sortKey)
     val followed = for {
-      entry <- PartitionedState.get(spark, table, stamp(3 + i, from)) if change.local && to == from + 1
+      entry <- PartitionedState.get(spark, table, stamp(3 + i, from)) if change.isOnDriver && to == from + 1
       schema = entry.base.schema
       next <- entry.plus(stamp(3 + i, to),
         PartitionedRows.toInternal(schema,

@@ -12,95 +12,95 @@ import org.apache.spark.sql.{DataFrame, Row, SparkSession}
 
 /**
  * A weighted relation of one IVM^eps refresh (a column `w` holds each row's multiplicity): its
- * rows held on the driver (`local`), or a DataFrame. A batch's bounded sets are a few thousand
- * rows, and with the resident state read in place every input of a step is on the driver; the
- * operations below then run on the rows themselves, without building a DataFrame, which would
- * cost Spark's analysis per operation, more than the operation on a few thousand rows. The
- * DataFrame of rows held here is built only if asked for.
+ * rows on the driver (`isOnDriver`), or a DataFrame on the executors (`distributed`). A batch's
+ * bounded sets are a few thousand rows, and with the partitioned state read in place every input
+ * of a step is on the driver; the operations below then run on the rows themselves, without
+ * building a DataFrame, which would cost Spark's analysis per operation, more than the operation
+ * on a few thousand rows. The DataFrame of rows on the driver is built only if asked for.
  */
 final class WeightedDelta private (spark: SparkSession, givenSchema: Option[StructType], val rows: Seq[Row],
-    remote: Option[DataFrame]) {
-  def local: Boolean = remote.isEmpty
+    distributedFrame: Option[DataFrame]) {
+  def isOnDriver: Boolean = distributedFrame.isEmpty
 
-  lazy val schema: StructType = givenSchema.getOrElse(remote.get.schema)
+  lazy val schema: StructType = givenSchema.getOrElse(distributedFrame.get.schema)
 
-  /** The rows as a DataFrame (built on first use for rows held here). */
-  lazy val frame: DataFrame = remote.getOrElse(spark.createDataFrame(rows.asJava, schema))
+  /** The rows as a DataFrame (built on first use for rows on the driver). */
+  lazy val frame: DataFrame = distributedFrame.getOrElse(spark.createDataFrame(rows.asJava, schema))
 
-  private def here(s: StructType, rs: Seq[Row]): WeightedDelta = WeightedDelta.here(spark, s, rs)
+  private def onDriver(s: StructType, rs: Seq[Row]): WeightedDelta = WeightedDelta.onDriver(spark, s, rs)
 
-  def isEmpty: Boolean = if (local) rows.isEmpty else frame.isEmpty
+  def isEmpty: Boolean = if (isOnDriver) rows.isEmpty else frame.isEmpty
 
   /** Every row, on the driver. */
-  def all: Seq[Row] = if (local) rows else frame.collect().toSeq
-  def count: Long = if (local) rows.size.toLong else frame.count()
+  def all: Seq[Row] = if (isOnDriver) rows else frame.collect().toSeq
+  def count: Long = if (isOnDriver) rows.size.toLong else frame.count()
 
   /** The sum of the weights (the change of the relation's size). */
   def weight: Long =
-    if (local) rows.map(_.getLong(schema.fieldIndex(Weight))).sum
+    if (isOnDriver) rows.map(_.getLong(schema.fieldIndex(Weight))).sum
     else Option(frame.agg(sum(Weight)).first().get(0)).map(_.asInstanceOf[Long]).getOrElse(0L)
 
   /** No rows, with the same columns. */
-  def none: WeightedDelta = if (local) here(schema, Nil) else WeightedDelta.there(frame.limit(0))
+  def none: WeightedDelta = if (isOnDriver) onDriver(schema, Nil) else WeightedDelta.distributed(frame.limit(0))
 
   /**
-   * Rows whose column `c` holds a value `keep` accepts (a NULL never does). Only for rows held
-   * here; values compare as the JVM's, so the caller keeps this to types where that is SQL's
+   * Rows whose column `c` holds a value `keep` accepts (a NULL never does). Only for rows on
+   * the driver; values compare as the JVM's, so the caller keeps this to types where that is SQL's
    * equality ([[io.sparkivm.planner.KeyProbe.equalsAsJvm]]).
    */
   def where(c: String, keep: Any => Boolean): WeightedDelta = {
-    require(local, "where: rows not held here")
+    require(isOnDriver, "where: rows not held here")
     val at = schema.fieldIndex(c)
-    here(schema, rows.filter(r => !r.isNullAt(at) && keep(r.get(at))))
+    onDriver(schema, rows.filter(r => !r.isNullAt(at) && keep(r.get(at))))
   }
 
   /** The rows with their weights negated. */
   def negated: WeightedDelta =
-    if (!local) WeightedDelta.there(frame.withColumn(Weight, -col(Weight)))
+    if (!isOnDriver) WeightedDelta.distributed(frame.withColumn(Weight, -col(Weight)))
     else {
       val at = schema.fieldIndex(Weight)
-      here(schema, rows.map(r => withValue(r, at, -r.getLong(at))))
+      onDriver(schema, rows.map(r => withValue(r, at, -r.getLong(at))))
     }
 
-  /** Rows of both, by column name (a DataFrame unless both are held here). */
+  /** Rows of both, by column name (a DataFrame unless both are on the driver). */
   def unionByName(other: WeightedDelta): WeightedDelta =
-    if (!local || !other.local) WeightedDelta.there(frame.unionByName(other.frame))
+    if (!isOnDriver || !other.isOnDriver) WeightedDelta.distributed(frame.unionByName(other.frame))
     else {
       val from = schema.fieldNames.map(other.schema.fieldIndex)
-      here(schema, rows ++ other.rows.map(r => new GenericRowWithSchema(from.map(r.get), schema)))
+      onDriver(schema, rows ++ other.rows.map(r => new GenericRowWithSchema(from.map(r.get), schema)))
     }
 
   /** The named columns, in that order. */
   def select(names: Seq[String]): WeightedDelta =
-    if (!local) WeightedDelta.there(frame.select(names.map(col): _*))
+    if (!isOnDriver) WeightedDelta.distributed(frame.select(names.map(col): _*))
     else {
       val from = names.map(schema.fieldIndex)
       val s = StructType(from.map(schema.fields))
-      here(s, rows.map(r => new GenericRowWithSchema(from.map(r.get).toArray, s)))
+      onDriver(s, rows.map(r => new GenericRowWithSchema(from.map(r.get).toArray, s)))
     }
 
   /** The columns of `target`, by name: those this lacks are NULL. */
   def complete(target: StructType): WeightedDelta =
-    if (!local) {
+    if (!isOnDriver) {
       val have = frame.columns.toSet
-      WeightedDelta.there(frame.select(target.fields.toIndexedSeq.map { f =>
+      WeightedDelta.distributed(frame.select(target.fields.toIndexedSeq.map { f =>
         if (have(f.name)) col(f.name) else org.apache.spark.sql.functions.lit(null).cast(f.dataType).as(f.name)
       }: _*))
     } else {
       val from = target.fieldNames.map(n => if (schema.fieldNames.contains(n)) schema.fieldIndex(n) else -1)
-      here(target, rows.map(r => new GenericRowWithSchema(from.map(i => if (i < 0) null else r.get(i)), target)))
+      onDriver(target, rows.map(r => new GenericRowWithSchema(from.map(i => if (i < 0) null else r.get(i)), target)))
     }
 
   /** Column `to` replaced (or added) with the values of column `from`. */
   def copyColumn(from: String, to: String): WeightedDelta =
-    if (!local) WeightedDelta.there(frame.withColumn(to, col(from)))
+    if (!isOnDriver) WeightedDelta.distributed(frame.withColumn(to, col(from)))
     else if (schema.fieldNames.contains(to)) {
       val (f, t) = (schema.fieldIndex(from), schema.fieldIndex(to))
-      here(schema, rows.map(r => withValue(r, t, r.get(f))))
+      onDriver(schema, rows.map(r => withValue(r, t, r.get(f))))
     } else {
       val f = schema.fieldIndex(from)
       val s = schema.add(schema(from).copy(name = to))
-      here(s, rows.map(r => new GenericRowWithSchema((r.toSeq :+ r.get(f)).toArray, s)))
+      onDriver(s, rows.map(r => new GenericRowWithSchema((r.toSeq :+ r.get(f)).toArray, s)))
     }
 
   private def withValue(r: Row, at: Int, v: Any): Row = {
@@ -112,20 +112,20 @@ final class WeightedDelta private (spark: SparkSession, givenSchema: Option[Stru
 
 object WeightedDelta {
 
-  /** Rows held here; each keeps `schema` (columns are read by name). */
-  def here(spark: SparkSession, schema: StructType, rows: Seq[Row]): WeightedDelta =
+  /** Rows on the driver; each keeps `schema` (columns are read by name). */
+  def onDriver(spark: SparkSession, schema: StructType, rows: Seq[Row]): WeightedDelta =
     new WeightedDelta(spark, Some(schema),
       rows.map {
         case r: GenericRowWithSchema if r.schema eq schema => r
         case r => new GenericRowWithSchema(r.toSeq.toArray, schema)
       }, None)
 
-  /** Catalyst rows held here (as the resident state keeps them), as rows of `schema`. */
+  /** Catalyst rows on the driver (as the partitioned state keeps them), as rows of `schema`. */
   def internal(spark: SparkSession, schema: StructType, rows: Seq[InternalRow]): WeightedDelta = {
     val toRow = CatalystTypeConverters.createToScalaConverter(schema)
-    here(spark, schema, rows.map(r => toRow(r).asInstanceOf[Row]))
+    onDriver(spark, schema, rows.map(r => toRow(r).asInstanceOf[Row]))
   }
 
-  /** A DataFrame, not computed. */
-  def there(df: DataFrame): WeightedDelta = new WeightedDelta(df.sparkSession, None, Nil, Some(df))
+  /** A DataFrame on the executors, not computed. */
+  def distributed(df: DataFrame): WeightedDelta = new WeightedDelta(df.sparkSession, None, Nil, Some(df))
 }

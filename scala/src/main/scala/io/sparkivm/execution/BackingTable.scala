@@ -98,7 +98,7 @@ object BackingTable {
   def at(spark: SparkSession, meta: ViewMetadata, snapshot: Snapshot, positions: Boolean): LogicalPlan = {
     // A small table's rows held on the driver ([[SmallTableRows]]): no job reads them.
     SmallTableRows.rows(spark, meta.backing, snapshot) match {
-      case Some(rows) => RefreshSteps.local(DataTypeUtils.toAttributes(snapshot.metadata.schema), rows)
+      case Some(rows) => RefreshSteps.onDriver(DataTypeUtils.toAttributes(snapshot.metadata.schema), rows)
       case None =>
         val df = DeltaSources.snapshot(spark, meta.backing, snapshot.version)
         val Seq(file, row, version) = ViewMaintenance.PositionColumns
@@ -116,7 +116,7 @@ object BackingTable {
   def oldOfKeys(spark: SparkSession, meta: ViewMetadata, snapshot: Snapshot, maintenance: ViewMaintenance,
       keys: Seq[InternalRow], refresh: String, made: () => Unit): Option[LogicalPlan] =
     KeyedViewRows.rows(spark, meta, snapshot, maintenance.foldColumns, maintenance.keyNames.size, keys,
-      refresh, made).map { case (output, rows) => RefreshSteps.local(output, rows) }
+      refresh, made).map { case (output, rows) => RefreshSteps.onDriver(output, rows) }
 
   def sizeInBytes(spark: SparkSession, meta: ViewMetadata): Long =
     DeltaSources.sizeInBytes(latest(spark, meta))
@@ -132,7 +132,7 @@ object BackingTable {
     inCommit(spark, meta, record) {
       val plan = rows.getOrElse {
         val backing = SparkInternals.analyzed(spark.table(meta.backing.quotedString).limit(0)).output
-        RefreshSteps.local(backing :+ AttributeReference(ViewMaintenance.ExistedColumn, BooleanType)(), Nil)
+        RefreshSteps.onDriver(backing :+ AttributeReference(ViewMaintenance.ExistedColumn, BooleanType)(), Nil)
       }
       RewriteCommit.apply(spark, meta, maintenance, plan, record, written).getOrElse(ApplyMetrics(0, 0, 0))
     }

@@ -18,7 +18,7 @@ import org.apache.spark.sql.catalyst.plans.{ExistenceJoin, Inner, LeftAnti, Left
 
 /**
  * Evaluates a small plan (analyzed or optimized) on the driver, without a Spark job, when it
- * reads only rows held here ([[RefreshSteps.local]]) through projections, filters, unions,
+ * reads only rows on the driver ([[RefreshSteps.onDriver]]) through projections, filters, unions,
  * DISTINCTs, aggregates and joins: the keys a change touches, whose plan is a DISTINCT over the
  * union of changes held on the driver; a global aggregate's state moved by its change
  * ([[io.sparkivm.planner.RunningAggregate]]); an operator recomputed for its changed keys over

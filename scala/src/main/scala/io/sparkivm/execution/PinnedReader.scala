@@ -135,7 +135,7 @@ class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
       a.name.equalsIgnoreCase(f.name) && a.dataType == f.dataType
     }
 
-  override def localDelta(leaf: SourceLeaf): Option[DriverDeltaRows] =
+  override def deltaOnDriver(leaf: SourceLeaf): Option[DriverDeltaRows] =
     changes.get(leaf.name).filter(_.nonEmpty).collect { case DriverChange(schema, data) =>
       DriverDeltaRows(schema, data)
     }

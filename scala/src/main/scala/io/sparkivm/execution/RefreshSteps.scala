@@ -21,18 +21,18 @@ class RefreshSteps(spark: SparkSession, override val probe: ProbeSettings, maxLo
 
   def materialize(plan: LogicalPlan): LogicalPlan = {
     val df = SparkInternals.dataFrame(spark, plan)
-    // Rows held here are evaluated here (DriverEval): no job. The analyzed plan first: Spark's
+    // Rows on the driver are evaluated there (DriverEval): no job. The analyzed plan first: Spark's
     // optimizer costs more than evaluating a few rows; the optimized one where an expression
     // needs its rewriting.
-    val local = DriverEval.rows(df.queryExecution.analyzed, maxLocalRows)
+    val evaluated = DriverEval.rows(df.queryExecution.analyzed, maxLocalRows)
       .orElse(DriverEval.rows(df.queryExecution.optimizedPlan, maxLocalRows))
-    local match {
-      case Some(rows) => return RefreshSteps.local(plan.output, rows)
+    evaluated match {
+      case Some(rows) => return RefreshSteps.onDriver(plan.output, rows)
       case None =>
     }
     codegen(plan) {
       DriverRows.collect(spark, Seq(df), maxLocalRows) match {
-        case Some(Seq(rows)) if rows.size <= maxLocalRows => RefreshSteps.local(plan.output, rows)
+        case Some(Seq(rows)) if rows.size <= maxLocalRows => RefreshSteps.onDriver(plan.output, rows)
         case _ =>
           val done = SparkInternals.analyzed(df.localCheckpoint(eager = true))
           Project(plan.output.zip(done.output).map { case (o, n) => Alias(n, o.name)(exprId = o.exprId) }, done)
@@ -40,17 +40,17 @@ class RefreshSteps(spark: SparkSession, override val probe: ProbeSettings, maxLo
     }
   }
 
-  def isEmpty(plan: LogicalPlan): Boolean = RefreshSteps.localRows(plan) match {
+  def isEmpty(plan: LogicalPlan): Boolean = RefreshSteps.rowsOnDriver(plan) match {
     case Some(rows) => rows.isEmpty
     case None => codegen(plan)(SparkInternals.dataFrame(spark, plan).isEmpty)
   }
 
   override def materializeVersioned(plan: LogicalPlan, definition: String, stamp: String): LogicalPlan =
     VersionedResults.get(definition, stamp) match {
-      case Some(rows) => RefreshSteps.local(plan.output, rows)
+      case Some(rows) => RefreshSteps.onDriver(plan.output, rows)
       case None =>
         val done = materialize(plan)
-        RefreshSteps.localRows(done).foreach(rows => VersionedResults.put(definition, stamp, rows))
+        RefreshSteps.rowsOnDriver(done).foreach(rows => VersionedResults.put(definition, stamp, rows))
         done
     }
 
@@ -59,17 +59,17 @@ class RefreshSteps(spark: SparkSession, override val probe: ProbeSettings, maxLo
 
   override def collects: Boolean = true
 
-  override def localRows(plan: LogicalPlan): Option[Seq[InternalRow]] = RefreshSteps.localRows(plan)
+  override def rowsOnDriver(plan: LogicalPlan): Option[Seq[InternalRow]] = RefreshSteps.rowsOnDriver(plan)
 
-  override def localValues(plan: LogicalPlan, key: Attribute): Option[Set[Any]] =
-    RefreshSteps.localRows(plan).map { rows =>
+  override def valuesOnDriver(plan: LogicalPlan, key: Attribute): Option[Set[Any]] =
+    RefreshSteps.rowsOnDriver(plan).map { rows =>
       val at = plan.output.indexWhere(_.exprId == key.exprId)
       rows.iterator.map(_.get(at, key.dataType)).filter(_ != null).toSet
     }
 
   override def distinctValues(plan: LogicalPlan, key: Attribute, max: Int): Option[Seq[Any]] =
-    localValues(plan, key) match {
-      // Held here: sorted on the driver, no job.
+    valuesOnDriver(plan, key) match {
+      // On the driver: sorted there, no job.
       case Some(values) =>
         if (values.size > max) None
         else Some(values.toSeq.sorted(TypeUtils.getInterpretedOrdering(key.dataType))
@@ -85,13 +85,13 @@ class RefreshSteps(spark: SparkSession, override val probe: ProbeSettings, maxLo
 object RefreshSteps {
 
   /** Rows held on the driver, under the attributes of the plan they were computed from. */
-  def local(output: Seq[Attribute], rows: Seq[InternalRow]): LogicalPlan = {
+  def onDriver(output: Seq[Attribute], rows: Seq[InternalRow]): LogicalPlan = {
     val fresh = DataTypeUtils.toAttributes(DataTypeUtils.fromAttributes(output))
     Project(output.zip(fresh).map { case (o, n) => Alias(n, o.name)(exprId = o.exprId) }, LocalRelation(fresh, rows))
   }
 
-  /** The rows of a plan made by [[local]]. */
-  def localRows(plan: LogicalPlan): Option[Seq[InternalRow]] = plan match {
+  /** The rows of a plan made by [[onDriver]]. */
+  def rowsOnDriver(plan: LogicalPlan): Option[Seq[InternalRow]] = plan match {
     case Project(_, l: LocalRelation) => Some(l.data)
     case l: LocalRelation => Some(l.data)
     case _ => None

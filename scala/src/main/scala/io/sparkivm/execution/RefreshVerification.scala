@@ -98,7 +98,7 @@ object RefreshVerification extends Logging {
       case Some(plan) =>
         val at = keyNames.map(k => plan.output.indexWhere(_.name == k))
         val types = at.map(plan.output(_).dataType)
-        val rows = RefreshSteps.localRows(plan).getOrElse(
+        val rows = RefreshSteps.rowsOnDriver(plan).getOrElse(
           SparkInternals.dataFrame(spark, plan).queryExecution.toRdd.map(_.copy()).collect().toSeq)
         val all = rows.map(r => InternalRow.fromSeq(at.zip(types).map { case (i, t) => r.get(i, t) }))
           .map(_.copy()).distinct
@@ -176,7 +176,7 @@ object RefreshVerification extends Logging {
     SparkInternals.dataFrame(spark,
       if (attrs.size == 1) filtered
       else {
-        val tuples = RefreshSteps.local(attrs.map(a => AttributeReference(a.name, a.dataType)()), keys)
+        val tuples = RefreshSteps.onDriver(attrs.map(a => AttributeReference(a.name, a.dataType)()), keys)
         Join(filtered, tuples, LeftSemi,
           Some(attrs.zip(tuples.output).map { case (a, t) => EqualNullSafe(a, t): Expression }.reduce(And)),
           JoinHint.NONE)

@@ -64,7 +64,7 @@ object RewriteCommit extends DeltaCommand {
     // Delta takes a metadata change only before the transaction writes data.
     recordIn(txn, record, Map.empty, None)
     val layout = BackingLayout.of(meta, maintenance)
-    val changed = RefreshSteps.localRows(plan) match {
+    val changed = RefreshSteps.rowsOnDriver(plan) match {
       case Some(rows) => new DriverChangedRows(spark, DataTypeUtils.fromAttributes(plan.output), rows, maintenance,
           BackingLayout.skippingKey(layout, maintenance))
       case None => new DistributedChangedRows(spark, SparkInternals.dataFrame(spark, plan), maintenance)

@@ -35,7 +35,7 @@ object SmallTableRows {
 
   /** Nor are tables in more files than this per core, unless an apply's rows make them held. */
   val MaxFilesPerCore = 2
-  private case class Held(id: String, version: Long, schema: StructType, rows: IndexedSeq[InternalRow],
+  private case class TableVersionRows(id: String, version: Long, schema: StructType, rows: IndexedSeq[InternalRow],
       maxRows: Long)
       extends Arrangement {
     override def place: StatePlace = StatePlace.Driver
@@ -59,11 +59,11 @@ object SmallTableRows {
   private def stateId(path: String) = StateId(StateKind.TableRows, path)
 
   /** The rows held for the table at `path` if they are of table `id` at `version`, with `schema`. */
-  private def lookup(path: String, id: String, version: Long, schema: StructType): Option[Held] =
-    StateRegistry.get[Held](stateId(path), TableStamp(id, version).toString)
+  private def lookup(path: String, id: String, version: Long, schema: StructType): Option[TableVersionRows] =
+    StateRegistry.get[TableVersionRows](stateId(path), TableStamp(id, version).toString)
       .filter(h => DriverWrite.sameColumns(h.schema, schema))
 
-  private def lookup(path: String, snapshot: Snapshot): Option[Held] =
+  private def lookup(path: String, snapshot: Snapshot): Option[TableVersionRows] =
     lookup(path, snapshot.metadata.id, snapshot.version, snapshot.metadata.schema)
 
   /** The table's rows at the snapshot's version if they are held (and holding is on). */
@@ -87,7 +87,7 @@ object SmallTableRows {
           maxRows.toInt).flatMap(_.headOption)
         DriverTableRead.rows(spark, snapshot, KnownFiles.matching(snapshot.deltaLog, snapshot, Nil))
           .orElse(scanned).filter(_.size <= maxRows).map { rows =>
-            put(path, Held(snapshot.metadata.id, snapshot.version, snapshot.metadata.schema, rows, maxRows))
+            put(path, TableVersionRows(snapshot.metadata.id, snapshot.version, snapshot.metadata.schema, rows, maxRows))
             rows
           }
       }
@@ -155,7 +155,7 @@ object SmallTableRows {
       rows: Seq[InternalRow]): Unit = {
     val maxRows = IvmConf.HeldTablesMaxRows.get(spark)
     if (maxRows > 0 && rows.size <= maxRows && lookup(path, id, to, schema).isEmpty) {
-      put(path, Held(id, to, schema, rows.toIndexedSeq, maxRows))
+      put(path, TableVersionRows(id, to, schema, rows.toIndexedSeq, maxRows))
     }
   }
 
@@ -166,6 +166,6 @@ object SmallTableRows {
       keys(new GenericInternalRow(keyAt.map(i => r.get(i, schema(i).dataType)).toArray))
     }.toIndexedSeq
 
-  private def put(path: String, h: Held): Unit =
+  private def put(path: String, h: TableVersionRows): Unit =
     StateRegistry.put(stateId(path), TableStamp(h.id, h.version).toString, h, table = Some(path))
 }

@@ -42,7 +42,7 @@ trait LeafReader {
   def sizeInBytes(leaf: SourceLeaf): Long = Long.MaxValue
 
   /** The net change as rows on the driver, when it is held there (decisions then run no job). */
-  def localDelta(leaf: SourceLeaf): Option[DriverDeltaRows] = None
+  def deltaOnDriver(leaf: SourceLeaf): Option[DriverDeltaRows] = None
 
   /** The table's Delta id and the versions read as Pre and as Post, if it is a pinned Delta table. */
   def versions(leaf: SourceLeaf): Option[(String, Long, Long)] = None
@@ -124,9 +124,9 @@ class DeltaRules(reader: LeafReader, val multiplicity: Attribute, fkSettings: Fk
   val fk: FkDeltaPlanner = new FkDeltaPlanner(this, reader, fkSettings)
 
   def pre(plan: LogicalPlan): LogicalPlan =
-    substitute(heldAggregates(if (clockOnly) TimeFilters.rebind(plan, instantBefore.get) else plan, atPre = true),
+    substitute(aggregatesOnDriver(if (clockOnly) TimeFilters.rebind(plan, instantBefore.get) else plan, atPre = true),
       scans.pre)
-  def post(plan: LogicalPlan): LogicalPlan = substitute(heldAggregates(plan, atPre = false), scans.post)
+  def post(plan: LogicalPlan): LogicalPlan = substitute(aggregatesOnDriver(plan, atPre = false), scans.post)
 
   /** Global aggregates computed so far, at Pre and at Post: one row each, held on the driver. */
   private val globals = scala.collection.mutable.Map[(LogicalPlan, Boolean), LogicalPlan]()
@@ -139,13 +139,13 @@ class DeltaRules(reader: LeafReader, val multiplicity: Attribute, fkSettings: Fk
    * TPC-H Q22's `avg(c_acctbal)` scanned `customer` in six queries of each refresh. Its value
    * at Post is the next refresh's value at Pre, so that one is not computed again.
    */
-  private def heldAggregates(plan: LogicalPlan, atPre: Boolean): LogicalPlan =
+  private def aggregatesOnDriver(plan: LogicalPlan, atPre: Boolean): LogicalPlan =
     if (!fkSettings.steps.collects) plan
     else plan.transformDown {
       case a: Aggregate
           if a.groupingExpressions.isEmpty && a.aggregateExpressions.forall(_.deterministic) &&
             a.exists { case SourceLeaf(_) => true; case _ => false } =>
-        globals.getOrElseUpdate((a, atPre), heldAggregate(a, atPre))
+        globals.getOrElseUpdate((a, atPre), aggregateOnDriver(a, atPre))
     }
 
   /**
@@ -155,7 +155,7 @@ class DeltaRules(reader: LeafReader, val multiplicity: Attribute, fkSettings: Fk
    * where the change is small: no job), so only a refresh that finds no earlier state reads the
    * aggregate's tables, once.
    */
-  private def heldAggregate(a: Aggregate, atPre: Boolean): LogicalPlan = {
+  private def aggregateOnDriver(a: Aggregate, atPre: Boolean): LogicalPlan = {
     val steps = fkSettings.steps
     val read = substitute(a, if (atPre) scans.pre else scans.post)
     val named = for ((pre, post) <- stamps(a); definition <- CountedTable.definition(a)) yield (pre, post, definition)
@@ -198,7 +198,7 @@ class DeltaRules(reader: LeafReader, val multiplicity: Attribute, fkSettings: Fk
   private def substitute(plan: LogicalPlan, read: SourceLeaf => LogicalPlan): LogicalPlan =
     plan match {
       case SourceLeaf(leaf) => read(leaf)
-      case r: UnionLoopRef if loopsAtPre.contains(r.loopId) => heldLoop(r, weighted = false)._1
+      case r: UnionLoopRef if loopsAtPre.contains(r.loopId) => loopAtPre(r, weighted = false)._1
       case SubqueryAlias(_, child) => substitute(child, read)
       case v: View => substitute(v.child, read)
       case other => other.mapChildren(substitute(_, read))
@@ -225,7 +225,7 @@ class DeltaRules(reader: LeafReader, val multiplicity: Attribute, fkSettings: Fk
             val minus = Project(leaf.output :+ Alias(negated(multiplicity), w.name)(), d)
             (Union(post, minus), w)
         })
-      case r: UnionLoopRef if loopsAtPre.contains(r.loopId) => Some(heldLoop(r, weighted = true))
+      case r: UnionLoopRef if loopsAtPre.contains(r.loopId) => Some(loopAtPre(r, weighted = true))
       case SubqueryAlias(_, child) => weightedPre(child, where)
       case v: View => weightedPre(v.child, where)
       case Filter(cond, child) if !moves(cond) => weightedPre(child, where).map { case (p, w) => (Filter(cond, p), w) }
@@ -298,8 +298,8 @@ class DeltaRules(reader: LeafReader, val multiplicity: Attribute, fkSettings: Fk
     val steps = fkSettings.steps
     val (oldRow, newRow) = (steps.materialize(pre(right)), steps.materialize(post(right)))
     for {
-      Seq(o) <- steps.localRows(oldRow)
-      Seq(n) <- steps.localRows(newRow)
+      Seq(o) <- steps.rowsOnDriver(oldRow)
+      Seq(n) <- steps.rowsOnDriver(newRow)
     } yield {
       val types = right.output.map(_.dataType)
       val (ov, nv) = (o.toSeq(types), n.toSeq(types))
@@ -501,7 +501,7 @@ class DeltaRules(reader: LeafReader, val multiplicity: Attribute, fkSettings: Fk
   }
 
   /** A reference to a recursive CTE held at its rows before the refresh, as its output (weighted or not). */
-  private def heldLoop(r: UnionLoopRef, weighted: Boolean): (LogicalPlan, Attribute) = {
+  private def loopAtPre(r: UnionLoopRef, weighted: Boolean): (LogicalPlan, Attribute) = {
     val (rows, w) = loopsAtPre(r.loopId)
     val named = r.output.zip(rows.output).map { case (a, o) => Alias(o, a.name)(exprId = a.exprId) }
     if (weighted) {

@@ -105,7 +105,7 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
     (leaf, _) <- block.leafOf(y)
     if block.units.indices.count(u => block.leafOf(u).exists(_._1.name == leaf.name)) == 1
     pk <- settings.keys(leaf).primaryKey.filter(_.size == 1).map(_.head)
-    local <- reader.localDelta(leaf)
+    local <- reader.deltaOnDriver(leaf)
     keys = signsPerKey(local, Seq(pk)).collect { case (k, (lo, hi)) if lo < 0 && hi > 0 => k.head }.toSet
     if keys.nonEmpty
   } yield UpdatedKeys(leaf, pk, keys)
@@ -256,12 +256,12 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
     (leaf, cols) <- block.leafOf(u)
     pk <- settings.keys(leaf).primaryKey.filter(_.size == 1).map(_.head)
     (a, _) <- equi.find { case (_, b) => cols.get(b.exprId).exists(_.equalsIgnoreCase(pk)) }
-    needed <- settings.steps.localValues(joined, a)
+    needed <- settings.steps.valuesOnDriver(joined, a)
     if needed.size <= settings.probe.maxKeys.max(100000)
     pkAttr <- leaf.output.find(_.name.equalsIgnoreCase(pk))
     if KeyProbe.equalsAsJvm(pkAttr.dataType) // the keys become an InSet, matched by JVM equality
   } yield {
-    def keysSigned(negative: Boolean): Set[Any] = reader.localDelta(leaf).map { local =>
+    def keysSigned(negative: Boolean): Set[Any] = reader.deltaOnDriver(leaf).map { local =>
       val at = local.positions(Seq(pk)).head
       local.rows.iterator.filter(r => (r.getInt(local.signAt) < 0) == negative).map(_.get(at, pkAttr.dataType)).toSet
     }.getOrElse(Set.empty[Any])
@@ -344,7 +344,7 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
     val why = s"a key of ${leaf.name} was both deleted and inserted (an update of the row)"
     reader.delta(leaf).flatMap { d =>
       checked.getOrElseUpdate((leaf.name, "guard", pk),
-        reader.localDelta(leaf) match {
+        reader.deltaOnDriver(leaf) match {
           case Some(local) =>
             // Decided on the driver from the change held there: no Spark job.
             if (signsPerKey(local, pk).values.exists { case (lo, hi) => lo < 0 && hi > 0 }) Some(why) else None
@@ -389,7 +389,7 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
           val pk = leafAttrs(yLeaf, pkCols)
           // Each changed key of y with its direction (max m: +1 inserted, -1 deleted; the guard
           // holds, so no key is both), computed on the driver when the change is held there.
-          val (changedKeys, ck, dirAttr) = reader.localDelta(yLeaf) match {
+          val (changedKeys, ck, dirAttr) = reader.deltaOnDriver(yLeaf) match {
             case Some(local) =>
               val attrs = pk.zipWithIndex.map { case (k, i) => AttributeReference(s"__ivm_k$i", k.dataType)() }
               val d = AttributeReference("__ivm_dir", IntegerType, nullable = false)()
@@ -445,7 +445,7 @@ class FkDeltaPlanner(rules: DeltaRules, reader: LeafReader, settings: FkSettings
    */
   private def integrityByCounts(xLeaf: SourceLeaf, fkCols: Seq[String], yLeaf: SourceLeaf,
       pkCols: Seq[String]): Option[Boolean] = for {
-    local <- reader.localDelta(yLeaf) if fkCols.size == 1 && settings.steps.collects
+    local <- reader.deltaOnDriver(yLeaf) if fkCols.size == 1 && settings.steps.collects
     fk = leafAttrs(xLeaf, fkCols).head
     pkType = local.schema(local.positions(pkCols).head).dataType if pkType == fk.dataType
     // Each changed key of y with its direction (max m: +1 inserted, -1 deleted; the guard holds).
@@ -528,7 +528,7 @@ private class UpdatesSplitReader(base: LeafReader, splits: Map[String, UpdatedKe
 
   def delta(leaf: SourceLeaf): Option[LogicalPlan] = splits.get(leaf.name) match {
     // No change at all in this step when none of the rows held on the driver belong to it.
-    case Some(_) if localDelta(leaf).exists(_.rows.isEmpty) => None
+    case Some(_) if deltaOnDriver(leaf).exists(_.rows.isEmpty) => None
     case Some(s) => base.delta(leaf).map(d => Filter(if (updatesOnly) keyIn(d, s) else Not(keyIn(d, s)), d))
     case None => if (updatesOnly) None else base.delta(leaf)
   }
@@ -542,12 +542,12 @@ private class UpdatesSplitReader(base: LeafReader, splits: Map[String, UpdatedKe
 
   override def sizeInBytes(leaf: SourceLeaf): Long = base.sizeInBytes(leaf)
 
-  override def localDelta(leaf: SourceLeaf): Option[DriverDeltaRows] = splits.get(leaf.name) match {
-    case Some(s) => base.localDelta(leaf).map { local =>
+  override def deltaOnDriver(leaf: SourceLeaf): Option[DriverDeltaRows] = splits.get(leaf.name) match {
+    case Some(s) => base.deltaOnDriver(leaf).map { local =>
         val at = local.positions(Seq(s.pk)).head
         val t = local.schema(at).dataType
         local.copy(rows = local.rows.filter(r => s.keys.contains(r.get(at, t)) == updatesOnly))
       }
-    case None => if (updatesOnly) None else base.localDelta(leaf)
+    case None => if (updatesOnly) None else base.deltaOnDriver(leaf)
   }
 }

@@ -112,7 +112,7 @@ class SharedScans(reader: LeafReader, steps: PlanSteps, minBytes: Long, maxKeys:
     (for {
       known <- columnsRead.get(read.leaf.name)
       (tableId, preVersion, postVersion) <- reader.versions(read.leaf)
-      affectedRows <- steps.localRows(affected) if affectedRows.size <= maxKeys
+      affectedRows <- steps.rowsOnDriver(affected) if affectedRows.size <= maxKeys
     } yield {
       val keyNames = keyAttrs.map(a => lower(a.name))
       val columns = keptColumns(plan, known, keyNames)
@@ -137,7 +137,7 @@ class SharedScans(reader: LeafReader, steps: PlanSteps, minBytes: Long, maxKeys:
         val kept = if (keyNames.size != 1) None
         else reader.keyedRows(read.leaf, keyNames.head, columns,
           wanted.map(_.head), atPost = v == postVersion, Project(columns.map(c => byName(c.name)), from))
-        val rows = kept.orElse(steps.localRows(steps.materialize(query)))
+        val rows = kept.orElse(steps.rowsOnDriver(steps.materialize(query)))
         if (rows.isEmpty) tooLarge += ((tableId, v, keyNames))
         rows.map(rs => keep(v, Held(wanted, columns, rs)))
       }
@@ -148,7 +148,7 @@ class SharedScans(reader: LeafReader, steps: PlanSteps, minBytes: Long, maxKeys:
         else {
           // Pre = Post - D, from Post's held rows (read now if need be) and the change held here.
           val derived = for {
-            d <- reader.localDelta(read.leaf) if columns.forall(c => SharedScans.comparable(c.dataType))
+            d <- reader.deltaOnDriver(read.leaf) if columns.forall(c => SharedScans.comparable(c.dataType))
             post <- lookup(postVersion).orElse(compute(reader.post(read.leaf), postVersion))
             rows <- minus(post, d, keyNames)
           } yield keep(preVersion, Held(post.keys, columns, rows))

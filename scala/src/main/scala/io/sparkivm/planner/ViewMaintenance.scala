@@ -152,14 +152,14 @@ class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String], val to
     // columns are computed again from them). Where the old rows are kept in memory by key, they
     // are looked up instead.
     val read = (foldColumns ++ PositionColumns).toSet
-    val backing = steps.localRows(folded) match {
+    val backing = steps.rowsOnDriver(folded) match {
       case Some(rows) =>
         val at = keys.map(k => folded.output.indexWhere(_.exprId == k.exprId))
         lazy val changedKeys = rows.map(r =>
           new GenericInternalRow(at.indices.map(i => r.get(at(i), keys(i).dataType)).toArray): InternalRow)
         val arranged = if (keys.isEmpty || at.contains(-1)) None else oldOfKeys(changedKeys)
         arranged.getOrElse {
-          if (steps.localRows(probed).isDefined) probed
+          if (steps.rowsOnDriver(probed).isDefined) probed
           else steps.materialize(Project(probed.output.filter(a => read(a.name)),
               Join(probed, folded, LeftSemi, on(probed), JoinHint.NONE)))
         }
@@ -219,7 +219,7 @@ class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String], val to
       case (Some(k), Some(n)) =>
         val target = backing.output.find(_.name == n).get
         def keep(cond: Expression) = Filter(Or(IsNull(target), cond), backing)
-        steps.localValues(folded, k.toAttribute) match {
+        steps.valuesOnDriver(folded, k.toAttribute) match {
           case Some(values) if KeyProbe.equalsAsJvm(k.dataType) => keep(InSet(target, values))
           case _ if p.enabled && KeyProbe.probeable(k.dataType) =>
             steps.distinctValues(folded, k.toAttribute, p.maxKeys)
@@ -327,10 +327,10 @@ trait PlanSteps {
    * The distinct non-null values of `key` (Catalyst's internal representation) if `plan` is
    * held on the driver (see `materialize`), without running anything; None otherwise.
    */
-  def localValues(plan: LogicalPlan, key: Attribute): Option[Set[Any]] = None
+  def valuesOnDriver(plan: LogicalPlan, key: Attribute): Option[Set[Any]] = None
 
   /** The rows of `plan` (in its output's order) if it is held on the driver (see `materialize`). */
-  def localRows(plan: LogicalPlan): Option[Seq[org.apache.spark.sql.catalyst.InternalRow]] = None
+  def rowsOnDriver(plan: LogicalPlan): Option[Seq[org.apache.spark.sql.catalyst.InternalRow]] = None
 
   /** Whether and how to probe large inputs with the keys of small ones. */
   def probe: ProbeSettings = ProbeSettings.Off

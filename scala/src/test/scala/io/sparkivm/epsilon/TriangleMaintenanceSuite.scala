@@ -77,7 +77,7 @@ class TriangleMaintenanceSuite extends AnyFunSuite with BeforeAndAfterAll {
     // Held here, as a refresh holds the rows it looks up.
     val aux = (0 until 3).map { i =>
       val df = before.auxFromScratch(i, heavy)
-      WeightedDelta.here(spark, df.schema, df.collect().toSeq)
+      WeightedDelta.onDriver(spark, df.schema, df.collect().toSeq)
     }
     Built(keys, aux, EpsilonState(eps, n, 3L * pre.size, keys.map(_.size.toLong), Seq(0, 0, 0), Seq(0, 0, 0), Nil))
   }
@@ -161,7 +161,7 @@ class TriangleMaintenanceSuite extends AnyFunSuite with BeforeAndAfterAll {
       val cols = e.auxCols(i)
       val parts = Seq(Some(b.aux(i).select((cols :+ "w").map(col): _*)), fromData(i).map(_.frame),
         rebalance(i).map(_.frame)).flatten
-      val settled = e.settled(WeightedDelta.there(parts.reduce(_ unionByName _)), cols)
+      val settled = e.settled(WeightedDelta.distributed(parts.reduce(_ unionByName _)), cols)
       assert(summed(settled.frame, cols) == summed(e.auxFromScratch(i, after), cols), i)
     }
   }

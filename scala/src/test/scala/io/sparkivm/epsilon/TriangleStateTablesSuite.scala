@@ -52,8 +52,8 @@ class TriangleStateTablesSuite extends AnyFunSuite {
   test("appends of rows held here and of distributed rows land, each in one version") {
     val t = new TriangleStateTables(spark, meta("tst_a"), "attempt-1")
     val v0 = t.overwrite(3, frame(aux((1, 10, 1L))), "a0")
-    val v1 = t.append(3, WeightedDelta.here(spark, auxSchema, aux((2, 20, 2L))), "a0")
-    val v2 = t.append(3, WeightedDelta.there(frame(aux((3, 30, -1L), (1, 10, 1L)))), "a0")
+    val v1 = t.append(3, WeightedDelta.onDriver(spark, auxSchema, aux((2, 20, 2L))), "a0")
+    val v2 = t.append(3, WeightedDelta.distributed(frame(aux((3, 30, -1L), (1, 10, 1L)))), "a0")
     assert(v1 == v0 + 1 && v2 == v1 + 1)
     assert(triples(t.read(3, v2)) == Seq((1, 10, 1L), (1, 10, 1L), (2, 20, 2L), (3, 30, -1L)))
     assert(triples(t.read(3, v1)) == Seq((1, 10, 1L), (2, 20, 2L)))
@@ -74,7 +74,7 @@ class TriangleStateTablesSuite extends AnyFunSuite {
     val state = EpsilonState(0.5, 10, 5, Seq(1, 1, 1), Seq(1, 1, 1), Seq(1, 1, 1), versions)
     // A refresh killed before its view commit left table 4 ahead.
     val other = new TriangleStateTables(spark, meta("tst_r"), "attempt-2")
-    val ahead = other.append(4, WeightedDelta.here(spark, auxSchema, aux((9, 9, 9L))), "a0")
+    val ahead = other.append(4, WeightedDelta.onDriver(spark, auxSchema, aux((9, 9, 9L))), "a0")
     intercept[StateConflictException](mine.checkOwn(4, versions(4), ahead))
     val restored = mine.restore(state)
     assert(restored(4) > ahead && restored.updated(4, versions(4)) == versions, restored)
@@ -117,7 +117,7 @@ class TriangleStateTablesSuite extends AnyFunSuite {
         }
         check(v0, 4, rows)
         val change = aux((5, 40, 1L), (1, 10, -1L))
-        val v1 = t.appendAux(0, v0, WeightedDelta.here(spark, auxSchema, change), "b1")
+        val v1 = t.appendAux(0, v0, WeightedDelta.onDriver(spark, auxSchema, change), "b1")
         assert(v1 == v0 + 1)
         check(v1, 6, rows ++ change)
         t.drop()

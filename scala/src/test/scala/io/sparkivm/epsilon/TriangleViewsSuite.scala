@@ -117,7 +117,7 @@ class TriangleViewsSuite extends AnyFunSuite with BeforeAndAfterAll {
     // An auxiliary view's row that its definition does not give.
     val schema = StructType(engine(few, few).auxCols(0).map(StructField(_, IntegerType)) :+ StructField("w", LongType))
     val stray =
-      t.append(3, WeightedDelta.here(spark, schema, Seq(Row.fromSeq(schema.fields.init.toSeq.map(_ => 99) :+ 1L))),
+      t.append(3, WeightedDelta.onDriver(spark, schema, Seq(Row.fromSeq(schema.fields.init.toSeq.map(_ => 99) :+ 1L))),
         "a0")
     assert(invariant(TriangleViews.check(spark, engine(few, few), t,
           major.copy(versions = major.versions.updated(3,

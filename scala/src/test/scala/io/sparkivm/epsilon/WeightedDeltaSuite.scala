@@ -24,10 +24,10 @@ class WeightedDeltaSuite extends AnyFunSuite {
       if (rnd.nextInt(6) == 0) null else s"v${rnd.nextInt(4)}", (rnd.nextInt(5) - 2).toLong)
   }
 
-  /** The same rows held here and as a DataFrame. */
+  /** The same rows on the driver and as a DataFrame. */
   private def both(rows: Seq[Row]): (WeightedDelta, WeightedDelta) =
-    (WeightedDelta.here(spark, schema, rows),
-      WeightedDelta.there(spark.createDataFrame(
+    (WeightedDelta.onDriver(spark, schema, rows),
+      WeightedDelta.distributed(spark.createDataFrame(
           spark.sparkContext.parallelize(rows, 2), schema)))
 
   private def bag(d: WeightedDelta): Map[Seq[Any], Int] =
@@ -35,13 +35,13 @@ class WeightedDeltaSuite extends AnyFunSuite {
       case (k, v) => k -> v.size
     }
 
-  private def same(local: WeightedDelta, remote: WeightedDelta): Unit = {
-    assert(local.local && !remote.local)
-    assert(local.schema.fieldNames.toSeq == remote.schema.fieldNames.toSeq)
-    assert(bag(local) == bag(remote))
+  private def same(onDriver: WeightedDelta, distributed: WeightedDelta): Unit = {
+    assert(onDriver.isOnDriver && !distributed.isOnDriver)
+    assert(onDriver.schema.fieldNames.toSeq == distributed.schema.fieldNames.toSeq)
+    assert(bag(onDriver) == bag(distributed))
   }
 
-  test("each operation on held rows equals it on a DataFrame") {
+  test("each operation on rows on the driver equals it on a DataFrame") {
     val rnd = new Random(7)
     (1 to 8).foreach { _ =>
       val (l, r) = both(relation(rnd, rnd.nextInt(12)))
@@ -59,7 +59,7 @@ class WeightedDeltaSuite extends AnyFunSuite {
     }
   }
 
-  test("operations on rows held here run no Spark job") {
+  test("operations on rows on the driver run no Spark job") {
     val (l, _) = both(relation(new Random(3), 10))
     val (_, work) = ReadMetrics.measure(spark) {
       val d = l.negated.unionByName(l).select(Seq("a0", "w")).copyColumn("a0", "c0")
@@ -72,12 +72,12 @@ class WeightedDeltaSuite extends AnyFunSuite {
   test("a union with a DataFrame is a DataFrame; negation twice is the identity") {
     val rnd = new Random(11)
     val (l, r) = both(relation(rnd, 6))
-    assert(!l.unionByName(r).local && l.unionByName(r).count == 12)
+    assert(!l.unionByName(r).isOnDriver && l.unionByName(r).count == 12)
     assert(bag(l.negated.negated) == bag(l))
     assert(l.negated.weight == -l.weight)
   }
 
-  test("where keeps the rows whose value is accepted, never a NULL, and only for rows held here") {
+  test("where keeps the rows whose value is accepted, never a NULL, and only for rows on the driver") {
     val rows = Seq(Row(1, "x", 1L), Row(null, "y", 2L), Row(3, null, -1L), Row(1, "z", 4L))
     val (l, r) = both(rows)
     assert(l.where("a0", _ == 1).all.map(_.getLong(2)) == Seq(1L, 4L))

@@ -29,7 +29,7 @@ class QueryCodegenSuite extends AnyFunSuite {
     DeltaTables.log(spark, TableIdentifier("qc_t", Some("default"))).update().sizeInBytes
 
   test("a query scans its tables' files at full size, rows held on the driver none") {
-    val held = RefreshSteps.local(table.output, Seq.empty)
+    val held = RefreshSteps.onDriver(table.output, Seq.empty)
     assert(tableBytes > 0)
     assert(QueryCodegen.scannedBytes(held) == 0)
     assert(QueryCodegen.scannedBytes(table) == tableBytes)
@@ -46,7 +46,7 @@ class QueryCodegenSuite extends AnyFunSuite {
     val code = new QueryCodegen.PerQuery(refresh, tableBytes - 1, Map(WholeStage -> Some("true"), FactoryMode -> None))
     assert(code.note.isEmpty, "no query ran")
     def settings = (refresh.conf.get(WholeStage), refresh.conf.getOption(FactoryMode))
-    assert(code(RefreshSteps.local(table.output, Seq.empty))(settings) == ("false", Some("NO_CODEGEN")))
+    assert(code(RefreshSteps.onDriver(table.output, Seq.empty))(settings) == ("false", Some("NO_CODEGEN")))
     assert(code(table)(settings) == ("true", Some("FALLBACK")), "Spark's default")
     assert(settings == ("false", Some("NO_CODEGEN")), "restored after the query")
     intercept[IllegalArgumentException](code(table)(throw new IllegalArgumentException("fails")))

@@ -53,12 +53,13 @@ class FkDeltaPlannerSuite extends AnyFunSuite with BeforeAndAfterAll {
    * Pre and Post are the leaf itself; a changed table's change is held on the driver as
    * (its columns' values..., sign) rows; the fact's counts per foreign key are given.
    */
-  private class HeldReader(changes: Map[String, Seq[Seq[Int]]], counts: Map[String, KeyCounts]) extends LeafReader {
+  private class DriverDeltaReader(changes: Map[String, Seq[Seq[Int]]], counts: Map[String, KeyCounts])
+      extends LeafReader {
     def pre(leaf: SourceLeaf): LogicalPlan = leaf.plan
     def post(leaf: SourceLeaf): LogicalPlan = leaf.plan
     def preDel(leaf: SourceLeaf): LogicalPlan = leaf.plan
     def delta(leaf: SourceLeaf): Option[LogicalPlan] = changes.get(leaf.table.table).map(_ => leaf.plan)
-    override def localDelta(leaf: SourceLeaf): Option[DriverDeltaRows] = changes.get(leaf.table.table).map { rows =>
+    override def deltaOnDriver(leaf: SourceLeaf): Option[DriverDeltaRows] = changes.get(leaf.table.table).map { rows =>
       val schema = StructType(leaf.output.map(a => StructField(a.name, a.dataType)) :+
         StructField("__ivm_m", IntegerType))
       DriverDeltaRows(schema, rows.map(r => InternalRow.fromSeq(r)))
@@ -72,7 +73,7 @@ class FkDeltaPlannerSuite extends AnyFunSuite with BeforeAndAfterAll {
   private def plan(changes: Map[String, Seq[Seq[Int]]], rely: Boolean,
       counts: Map[String, KeyCounts] = Map.empty): (Seq[String], Seq[String]) = {
     val analyzed = SparkInternals.analyzed(spark.sql(query))
-    val rules = new DeltaRules(new HeldReader(changes, counts), m,
+    val rules = new DeltaRules(new DriverDeltaReader(changes, counts), m,
       FkSettings(pruning = true, DriverOnly.probe, keys(rely), DriverOnly))
     (rules.delta(analyzed).map(_.describe), rules.fk.notes)
   }
@@ -99,7 +100,7 @@ class FkDeltaPlannerSuite extends AnyFunSuite with BeforeAndAfterAll {
 
   test("without the pruning every changed occurrence has its branch (the generic rule)") {
     val analyzed = SparkInternals.analyzed(spark.sql(query))
-    val generic = new DeltaRules(new HeldReader(Map("fkf" -> factInserted) ++ dimsInserted, Map.empty), m)
+    val generic = new DeltaRules(new DriverDeltaReader(Map("fkf" -> factInserted) ++ dimsInserted, Map.empty), m)
     assert(generic.delta(analyzed).size == 4)
   }
 

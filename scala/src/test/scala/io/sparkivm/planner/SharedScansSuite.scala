@@ -53,7 +53,7 @@ class SharedScansSuite extends AnyFunSuite with BeforeAndAfterAll {
     def post(l: SourceLeaf): LogicalPlan = { postReads += 1; rel(l, postRows) }
     def preDel(l: SourceLeaf): LogicalPlan = post(l)
     def delta(l: SourceLeaf): Option[LogicalPlan] = Some(LocalRelation(l.output :+ m, change))
-    override def localDelta(l: SourceLeaf): Option[DriverDeltaRows] =
+    override def deltaOnDriver(l: SourceLeaf): Option[DriverDeltaRows] =
       Some(DriverDeltaRows(schema.add(StructField("__ivm_m", IntegerType)), change))
     override def versions(l: SourceLeaf): Option[(String, Long, Long)] = Some(("table-id", 1L, 2L))
     override def sizeInBytes(l: SourceLeaf): Long = size
