@@ -32,6 +32,13 @@ trait MaintenanceStrategy {
 
   /** True if the state recorded with the last refresh cannot be advanced (it must be rebuilt). */
   def stale(meta: ViewMetadata, last: RefreshRecord): Boolean = false
+
+  /**
+   * True if every query of its incremental refresh that reads tables runs through the refresh's
+   * [[RefreshSteps]] or its apply, which size each query for code generation ([[QueryCodegen]]);
+   * a strategy that runs queries of its own over large tables has them generate code throughout.
+   */
+  def sizesQueries: Boolean = false
 }
 
 /** One incremental refresh of a strategy. */
@@ -54,6 +61,7 @@ trait StrategyRefresh {
  */
 object CountingStrategy extends MaintenanceStrategy {
   def name: String = "counting IVM"
+  override def sizesQueries: Boolean = true
   def begin(ctx: RefreshContext): StrategyRefresh = new StrategyRefresh {
     val rules: DeltaRules = ctx.reader.rules
   }

@@ -68,11 +68,12 @@ object RefreshSession {
    * its cache of compiled classes can answer, and compiles what the cache does not hold, which
    * in a new application is all of it. Over a few thousand rows interpreting them costs no more
    * (docs/benchmarks.md, "First refresh of an application").
-   * Larger inputs get the `user`'s code generation back: for a recomputation, every query; for
-   * an incremental refresh, each query that scans more than the limit ([[QueryCodegen]]).
+   * Larger inputs get the `user`'s code generation back: for a recomputation (and a strategy
+   * that runs queries of its own), every query; with `perQuery`, each query that scans more than
+   * the limit ([[QueryCodegen]]).
    */
   def forSmallInputs(spark: SparkSession, user: SparkSession, inputBytes: => Long,
-      incremental: Boolean): QueryCodegen = {
+      perQuery: Boolean): QueryCodegen = {
     import QueryCodegen.{FactoryMode, WholeStage}
     val max = IvmConf.RefreshInterpretedMaxBytes.get(spark)
     lazy val bytes = inputBytes // sized only when the switch is on
@@ -81,7 +82,7 @@ object RefreshSession {
       spark.conf.set(FactoryMode, "NO_CODEGEN")
     }
     val users = Seq(WholeStage, FactoryMode).map(k => k -> user.conf.getOption(k)).toMap
-    if (max <= 0 || (bytes > max && !incremental)) {
+    if (max <= 0 || (bytes > max && !perQuery)) {
       users.foreach {
         case (k, Some(v)) => spark.conf.set(k, v)
         case (k, None) => spark.conf.unset(k)
@@ -271,7 +272,7 @@ object RefreshPipeline extends Logging {
     // Read from the backing table's Delta log at most once, and only by those that need it.
     lazy val backingBytes = BackingTable.sizeInBytes(spark, meta)
     val codegen = RefreshSession.forSmallInputs(spark, user, pinned.values.map(_.sizeInBytes).sum + backingBytes,
-      decision.incremental)
+      perQuery = decision.incremental && strategy.sizesQueries)
 
     if (!decision.incremental) {
       timer.mark("pin")

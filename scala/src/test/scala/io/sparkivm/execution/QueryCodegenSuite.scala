@@ -60,12 +60,12 @@ class QueryCodegenSuite extends AnyFunSuite {
   test("all or none by the refresh's inputs; the user's session keeps its settings") {
     TestSpark.withConf(spark, WholeStage -> "true", "spark.ivm.refresh.interpretedMaxBytes" -> "1000") {
       val refresh = SparkInternals.isolated(spark)
-      assert(RefreshSession.forSmallInputs(refresh, spark, 10, incremental = true)
+      assert(RefreshSession.forSmallInputs(refresh, spark, 10, perQuery = true)
           .note.exists(_.startsWith("queries without generated code: 10 B of inputs")))
       assert(refresh.conf.get(WholeStage) == "false" && refresh.conf.get(FactoryMode) == "NO_CODEGEN")
-      assert(RefreshSession.forSmallInputs(refresh, spark, 2000, incremental = true).isInstanceOf[QueryCodegen.PerQuery])
+      assert(RefreshSession.forSmallInputs(refresh, spark, 2000, perQuery = true).isInstanceOf[QueryCodegen.PerQuery])
       assert(refresh.conf.get(WholeStage) == "false" && refresh.conf.get(FactoryMode) == "NO_CODEGEN")
-      assert(RefreshSession.forSmallInputs(refresh, spark, 2000, incremental = false) == QueryCodegen.Generated)
+      assert(RefreshSession.forSmallInputs(refresh, spark, 2000, perQuery = false) == QueryCodegen.Generated)
       assert(refresh.conf.get(WholeStage) == "true" && refresh.conf.getOption(FactoryMode) == spark.conf
         .getOption(FactoryMode))
       assert(spark.conf.get(WholeStage) == "true")
