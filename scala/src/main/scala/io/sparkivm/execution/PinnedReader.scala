@@ -38,17 +38,17 @@ class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
     extends LeafReader {
 
   /** The sign column of delta rows, shared by this reader's deltas and its rules. */
-  private val m: Attribute =
+  private val sign: Attribute =
     AttributeReference(DeltaSources.Multiplicity, IntegerType, nullable = false)()
 
   private val fkSettings = PlanningConf.fk(spark, steps)
 
   /** The delta rules over this reader's leaves. */
-  val rules: DeltaRules = new DeltaRules(this, m, fkSettings, instantBefore = instantBefore)
+  val rules: DeltaRules = new DeltaRules(this, sign, fkSettings, instantBefore = instantBefore)
 
   /** The same rules, with the branches of some subtrees computed elsewhere. */
   def rulesWith(precomputed: LogicalPlan => Option[Seq[Branch]]): DeltaRules =
-    new DeltaRules(this, m, fkSettings, precomputed, instantBefore)
+    new DeltaRules(this, sign, fkSettings, precomputed, instantBefore)
 
   override def recursiveRowsAtPre(loop: UnionLoop): Option[(LogicalPlan, Attribute)] = recursiveRows(loop)
 
@@ -126,8 +126,8 @@ class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
     // Rows held here in the occurrence's own column order: a relation with its attributes. Under
     // a renaming projection instead, Spark's optimizer would evaluate that projection over every
     // row each time it plans a query that reads the change (ConvertToLocalRelation).
-    case DriverChange(schema, data) if sameColumns(leaf, schema) => LocalRelation(leaf.output :+ m, data)
-    case c => bind(leaf, c.frame(spark), Some(m))
+    case DriverChange(schema, data) if sameColumns(leaf, schema) => LocalRelation(leaf.output :+ sign, data)
+    case c => bind(leaf, c.frame(spark), Some(sign))
   }
 
   private def sameColumns(leaf: SourceLeaf, schema: StructType): Boolean =
@@ -177,7 +177,7 @@ class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
   def preDel(leaf: SourceLeaf): LogicalPlan = delta(leaf) match {
     case None => post(leaf)
     case Some(d) =>
-      val deleted = Project(leaf.output, Filter(LessThan(m, Literal(0)), d))
+      val deleted = Project(leaf.output, Filter(LessThan(sign, Literal(0)), d))
       Union(post(leaf), deleted)
   }
 
@@ -186,7 +186,7 @@ class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
 
   def release(): Unit = changes.values.foreach(_.release())
 
-  /** The plan of `df`, with the occurrence's own attributes (by name) and `m` if given. */
+  /** The plan of `df`, with the occurrence's own attributes (by name) and the sign column if given. */
   private def bind(leaf: SourceLeaf, df: DataFrame, mAttr: Option[Attribute]): LogicalPlan = {
     val src = SparkInternals.analyzed(df)
     val byName = src.output.map(a => a.name.toLowerCase(java.util.Locale.ROOT) -> a).toMap

@@ -39,10 +39,10 @@ class SharedScans(reader: LeafReader, steps: PlanSteps, minBytes: Long, maxKeys:
   private val reads = new java.util.IdentityHashMap[LogicalPlan, Read]()
 
   /** The key values, the columns (lower case, the table's order) and the rows of one read. */
-  private case class Held(keys: Set[Seq[Any]], columns: Seq[StructField], rows: Seq[InternalRow])
+  private case class ReadRows(keys: Set[Seq[Any]], columns: Seq[StructField], rows: Seq[InternalRow])
 
-  /** Held reads by table id, version and key columns. */
-  private val held = mutable.Map[(String, Long, Seq[String]), Held]()
+  /** The rows of the reads made, by table id, version and key columns. */
+  private val held = mutable.Map[(String, Long, Seq[String]), ReadRows]()
 
   /** Reads whose rows were too many to hold on the driver: read as part of their query instead. */
   private val tooLarge = mutable.Set[(String, Long, Seq[String])]()
@@ -122,7 +122,7 @@ class SharedScans(reader: LeafReader, steps: PlanSteps, minBytes: Long, maxKeys:
       val version = if (read.post || !changed) postVersion else preVersion
       def lookup(v: Long) = held.get((tableId, v, keyNames))
         .filter(h => h.columns == columns && wanted.subsetOf(h.keys))
-      def compute(from: LogicalPlan, v: Long): Option[Held] = if (tooLarge((tableId, v, keyNames))) None
+      def compute(from: LogicalPlan, v: Long): Option[ReadRows] = if (tooLarge((tableId, v, keyNames))) None
       else {
         val byName = from.output.map(a => lower(a.name) -> a).toMap
         val rebind: Expression => Expression = _.transform {
@@ -139,9 +139,9 @@ class SharedScans(reader: LeafReader, steps: PlanSteps, minBytes: Long, maxKeys:
           wanted.map(_.head), atPost = v == postVersion, Project(columns.map(c => byName(c.name)), from))
         val rows = kept.orElse(steps.rowsOnDriver(steps.materialize(query)))
         if (rows.isEmpty) tooLarge += ((tableId, v, keyNames))
-        rows.map(rs => keep(v, Held(wanted, columns, rs)))
+        rows.map(rs => keep(v, ReadRows(wanted, columns, rs)))
       }
-      def keep(v: Long, h: Held): Held = { held((tableId, v, keyNames)) = h; h }
+      def keep(v: Long, h: ReadRows): ReadRows = { held((tableId, v, keyNames)) = h; h }
       val found = lookup(version).orElse {
         // An unchanged table's Pre rows are its Post rows: read at the pinned version.
         if (read.post || !changed) compute(if (read.post) plan else reader.post(read.leaf), version)
@@ -151,7 +151,7 @@ class SharedScans(reader: LeafReader, steps: PlanSteps, minBytes: Long, maxKeys:
             d <- reader.deltaOnDriver(read.leaf) if columns.forall(c => SharedScans.comparable(c.dataType))
             post <- lookup(postVersion).orElse(compute(reader.post(read.leaf), postVersion))
             rows <- minus(post, d, keyNames)
-          } yield keep(preVersion, Held(post.keys, columns, rows))
+          } yield keep(preVersion, ReadRows(post.keys, columns, rows))
           derived.orElse(compute(plan, preVersion))
         }
       }
@@ -181,7 +181,7 @@ class SharedScans(reader: LeafReader, steps: PlanSteps, minBytes: Long, maxKeys:
           BoundReference(i, columns(i).dataType, columns(i).nullable)
       }
       rows <- reader.rowsWhere(leaf, columns, bound)
-    } yield relation(plan, Held(Set.empty, columns, rows), Nil, Set.empty, all = true)
+    } yield relation(plan, ReadRows(Set.empty, columns, rows), Nil, Set.empty, all = true)
   }
 
   /**
@@ -203,11 +203,11 @@ class SharedScans(reader: LeafReader, steps: PlanSteps, minBytes: Long, maxKeys:
         byName = plan.output.map(a => lower(a.name) -> a).toMap
         rows <- reader.keyedRows(leaf, keyName, columns, keys, atPost = true,
           Project(columns.map(c => byName(c.name)), plan))
-      } yield relation(plan, Held(Set.empty, columns, rows), Nil, Set.empty, all = true)
+      } yield relation(plan, ReadRows(Set.empty, columns, rows), Nil, Set.empty, all = true)
     }
 
   /** Post's held rows minus the change's rows of the same keys; None if a count went negative. */
-  private def minus(post: Held, d: DriverDeltaRows, keyNames: Seq[String]): Option[Seq[InternalRow]] = {
+  private def minus(post: ReadRows, d: DriverDeltaRows, keyNames: Seq[String]): Option[Seq[InternalRow]] = {
     val types = post.columns.map(_.dataType)
     val at = d.positions(post.columns.map(_.name))
     if (at.contains(-1)) return None
@@ -222,11 +222,11 @@ class SharedScans(reader: LeafReader, steps: PlanSteps, minBytes: Long, maxKeys:
   }
 
   /**
-   * Held rows of `wanted` keys as a relation with `plan`'s own attributes (columns not held are
+   * ReadRows rows of `wanted` keys as a relation with `plan`'s own attributes (columns not held are
    * NULL): laid out in its column order here, once, rather than under a renaming projection that
    * Spark's optimizer would evaluate over every row each time it plans a query reading them.
    */
-  private def relation(plan: LogicalPlan, h: Held, keyNames: Seq[String], wanted: Set[Seq[Any]],
+  private def relation(plan: LogicalPlan, h: ReadRows, keyNames: Seq[String], wanted: Set[Seq[Any]],
       all: Boolean = false): LogicalPlan = {
     val types = h.columns.map(_.dataType)
     val rows = if (all || h.keys == wanted) h.rows

@@ -173,22 +173,22 @@ class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String], val to
 
     val recomputed = states.filter(_.recompute.isDefined)
     val flags = recomputed.map(s => s.needsRecompute(oldOf(s), dOf(s)).get)
-    val rk = keys.zipWithIndex.map { case (k, i) => Alias(k.toAttribute, s"__ivm_rk$i")() }
+    val neededKeys = keys.zipWithIndex.map { case (k, i) => Alias(k.toAttribute, s"__ivm_rk$i")() }
     // Groups that still have rows and need an extreme (or a general aggregate) recomputed.
     val need = if (recomputed.isEmpty) None
-    else Some(steps.materialize(Distinct(Project(rk,
+    else Some(steps.materialize(Distinct(Project(neededKeys,
             Filter(And(flags.reduce(Or), GreaterThan(newCount, Literal(0L))), joined)))))
       .filterNot(steps.isEmpty)
     val (withRec, recOf) = need match {
       case None => (joined, (_: AggregateState) => None)
       case Some(needed) =>
-        val semi = keyExprs.zip(rk).map { case (e, a) => EqualNullSafe(e, a.toAttribute): Expression }
+        val semi = keyExprs.zip(neededKeys).map { case (e, a) => EqualNullSafe(e, a.toAttribute): Expression }
           .reduceOption(And)
-        val rg = keyExprs.zipWithIndex.map { case (e, i) => Alias(e, s"__ivm_rg$i")() }
+        val recomputedKeys = keyExprs.zipWithIndex.map { case (e, i) => Alias(e, s"__ivm_rg$i")() }
         val recs = recomputed.map(s => Alias(s.recompute.get, s"__ivm_r${s.index}")())
-        val rec = Aggregate(keyExprs, rg ++ recs,
+        val rec = Aggregate(keyExprs, recomputedKeys ++ recs,
           Join(rules.post(child), needed, LeftSemi, semi, JoinHint.NONE))
-        val on = keys.zip(rg).map { case (k, g) => EqualNullSafe(k.toAttribute, g.toAttribute): Expression }
+        val on = keys.zip(recomputedKeys).map { case (k, g) => EqualNullSafe(k.toAttribute, g.toAttribute): Expression }
           .reduceOption(And)
         val byState = recomputed.zip(recs.map(_.toAttribute)).toMap
         (Join(joined, rec, LeftOuter, on, JoinHint.NONE), (s: AggregateState) => byState.get(s))
