@@ -11,8 +11,7 @@ import org.apache.spark.sql.execution.datasources.LogicalRelation
 /**
  * Which of a refresh's queries run with generated code. Generating and compiling a query's code
  * costs more than it saves on small inputs, and in a new application (a scheduled job) every
- * query's code is compiled anew: in a cold refresh of TPC-H Q10 at SF 1 about a second of the
- * delta-plan phase. A refresh whose inputs (every table it reads, at full size) fit
+ * query's code is compiled anew, on the driver and in every executor. A refresh whose inputs (every table it reads, at full size) fit
  * `spark.ivm.refresh.interpretedMaxBytes` runs every query interpreted ([[QueryCodegen.Interpreted]]).
  * An incremental refresh over larger tables still reads little of most of them (the rows of the
  * changed keys, the change itself), so each of its queries is sized by the files it scans
