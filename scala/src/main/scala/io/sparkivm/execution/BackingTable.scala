@@ -11,7 +11,7 @@ import org.apache.spark.sql.catalyst.types.DataTypeUtils
 import org.apache.spark.sql.catalyst.{InternalRow, TableIdentifier}
 import org.apache.spark.sql.delta.Snapshot
 import org.apache.spark.sql.functions.{col, lit}
-import org.apache.spark.sql.ivm.SparkInternals
+import org.apache.spark.sql.ivm.{SessionInternals, SparkInternals}
 import org.apache.spark.sql.types.BooleanType
 import org.apache.spark.sql.{DataFrame, SparkSession}
 
@@ -35,15 +35,9 @@ object BackingTable {
 
   /** Runs `body` with the commit confs set, restoring the session's previous values after. */
   private def inCommit[T](spark: SparkSession, meta: ViewMetadata, record: RefreshRecord)(body: => T): T = {
-    val confs = Map(TxnAppId -> meta.id, TxnVersion -> record.number.toString,
-      UserMetadata -> ViewCatalog.renderRecord(record))
-    val previous = confs.keys.map(k => k -> spark.conf.getOption(k)).toMap
-    confs.foreach { case (k, v) => spark.conf.set(k, v) }
-    try body
-    finally previous.foreach {
-        case (k, Some(v)) => spark.conf.set(k, v)
-        case (k, None) => spark.conf.unset(k)
-      }
+    SessionInternals.withConf(spark,
+      Seq(TxnAppId -> Some(meta.id), TxnVersion -> Some(record.number.toString),
+        UserMetadata -> Some(ViewCatalog.renderRecord(record))))(body)
   }
 
   def create(spark: SparkSession, meta: ViewMetadata, rows: DataFrame, record: RefreshRecord,

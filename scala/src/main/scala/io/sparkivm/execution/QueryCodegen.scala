@@ -7,12 +7,14 @@ import io.sparkivm.policy.CostModel
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.plans.logical.{LeafNode, LocalRelation, LogicalPlan}
 import org.apache.spark.sql.execution.datasources.LogicalRelation
+import org.apache.spark.sql.ivm.SessionInternals
 
 /**
  * Which of a refresh's queries run with generated code. Generating and compiling a query's code
  * costs more than it saves on small inputs, and in a new application (a scheduled job) every
- * query's code is compiled anew, on the driver and in every executor. A refresh whose inputs (every table it reads, at full size) fit
- * `spark.ivm.refresh.interpretedMaxBytes` runs every query interpreted ([[QueryCodegen.Interpreted]]).
+ * query's code is compiled anew, on the driver and in every executor. A refresh whose inputs
+ * (every table it reads, at full size) fit `spark.ivm.refresh.interpretedMaxBytes` runs every
+ * query interpreted ([[QueryCodegen.Interpreted]]).
  * An incremental refresh over larger tables still reads little of most of them (the rows of the
  * changed keys, the change itself), so each of its queries is sized by the files it scans
  * ([[QueryCodegen.scannedBytes]]): those over the limit run with the user's code generation, the
@@ -69,19 +71,11 @@ object QueryCodegen {
       if (bytes <= maxBytes) body
       else {
         compiled.incrementAndGet()
-        val before = generated.keys.map(k => k -> spark.conf.getOption(k)).toMap
-        set(generated)
-        try body
-        finally set(before)
+        SessionInternals.withConf(spark, generated)(body)
       }
     }
 
-    override def release(): Unit = set(generated)
-
-    private def set(values: Map[String, Option[String]]): Unit = values.foreach {
-      case (k, Some(v)) => spark.conf.set(k, v)
-      case (k, None) => spark.conf.unset(k)
-    }
+    override def release(): Unit = SessionInternals.setConf(spark, generated)
 
     def note: Option[String] =
       if (ran.get == 0) None

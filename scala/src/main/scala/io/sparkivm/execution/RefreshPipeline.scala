@@ -77,19 +77,12 @@ object RefreshSession {
     import QueryCodegen.{FactoryMode, WholeStage}
     val max = IvmConf.RefreshInterpretedMaxBytes.get(spark)
     lazy val bytes = inputBytes // sized only when the switch is on
-    def interpret(): Unit = {
-      spark.conf.set(WholeStage, "false")
-      spark.conf.set(FactoryMode, "NO_CODEGEN")
-    }
     val users = Seq(WholeStage, FactoryMode).map(k => k -> user.conf.getOption(k)).toMap
     if (max <= 0 || (bytes > max && !perQuery)) {
-      users.foreach {
-        case (k, Some(v)) => spark.conf.set(k, v)
-        case (k, None) => spark.conf.unset(k)
-      }
+      SessionInternals.setConf(spark, users)
       QueryCodegen.Generated
     } else {
-      interpret()
+      SessionInternals.setConf(spark, Seq(WholeStage -> Some("false"), FactoryMode -> Some("NO_CODEGEN")))
       if (bytes <= max) QueryCodegen.Interpreted(bytes, max) else new QueryCodegen.PerQuery(spark, max, users)
     }
   }

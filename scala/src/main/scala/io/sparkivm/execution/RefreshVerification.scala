@@ -14,7 +14,7 @@ import org.apache.spark.sql.catalyst.expressions.{
 import org.apache.spark.sql.catalyst.plans.LeftSemi
 import org.apache.spark.sql.catalyst.plans.logical.{Filter, Join, JoinHint, LogicalPlan}
 import org.apache.spark.sql.functions.{col, format_string, lit}
-import org.apache.spark.sql.ivm.SparkInternals
+import org.apache.spark.sql.ivm.{SessionInternals, SparkInternals}
 import org.apache.spark.sql.types.{DoubleType, FloatType}
 import org.apache.spark.sql.{DataFrame, Row, SparkSession}
 import org.json4s._
@@ -114,9 +114,9 @@ object RefreshVerification extends Logging {
     // Both sides read from storage: base-table rows held in memory between refreshes are part of
     // what is checked, so the recomputation does not use them.
     val small = inputBytes <= IvmConf.RefreshInterpretedMaxBytes.get(spark)
-    withConf(spark,
-      Seq(IvmConf.HeldTablesMaxRows.key -> Some("0"),
-        "spark.sql.shuffle.partitions" -> (if (small) Some("1") else None))) {
+    SessionInternals.withConf(spark,
+      Seq(IvmConf.HeldTablesMaxRows.key -> Some("0")) ++
+        (if (small) Seq("spark.sql.shuffle.partitions" -> Some("1")) else Nil)) {
       compare(spark, view, committed, maintenance, pinned, keys, keyNames, compared)
     } match {
       case (missing, extra, rows) =>
@@ -217,20 +217,6 @@ object RefreshVerification extends Logging {
       }
     case (x: Array[Byte], y: Array[Byte]) => java.util.Arrays.equals(x, y)
     case _ => a == b
-  }
-
-  /** `body` with the session's settings `values` (None: unset), as they were after. */
-  private def withConf[T](spark: SparkSession, values: Seq[(String, Option[String])])(body: => T): T = {
-    val before = values.map { case (k, _) => k -> spark.conf.getOption(k) }
-    values.foreach {
-      case (k, Some(v)) => spark.conf.set(k, v)
-      case _ =>
-    }
-    try body
-    finally before.foreach {
-        case (k, Some(v)) => spark.conf.set(k, v)
-        case (k, None) => spark.conf.unset(k)
-      }
   }
 
   private def safeAdd(a: Long, b: Long): Long = if (a > Long.MaxValue - b) Long.MaxValue else a + b

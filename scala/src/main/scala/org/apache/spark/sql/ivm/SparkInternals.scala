@@ -62,6 +62,20 @@ object SessionInternals {
 
   def parser(spark: SparkSession): ParserInterface =
     spark.asInstanceOf[classic.SparkSession].sessionState.sqlParser
+
+  /** Sets each of the session's settings `values` (None: unsets it). */
+  def setConf(spark: SparkSession, values: Iterable[(String, Option[String])]): Unit = values.foreach {
+    case (k, Some(v)) => spark.conf.set(k, v)
+    case (k, None) => spark.conf.unset(k)
+  }
+
+  /** `body` with the session's settings `values` (None: unset), each put back as it was after. */
+  def withConf[T](spark: SparkSession, values: Iterable[(String, Option[String])])(body: => T): T = {
+    val before = values.map { case (k, _) => k -> spark.conf.getOption(k) }.toSeq
+    setConf(spark, values)
+    try body
+    finally setConf(spark, before)
+  }
 }
 
 /**
