@@ -11,7 +11,7 @@ import io.sparkivm.conf.IvmConf
 import io.sparkivm.epsilon.{EpsilonStrategy, TriangleStateTables, TriangleViews}
 import io.sparkivm.errors.{IvmErrors, IvmException}
 import io.sparkivm.execution.{
-  AnalyzedView, ArrangedKeyCounts, BackingLayout, BackingTable, CatalogViews, FaultInjection, MaintenanceStrategy,
+  AnalyzedView, ArrangedKeyCounts, BackingTable, CatalogViews, FaultInjection, MaintenanceStrategy,
   PinnedReader, RefreshContext, RefreshFailures, RefreshPipeline, ViewAnalysis
 }
 import io.sparkivm.planner.ViewMaintenance
@@ -138,7 +138,7 @@ object ViewLifecycle extends Logging {
           .getOrElse(s"created with REFRESH POLICY $policy"), -1, versions, -1, pinned.values.map(_.sizeInBytes).sum,
         if (history.isEmpty) "create" else "alter")
       val record = RefreshRecord(0, "create", versions, attempt, -1, 0, state, Some(entry), analyzed.instant)
-      try BackingTable.create(spark, meta, rows, record, BackingLayout.of(meta, analyzed.maintenance))
+      try BackingTable.create(spark, meta, rows, record, analyzed.maintenance)
       catch {
         case e: Exception if isCreateConflict(e) =>
           // A concurrent CREATE of this view made the table first: it is that CREATE's, not ours.

@@ -237,6 +237,13 @@ object IvmConf {
       "larger ones are checkpointed on the executors and applied with joins on the view's keys " +
       "(a bound on the driver memory one refresh takes).", min = 1)
 
+  val TopRowsBuffer: IvmConfEntry[Int] = int("spark.ivm.topRows.buffer", 1000,
+    "A top-k view (ORDER BY ... LIMIT k OFFSET o) marks its first k + o rows and this many " +
+      "below them, which its read reads alone. A refresh moves the marks with its changed rows; " +
+      "only when deletes leave fewer than k + o marked rows does it scan the view's rows to mark " +
+      "k + o + this many again, and when inserts leave more than k + o + twice this many, it " +
+      "unmarks the lowest. Larger buffers make those scans rarer and reads larger.", min = 0)
+
   val RefreshInterpretedMaxBytes: IvmConfEntry[Long] = bytes("spark.ivm.refresh.interpretedMaxBytes", 32L << 20,
     "A refresh whose inputs (the base tables it reads and the view's backing table, sized from " +
       "their Delta logs) total at most this many bytes runs its queries without generated code: " +

@@ -41,31 +41,42 @@ object BackingTable {
   }
 
   def create(spark: SparkSession, meta: ViewMetadata, rows: DataFrame, record: RefreshRecord,
-      layout: Option[BackingLayout]): Unit =
-    inCommit(spark, meta, record) {
-      // No change data feed unless a materialized view comes to read this one (ViewAnalysis.pin).
-      // A view rebuilt by ALTER keeps its history.
-      val earlier = if (meta.history.isEmpty) Map.empty[String, String]
-      else Map(RefreshHistory.Property -> RefreshHistory.render(meta.history))
-      val props = RefreshHistory.recorded(ViewCatalog.properties(meta) ++ earlier +
-          (ViewCatalog.RecordProperty -> ViewCatalog.renderRecord(record)), record.entry) ++
-        (if (IvmConf.ApplyDeletionVectors.get(spark)) Map(DeletionVectorsProperty -> "true") else Map.empty)
-      val writer = BackingLayout.writeOptions(spark).foldLeft(
-        BackingLayout.full(rows, layout).writeTo(meta.backing.quotedString).using("delta")) {
-        case (w, (k, v)) => w.option(k, v)
+      maintenance: ViewMaintenance): Unit =
+    full(spark, meta, maintenance, rows) { laidOut =>
+      inCommit(spark, meta, record) {
+        // No change data feed unless a materialized view comes to read this one (ViewAnalysis.pin).
+        // A view rebuilt by ALTER keeps its history.
+        val earlier = if (meta.history.isEmpty) Map.empty[String, String]
+        else Map(RefreshHistory.Property -> RefreshHistory.render(meta.history))
+        val props = RefreshHistory.recorded(ViewCatalog.properties(meta) ++ earlier +
+            (ViewCatalog.RecordProperty -> ViewCatalog.renderRecord(record)), record.entry) ++
+          (if (IvmConf.ApplyDeletionVectors.get(spark)) Map(DeletionVectorsProperty -> "true") else Map.empty)
+        val writer = BackingLayout.writeOptions(spark).foldLeft(
+          laidOut.writeTo(meta.backing.quotedString).using("delta")) {
+          case (w, (k, v)) => w.option(k, v)
+        }
+        props.foldLeft(writer) { case (w, (k, v)) => w.tableProperty(k, v) }.create()
       }
-      props.foldLeft(writer) { case (w, (k, v)) => w.tableProperty(k, v) }.create()
     }
+
+  /** `write` of a full write's rows laid out in files ([[BackingLayout]], [[TopMarks]]). */
+  private def full(spark: SparkSession, meta: ViewMetadata, maintenance: ViewMaintenance, rows: DataFrame)(
+      write: DataFrame => Unit): Unit = {
+    val (laidOut, written) = TopMarks.laidOut(spark, maintenance, rows, BackingLayout.of(meta, maintenance))
+    try write(laidOut) finally written()
+  }
 
   /**
    * Replaces the view's rows (a full refresh) in one commit that also records the base tables'
    * shape as `meta.sources` has it.
    */
   def overwrite(spark: SparkSession, meta: ViewMetadata, rows: DataFrame, record: RefreshRecord,
-      layout: Option[BackingLayout]): Unit =
-    inCommit(spark, meta, record) {
-      RewriteCommit.overwrite(spark, meta, BackingLayout.full(rows, layout),
-        Map(ViewCatalog.SourcesProperty -> ViewCatalog.renderSources(meta.sources)), record)
+      maintenance: ViewMaintenance): Unit =
+    full(spark, meta, maintenance, rows) { laidOut =>
+      inCommit(spark, meta, record) {
+        RewriteCommit.overwrite(spark, meta, laidOut,
+          Map(ViewCatalog.SourcesProperty -> ViewCatalog.renderSources(meta.sources)), record)
+      }
     }
 
   /**

@@ -278,7 +278,7 @@ object RefreshPipeline extends Logging {
       FaultInjection.point(user, "before-commit")
       // The base tables' shape as read now, in the same commit.
       BackingTable.overwrite(spark, meta.copy(sources = pinned.values.toSeq.sortBy(_.name).map(_.info)), rows, record,
-        BackingLayout.of(meta, analyzed.maintenance))
+        analyzed.maintenance)
       CatalogViews.matchTypes(spark, meta, analyzed)
       timer.mark("recompute")
       FaultInjection.point(user, "after-commit")
@@ -349,7 +349,13 @@ object RefreshPipeline extends Logging {
       val record = RefreshRecord(number, "incremental", versions, attemptId, -1, 0, epsilon,
         entry("incremental", decision, counts.values.sum, sizes.values.sum, tableBytes), analyzed.instant)
       FaultInjection.point(user, "before-commit")
-      val applied = if (FaultInjection.corruptApply(user)) rows.map(Filter(Literal(false), _)) else rows
+      // A top-k view's marks move with its changed rows (and, where they must, other rows').
+      val marked = rows.map { r =>
+        val (plan, note) = TopMarks.moved(spark, analyzed.maintenance, old, r, steps, codegen)
+        notes ++= note
+        plan
+      }
+      val applied = if (FaultInjection.corruptApply(user)) marked.map(Filter(Literal(false), _)) else marked
       phase("applying the changed rows in one commit")
       // The apply scans the files of the backing table that hold the changed keys.
       val metrics = codegen.scanning(backingBytes + applied.map(QueryCodegen.scannedBytes).sum) {

@@ -22,13 +22,25 @@ import org.apache.spark.sql.catalyst.plans.logical._
  */
 case class TopRows(order: Seq[(Int, Boolean, Boolean)], limit: Option[Int], offset: Int, tieBreak: Int = 0) {
 
+  /** LIMIT + OFFSET: how many rows a read reaches down to. */
+  def reach: Option[Int] = limit.map(_ + offset)
+
+  /**
+   * True if the backing table marks its first rows for the read ([[ViewMaintenance.markedTop]]):
+   * a LIMIT of at most [[TopRows.MaxMarked]] rows with OFFSET (a larger one keeps only unmarked
+   * rows, read whole).
+   */
+  def marks: Boolean = reach.exists(n => n > 0 && n <= TopRows.MaxMarked)
+
   /** The clause the catalog view ends with, over the view's column names. */
   def sql(columns: Seq[String], quote: String => String): String = clause(order, columns, quote)
 
-  def describe(columns: Seq[String]): String = {
+  def describe(columns: Seq[String], marked: Boolean): String = {
     val ties = order.takeRight(tieBreak).map(o => columns(o._1))
     clause(order.dropRight(tieBreak), columns, identity).trim + ", applied when the view is read (the " +
-      "backing table keeps every row of the query under it)" +
+      "backing table keeps every row of the query under it" +
+      (if (marked) s" and marks the first ${reach.get} and a buffer of the next (spark.ivm.topRows.buffer), " +
+        "the rows a read reads" else "") + ")" +
       (if (ties.isEmpty) "" else s"; rows tied at the limit are taken in the order of ${ties.mkString(", ")}")
   }
 
@@ -42,6 +54,9 @@ case class TopRows(order: Seq[(Int, Boolean, Boolean)], limit: Option[Int], offs
 }
 
 object TopRows {
+
+  /** The largest LIMIT + OFFSET whose rows the backing table marks (they are held on the driver). */
+  val MaxMarked = 100000
 
   /**
    * The query under its top-level ORDER BY with LIMIT or OFFSET, and those; the query itself

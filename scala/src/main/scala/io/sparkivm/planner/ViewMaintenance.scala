@@ -27,10 +27,17 @@ class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String], val to
 
   /** What the catalog view computes when it is read, for DESCRIBE and EXPLAIN. */
   def appliedAtRead: Seq[(String, String)] =
-    windows.map(w => "Windows" -> w.describe).toSeq ++ top.map(t => "Top rows" -> t.describe(shownColumns))
+    windows.map(w => "Windows" -> w.describe).toSeq ++ top.map(t => "Top rows" -> t.describe(shownColumns, markedTop.isDefined))
 
   /** Where each view column is stored. */
   val outputStorage: Seq[String] = storageNames(viewColumns)
+
+  /**
+   * The top rows whose first rows the backing table marks in [[TopColumn]], so that a read
+   * reads those rows alone (see `io.sparkivm.execution.TopMarks`): a LIMIT over stored columns
+   * (not windows computed at read) of a view with more than one row.
+   */
+  def markedTop: Option[TopRows] = top.filter(t => windows.isEmpty && !global && t.marks)
 
   private val (keyExprs: Seq[Expression], child: LogicalPlan) = shape match {
     case a: AggregateShape => (a.aggregate.groupingExpressions, a.aggregate.child)
@@ -71,7 +78,7 @@ class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String], val to
     val cols = source.zip(viewColumns).map { case (s, v) => s"${quote(s)} AS ${quote(v)}" }
       .mkString(", ")
     val conditions = (if (global) Nil else Seq(s"$CountColumn > 0")) ++
-      (if (hasHaving) Seq(HavingColumn) else Nil)
+      (if (hasHaving) Seq(HavingColumn) else Nil) ++ markedTop.map(_ => s"$TopColumn = 1")
     val where = if (conditions.isEmpty) "" else conditions.mkString(" WHERE ", " AND ", "")
     val rows = shape match {
       case r: RowsShape if !r.distinct =>
@@ -291,7 +298,7 @@ class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String], val to
     (shape match {
       case _: AggregateShape => outputStorage ++ (if (hasHaving) Seq(HavingColumn) else Nil)
       case _ => Nil
-    })
+    }) ++ markedTop.map(_ => TopColumn)
 }
 
 /** How [[ViewMaintenance.mergeSource]] computes its intermediate results. */
@@ -345,6 +352,9 @@ object PlanOnly extends PlanSteps {
 object ViewMaintenance {
   val CountColumn = "__ivm_count"
   val HavingColumn = "__ivm_having"
+
+  /** 1 on the rows of a top-k view's backing table that its read reads ([[markedTop]]), else 0. */
+  val TopColumn = "__ivm_top"
 
   /** In a refresh's changed rows only (never stored): the key had a row before the refresh. */
   val ExistedColumn = "__ivm_existed"
