@@ -47,7 +47,8 @@ object DriverWrite extends Logging {
 
   /**
    * The files holding `rows` (Catalyst rows of the table's columns, in its order), at most
-   * `rowsPerFile` rows each (0: one file), sorted by column `sortBy` if given; written but not
+   * `rowsPerFile` rows each (0: one file), sorted by column `sortBy` if given, those whose INT
+   * column `apart` is 1 in files of their own; written but not
    * committed (the caller commits them in `txn`). None if the table needs Delta's write path.
    */
   def write(spark: SparkSession, txn: OptimisticTransaction, schema: StructType, rows: Seq[InternalRow],
@@ -59,7 +60,8 @@ object DriverWrite extends Logging {
    * its row index in the file (Spark's `_metadata.row_index`, which deletion vectors mark).
    */
   def writePlaced(spark: SparkSession, txn: OptimisticTransaction, schema: StructType, rows: Seq[InternalRow],
-      sortBy: Option[String] = None, rowsPerFile: Long = 0L): Option[Seq[(AddFile, Seq[InternalRow])]] = {
+      sortBy: Option[String] = None, rowsPerFile: Long = 0L,
+      apart: Option[String] = None): Option[Seq[(AddFile, Seq[InternalRow])]] = {
     if (!usable(spark, txn, schema)) return None
     // Every column written as nullable, as Delta's `makeOutputNullable` does: a plan may call a
     // column non-null that holds NULL (an emptied group's state), and Parquet writes no value
@@ -82,7 +84,13 @@ object DriverWrite extends Logging {
           else !r.isNullAt(at) && ordering.lt(l.get(at, t), r.get(at, t))
         }
       }.getOrElse(rows)
-    val chunks = if (rowsPerFile > 0) ordered.grouped(rowsPerFile.toInt).toSeq else Seq(ordered).filter(_.nonEmpty)
+    // Rows whose INT column `apart` is 1 in files of their own (a top-k view's marked rows).
+    val groups = apart.filter(schema.fieldNames.contains).map { c =>
+      val at = schema.fieldIndex(c)
+      val (marked, rest) = ordered.partition(r => !r.isNullAt(at) && r.getInt(at) == 1)
+      Seq(rest, marked)
+    }.getOrElse(Seq(ordered))
+    val chunks = groups.flatMap(g => if (rowsPerFile > 0) g.grouped(rowsPerFile.toInt).toSeq else Seq(g).filter(_.nonEmpty))
     Some(chunks.zipWithIndex.map { case (chunk, i) => writeFile(spark, txn, fileSchema, chunk, i, statsTracker) -> chunk })
   }
 

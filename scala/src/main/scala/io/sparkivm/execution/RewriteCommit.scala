@@ -120,8 +120,11 @@ object RewriteCommit extends DeltaCommand {
     }
     // When no row of a rewritten file is kept (none is rewritten, or a view without keys has
     // its one row replaced), the new rows held here are written by the driver, with no job.
+    // A top-k view's marked rows go to files of their own, which its read alone reads.
+    val apart = maintenance.markedTop.map(_ => ViewMaintenance.TopColumn)
     def writeOnDriver(schema: StructType, rows: Seq[InternalRow]) =
-      DriverWrite.writePlaced(spark, txn, schema, rows, layout.map(_.column), IvmConf.LayoutRowsPerFile.get(spark))
+      DriverWrite.writePlaced(spark, txn, schema, rows, layout.map(_.column), IvmConf.LayoutRowsPerFile.get(spark),
+        apart)
     val here = whole.map((writeOnDriver _).tupled).getOrElse {
       if (touched.nonEmpty && maintenance.keyNames.nonEmpty) None
       else freshOnDriver.flatMap((writeOnDriver _).tupled)
@@ -132,8 +135,14 @@ object RewriteCommit extends DeltaCommand {
       // The rewritten files and the new rows in as few files as their size needs: each task of
       // the write adds a file, and small files make every later read and rewrite dearer.
       val files = math.max(1L, touched.map(_.size).sum / TargetFileBytes)
-      txn.writeFiles(BackingLayout.sorted(if (changed.onDriver) rows.coalesce(files.toInt) else rows,
-          layout), BackingLayout.deltaOptions(spark))
+      def write(df: DataFrame) = txn.writeFiles(BackingLayout.sorted(if (changed.onDriver) df.coalesce(files.toInt)
+          else df, layout), BackingLayout.deltaOptions(spark))
+      apart.map(c => col(ViewMaintenance.quote(c)) === 1) match {
+        // The second read of the rewritten files skips those without marked rows by their footers.
+        case Some(marked) => write(rows.where(!marked)) ++
+            txn.writeFiles(rows.where(marked).coalesce(1), BackingLayout.deltaOptions(spark))
+        case None => write(rows)
+      }
     }
     written()
     val now = System.currentTimeMillis()

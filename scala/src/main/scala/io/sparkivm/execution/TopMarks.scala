@@ -6,8 +6,8 @@ import io.sparkivm.planner.{RowsShape, TopRows, ViewMaintenance}
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.{
   Alias, And, Ascending, Attribute, Coalesce, Descending, EqualNullSafe, EqualTo, Expression, GenericInternalRow,
-  GreaterThan, If, InterpretedOrdering, IsNotNull, IsNull, LessThan, Literal, Not, NullsFirst, NullsLast, Or,
-  SortOrder
+  GreaterThan, If, InterpretedOrdering, IsNotNull, IsNull, LessThan, Literal, NamedExpression, Not, NullsFirst,
+  NullsLast, Or, SortOrder
 }
 import org.apache.spark.sql.catalyst.expressions.aggregate.Sum
 import org.apache.spark.sql.catalyst.plans.LeftAnti
@@ -62,7 +62,7 @@ object TopMarks {
       // The query runs once: its rows are ranked, then written.
       val cached = rows.persist(StorageLevel.MEMORY_AND_DISK)
       val plan = SparkInternals.analyzed(cached)
-      val order = new ViewOrder(maintenance, top)
+      val order = ViewOrder(maintenance, top)
       val shown = Filter(visible(maintenance, plan), plan)
       val first = collect(spark, firstRows(shown, order, b.target))
       val mark = boundary(first, b.target, order, shown.output).map(v => And(visible(maintenance, plan),
@@ -89,7 +89,7 @@ object TopMarks {
   private def move(spark: SparkSession, maintenance: ViewMaintenance, top: TopRows, backing: () => LogicalPlan,
       rows: LogicalPlan, steps: RefreshSteps, codegen: QueryCodegen): (LogicalPlan, Option[String]) = {
     val b = bounds(spark, top)
-    val order = new ViewOrder(maintenance, top)
+    val order = ViewOrder(maintenance, top)
     def keysOf(l: LogicalPlan, r: LogicalPlan): Option[Expression] =
       maintenance.keyNames.map(k => EqualNullSafe(column(l, k), column(r, k)): Expression).reduceOption(And)
     def others(l: LogicalPlan): LogicalPlan = Join(l, rows, LeftAnti, keysOf(l, rows), JoinHint.NONE)
@@ -127,8 +127,7 @@ object TopMarks {
         val tag = "__ivm_unchanged"
         // The rows of unchanged keys with their marks, and the changed rows, alike.
         val candidates = Union(
-          Project(out.map(a => table.output.find(_.name == a.name).getOrElse(Alias(Literal(null, a.dataType), a.name)())) ++
-            Seq(column(table, TopColumn), Alias(Literal(true), tag)()), unchanged),
+          Project(like(unchanged, out) ++ Seq(column(table, TopColumn), Alias(Literal(true), tag)()), unchanged),
           Project(out ++ Seq(Alias(Literal(1), TopColumn)(), Alias(Literal(false), tag)()), fresh))
         val first = codegen(table)(collect(spark, firstRows(candidates, order, b.target)))
         val to = boundary(first, b.target, order, candidates.output)
@@ -139,8 +138,7 @@ object TopMarks {
             s"(${newly.size} of unchanged rows newly), one scan of its rows")
       } else if (reached > b.most) {
         // Trim: the marked rows below the target-th are unmarked.
-        val candidates = Union(Project(out.map(a => column(kept, a.name)), kept),
-          Project(out.map(a => column(rows, a.name)), fromRows(lowest.get)))
+        val candidates = Union(Project(like(kept, out), kept), Project(out, fromRows(lowest.get)))
         val first = collect(spark, firstRows(candidates, order, b.target))
         val to = boundary(first, b.target, order, candidates.output)
         val below = to.map(v => collect(spark, Filter(Not(order.atOrAbove(kept, v)), kept))).getOrElse(Nil)
@@ -150,9 +148,16 @@ object TopMarks {
       .getOrElse(visible(maintenance, rows))
     val withMarks = Project(out ++ Seq(markColumn(mark)) ++ existed, rows)
     val all = if (flips.isEmpty) withMarks
-      else Union(withMarks, RefreshSteps.onDriver(withMarks.output.map(_.toAttribute).map(_.newInstance()), flips))
+      else Union(withMarks, RefreshSteps.onDriver(withMarks.output.map(_.newInstance().withNullability(true)), flips))
     (steps.materialize(all), Some(note).filter(_.nonEmpty))
   }
+
+  /**
+   * `plan`'s columns named as `out`'s, NULL where it has none (the places of rows read from rows
+   * held on the driver, which a read of the files gives).
+   */
+  private def like(plan: LogicalPlan, out: Seq[Attribute]): Seq[NamedExpression] =
+    out.map(a => plan.output.find(_.name == a.name).getOrElse(Alias(Literal(null, a.dataType), a.name)()))
 
   /** The rows a read of the view shows. */
   private def visible(maintenance: ViewMaintenance, plan: LogicalPlan): Expression = {
@@ -201,9 +206,16 @@ object TopMarks {
   private def column(output: Seq[Attribute], name: String): Attribute = output.find(_.name == name).getOrElse(
     throw IvmErrors.internal(s"a top-k view's rows have no column $name"))
 
-  /** The view's ORDER BY over its stored columns (with the columns that break its ties). */
-  private class ViewOrder(maintenance: ViewMaintenance, top: TopRows) {
-    private val keys = top.order.map { case (i, asc, nullsFirst) => (maintenance.outputStorage(i), asc, nullsFirst) }
+  private[execution] object ViewOrder {
+    def apply(maintenance: ViewMaintenance, top: TopRows): ViewOrder =
+      new ViewOrder(top.order.map { case (i, asc, nullsFirst) => (maintenance.outputStorage(i), asc, nullsFirst) })
+  }
+
+  /**
+   * The view's ORDER BY over its stored columns (with the columns that break its ties): per
+   * column its name, ascending, NULLs first.
+   */
+  private[execution] class ViewOrder(keys: Seq[(String, Boolean, Boolean)]) {
 
     def sortOrder(output: Seq[Attribute]): Seq[SortOrder] = keys.map { case (n, asc, nullsFirst) =>
       SortOrder(column(output, n), if (asc) Ascending else Descending, if (nullsFirst) NullsFirst else NullsLast, Nil)

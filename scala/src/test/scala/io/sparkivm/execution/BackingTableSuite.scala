@@ -79,7 +79,9 @@ class BackingTableSuite extends AnyFunSuite with BeforeAndAfterAll {
     val (last, _) = ViewCatalog.lastRefresh(spark, meta)
     val replacement = spark.table(meta.backing.quotedString).where("k = 2")
       .localCheckpoint()
-    BackingTable.overwrite(spark, meta, replacement, last.copy(number = last.number + 1), None)
+    val maintenance = ViewAnalysis.prepare(ViewAnalysis.analyze(spark, meta.queryText, "default"), Seq("k", "s"),
+      incremental = true, instant = 0L).maintenance
+    BackingTable.overwrite(spark, meta, replacement, last.copy(number = last.number + 1), maintenance)
     assert(view == Set(Row(2, 25L)))
   }
 

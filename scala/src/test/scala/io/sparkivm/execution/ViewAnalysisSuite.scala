@@ -2,6 +2,7 @@ package io.sparkivm.execution
 
 import io.sparkivm.TestSpark
 import io.sparkivm.errors.IvmException
+import io.sparkivm.planner.ViewMaintenance
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.TableIdentifier
 import org.apache.spark.sql.delta.DeltaLog
@@ -49,8 +50,14 @@ class ViewAnalysisSuite extends AnyFunSuite {
     val tied = ViewAnalysis.prepare(ViewAnalysis.analyze(spark, s"$query LIMIT 1", "default"),
       Seq("k", "w"), incremental = true, instant = 0L).maintenance.top.get
     assert(tied.tieBreak == 1 && tied.order.last == ((0, true, true)), tied)
-    assert(tied.describe(Seq("k", "w")).startsWith("ORDER BY w DESC NULLS LAST LIMIT 1, applied"))
-    assert(tied.describe(Seq("k", "w")).endsWith("taken in the order of k"))
+    assert(tied.describe(Seq("k", "w"), marked = false).startsWith("ORDER BY w DESC NULLS LAST LIMIT 1, applied"))
+    assert(tied.describe(Seq("k", "w"), marked = false).endsWith("taken in the order of k"))
+    // The backing table marks the first row and a buffer below it, which a read reads alone.
+    val marked = ViewAnalysis.prepare(ViewAnalysis.analyze(spark, s"$query LIMIT 1", "default"),
+      Seq("k", "w"), incremental = true, instant = 0L).maintenance
+    assert(marked.markedTop.isDefined && marked.backingColumns.last == ViewMaintenance.TopColumn)
+    assert(marked.viewSql("b").contains(s"${ViewMaintenance.TopColumn} = 1"))
+    assert(tied.describe(Seq("k", "w"), marked = true).contains("marks the first 1 and a buffer"))
   }
 
   test("windows without PARTITION BY at the top are computed when read, over the rows under them") {
