@@ -268,7 +268,7 @@ object LookupTrees extends Logging {
     if (view.maintenance.top.nonEmpty) {
       return Left("the view applies ORDER BY ... LIMIT when it is read, over rows the trees would not limit")
     }
-    if (view.maintenance.windows.nonEmpty) {
+    if (view.maintenance.atRead.nonEmpty) {
       return Left("the view computes window functions without PARTITION BY when it is read, over all its rows")
     }
     val analyzed = view.plan

@@ -315,7 +315,7 @@ object ViewExplainer {
 
   /** The view's query classified under its access pattern, or why it is not. */
   private def accessAnalysis(analyzed: AnalyzedView, meta: ViewMetadata): Either[String, CqapAnalysis] =
-    if (analyzed.maintenance.windows.isDefined) {
+    if (analyzed.maintenance.atRead.isDefined) {
       Left("the view computes window functions without PARTITION BY when it is read, over all its rows")
     } else AccessPatterns.analysis(analyzed.plan, meta.columns, meta.accessBy)
 }

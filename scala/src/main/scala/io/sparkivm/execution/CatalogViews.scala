@@ -37,7 +37,7 @@ object CatalogViews {
    */
   def matchTypes(spark: SparkSession, meta: ViewMetadata, analyzed: AnalyzedView): Unit = {
     val view = SessionInternals.catalog(spark).getTableMetadata(meta.view)
-    val types = analyzed.maintenance.windows.map(_.types).getOrElse(analyzed.plan.output.map(_.dataType))
+    val types = analyzed.maintenance.atRead.map(_.types).getOrElse(analyzed.plan.output.map(_.dataType))
     if (view.schema.length != types.length || view.schema.fields.zip(types).exists { case (f, t) =>
         !org.apache.spark.sql.types.DataType.equalsIgnoreNullability(f.dataType, t)
       }) {

@@ -8,7 +8,7 @@ import io.sparkivm.conf.IvmConf
 import io.sparkivm.errors.{IvmErrors, IvmException}
 import io.sparkivm.planner.{
   PlanValidator, QueryRewrites, RecursiveRows, RowsShape, SourceLeaf, TimeFilters, TopRows, ViewMaintenance, ViewShape,
-  WindowsAtRead
+  ComputedAtRead
 }
 import org.apache.spark.sql.catalyst.analysis.UnresolvedRelation
 import org.apache.spark.sql.catalyst.expressions.Alias
@@ -56,16 +56,17 @@ object ViewAnalysis {
     if (incremental) {
       // A top-level ORDER BY ... LIMIT is applied when the view is read, over the rows under it.
       val (split, top) = TopRows.split(QueryRewrites(plan))
-      // So are windows without PARTITION BY, over the rows under them.
-      val (rows, windows) = WindowsAtRead.split(split, columns)
-      val rowColumns = windows.map(_.rowColumns).getOrElse(columns)
+      // So are windows without PARTITION BY, over the rows under them, and what is above a
+      // recursive CTE, over its rows.
+      val (rows, atRead) = ComputedAtRead.split(split, columns)
+      val rowColumns = atRead.map(_.rowColumns).getOrElse(columns)
       val rewritten = TimeFilters.bind(rows, instant)
       val leaves = PlanValidator.validate(rewritten)
       val shape = ViewShape.of(rewritten)
       TimeFilters.check(shape)
       RecursiveRows.check(shape)
       PlanValidator.requireComparableRows(shape, rowColumns)
-      AnalyzedView(rewritten, leaves, new ViewMaintenance(shape, rowColumns, top, windows))
+      AnalyzedView(rewritten, leaves, new ViewMaintenance(shape, rowColumns, top, atRead))
     } else {
       val leaves = plan.collect { case SourceLeaf(l) if l.provider.exists(_.equalsIgnoreCase("delta")) => l }
       AnalyzedView(plan, leaves,
@@ -76,12 +77,12 @@ object ViewAnalysis {
 
   /**
    * Throws IVM_UNSUPPORTED_OPERATOR unless what the view computes when it is read
-   * ([[WindowsAtRead]]) computes what its query does over the rows it keeps: the SQL, analyzed
+   * ([[ComputedAtRead]]) computes what its query does over the rows it keeps: the SQL, analyzed
    * and optimized over a relation of those rows, must be the query's plan over the same relation
    * (an expression whose SQL drops one of its settings, such as an accuracy, is caught here).
    */
   def requireReadable(spark: SparkSession, analyzed: AnalyzedView): Unit =
-    analyzed.maintenance.windows.foreach { w =>
+    analyzed.maintenance.atRead.foreach { w =>
       // A relation the optimizer knows nothing of: an empty local one would be optimized away.
       val leaf = SparkInternals.analyzed(spark.createDataFrame(spark.sparkContext.emptyRDD[Row],
           StructType(w.rowColumns.zip(w.rowTypes).map { case (n, t) => StructField(n, t) })))
@@ -92,7 +93,7 @@ object ViewAnalysis {
       val why =
         try {
           val read = SessionInternals.parser(spark).parsePlan(w.select).transformUp {
-            case u: UnresolvedRelation if u.multipartIdentifier == Seq(WindowsAtRead.Rows) => leaf
+            case u: UnresolvedRelation if u.multipartIdentifier == Seq(ComputedAtRead.Rows) => leaf
           }
           if (computed(read) == computed(w.queryOver(leaf))) None
           else Some("the SQL that states them computes something else")
@@ -100,6 +101,11 @@ object ViewAnalysis {
           case NonFatal(e) => Some(s"the SQL that states them does not analyze: ${e.getMessage}")
         }
       why.foreach { reason =>
+        if (w.recursive) {
+          throw IvmErrors.unsupported(s"What the query computes over its recursive CTE (${w.functions.mkString(", ")})",
+            s"The view computes it when it is read, over the recursive rows it keeps, and $reason; define a " +
+              "view of the recursive CTE alone and compute the rest when reading it.")
+        }
         throw IvmErrors.unsupported(s"The window functions ${w.functions.mkString(", ")}",
           s"The view computes them when it is read, over the rows it keeps, and $reason; add PARTITION BY, " +
             "or compute them when reading the view.")

@@ -19,15 +19,15 @@ import org.apache.spark.sql.types.LongType
  *    when filters sit above the aggregate (the group's state is kept even when it is hidden).
  */
 class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String], val top: Option[TopRows] = None,
-    val windows: Option[WindowsAtRead] = None) {
+    val atRead: Option[ComputedAtRead] = None) {
   import ViewMaintenance._
 
-  /** The columns a reader sees: the view's, which differ from the kept rows' under [[windows]]. */
-  def shownColumns: Seq[String] = windows.map(_.columns).getOrElse(viewColumns)
+  /** The columns a reader sees: the view's, which differ from the kept rows' under [[atRead]]. */
+  def shownColumns: Seq[String] = atRead.map(_.columns).getOrElse(viewColumns)
 
   /** What the catalog view computes when it is read, for DESCRIBE and EXPLAIN. */
   def appliedAtRead: Seq[(String, String)] =
-    windows.map(w => "Windows" -> w.describe).toSeq ++ top.map(t => "Top rows" -> t.describe(shownColumns, markedTop.isDefined))
+    atRead.map(w => w.label -> w.describe).toSeq ++ top.map(t => "Top rows" -> t.describe(shownColumns, markedTop.isDefined))
 
   /** Where each view column is stored. */
   val outputStorage: Seq[String] = storageNames(viewColumns)
@@ -35,9 +35,9 @@ class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String], val to
   /**
    * The top rows whose first rows the backing table marks in [[TopColumn]], so that a read
    * reads those rows alone (see `io.sparkivm.execution.TopMarks`): a LIMIT over stored columns
-   * (not windows computed at read) of a view with more than one row.
+   * (not what a read computes) of a view with more than one row.
    */
-  def markedTop: Option[TopRows] = top.filter(t => windows.isEmpty && !global && t.marks)
+  def markedTop: Option[TopRows] = top.filter(t => atRead.isEmpty && !global && t.marks)
 
   private val (keyExprs: Seq[Expression], child: LogicalPlan) = shape match {
     case a: AggregateShape => (a.aggregate.groupingExpressions, a.aggregate.child)
@@ -85,7 +85,7 @@ class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String], val to
         s"SELECT $cols FROM $backing LATERAL VIEW explode(sequence(1L, $CountColumn)) __ivm_r AS __ivm_i$where"
       case _ => s"SELECT $cols FROM $backing$where"
     }
-    windows.map(_.sql(rows)).getOrElse(rows) + top.map(_.sql(shownColumns, quote)).getOrElse("")
+    atRead.map(_.sql(rows)).getOrElse(rows) + top.map(_.sql(shownColumns, quote)).getOrElse("")
   }
 
   /**

@@ -68,7 +68,7 @@ class ViewAnalysisSuite extends AnyFunSuite {
       "sum(v * 2) OVER (ORDER BY k) AS run, ntile(2) OVER (PARTITION BY k % 2 ORDER BY v) AS half FROM va_win) " +
       "WHERE rk <= 2"
     val view = prepared(query, Seq("k", "rk", "run"))
-    val w = view.maintenance.windows.get
+    val w = view.maintenance.atRead.get
     assert(w.rowColumns.size == view.plan.output.size && w.rowColumns.map(_.toLowerCase).distinct == w.rowColumns)
     assert(w.functions.map(_.toLowerCase.takeWhile(_ != ')')) ==
         Seq("rank(", "sum(_w1", "ntile(2"), w.functions)
@@ -83,7 +83,7 @@ class ViewAnalysisSuite extends AnyFunSuite {
     assert(e.getMessage.contains("without PARTITION BY below the top"), e.getMessage)
     val top = prepared("SELECT k, v, row_number() OVER (ORDER BY v, k) AS n FROM va_win ORDER BY n, k, v LIMIT 1",
       Seq("k", "v", "n"))
-    assert(top.maintenance.windows.isDefined && top.maintenance.top.isDefined)
+    assert(top.maintenance.atRead.isDefined && top.maintenance.top.isDefined)
     // So is an ORDER BY without LIMIT (a table has no order); a keyword is a column's name.
     spark.sql("DROP TABLE IF EXISTS va_win_kw")
     spark.sql("CREATE TABLE va_win_kw (`true` INT, v INT) USING delta")
@@ -92,7 +92,7 @@ class ViewAnalysisSuite extends AnyFunSuite {
       "SELECT k, collect_list(v) OVER (ORDER BY k) AS l FROM va_win").foreach { q =>
       val analyzed = ViewAnalysis.analyze(spark, q, "default")
       val readable = ViewAnalysis.prepare(analyzed, analyzed.output.map(_.name), incremental = true, instant = 0L)
-      assert(readable.maintenance.windows.isDefined, q)
+      assert(readable.maintenance.atRead.isDefined, q)
       ViewAnalysis.requireReadable(spark, readable)
     }
     // What the SQL of a read would not compute as the query does is refused: an accuracy, or
