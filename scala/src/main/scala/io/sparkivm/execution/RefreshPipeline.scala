@@ -351,7 +351,7 @@ object RefreshPipeline extends Logging {
       FaultInjection.point(user, "before-commit")
       // A top-k view's marks move with its changed rows (and, where they must, other rows').
       val marked = rows.map { r =>
-        val (plan, note) = TopMarks.moved(spark, analyzed.maintenance, old, r, steps, codegen)
+        val (plan, note) = TopMarks.moved(spark, analyzed.maintenance, backingNow, old, r, steps, codegen)
         notes ++= note
         plan
       }

@@ -1,5 +1,6 @@
 package io.sparkivm.execution
 
+import io.sparkivm.changes.{DriverTableRead, KnownFiles}
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.errors.IvmErrors
 import io.sparkivm.planner.{RowsShape, TopRows, ViewMaintenance}
@@ -14,6 +15,8 @@ import org.apache.spark.sql.catalyst.plans.LeftAnti
 import org.apache.spark.sql.catalyst.plans.logical.{
   Aggregate, Filter, GlobalLimit, Join, JoinHint, LocalLimit, LogicalPlan, Project, Sort, Union
 }
+import org.apache.spark.sql.catalyst.types.DataTypeUtils
+import org.apache.spark.sql.delta.Snapshot
 import org.apache.spark.sql.functions.col
 import org.apache.spark.sql.ivm.{DriverRows, SparkInternals}
 import org.apache.spark.sql.{DataFrame, SparkSession}
@@ -77,17 +80,19 @@ object TopMarks {
    * A refresh's changed rows (`rows`: complete new rows of the changed keys with
    * [[ViewMaintenance.ExistedColumn]] last, see `RewriteCommit.apply`) with their marks, and the
    * rows of other keys whose mark moves, at their places in the table; and what was done, for
-   * the refresh's notes. `backing` reads the backing table at the version the refresh read.
+   * the refresh's notes. `backing` reads the backing table at `snapshot`, the version the
+   * refresh read.
    */
-  def moved(spark: SparkSession, maintenance: ViewMaintenance, backing: () => LogicalPlan, rows: LogicalPlan,
-      steps: RefreshSteps, codegen: QueryCodegen): (LogicalPlan, Option[String]) =
+  def moved(spark: SparkSession, maintenance: ViewMaintenance, snapshot: => Snapshot, backing: () => LogicalPlan,
+      rows: LogicalPlan, steps: RefreshSteps, codegen: QueryCodegen): (LogicalPlan, Option[String]) =
     maintenance.markedTop match {
       case None => (rows, None)
-      case Some(top) => move(spark, maintenance, top, backing, rows, steps, codegen)
+      case Some(top) => move(spark, maintenance, top, snapshot, backing, rows, steps, codegen)
     }
 
-  private def move(spark: SparkSession, maintenance: ViewMaintenance, top: TopRows, backing: () => LogicalPlan,
-      rows: LogicalPlan, steps: RefreshSteps, codegen: QueryCodegen): (LogicalPlan, Option[String]) = {
+  private def move(spark: SparkSession, maintenance: ViewMaintenance, top: TopRows, snapshot: => Snapshot,
+      backing: () => LogicalPlan, rows: LogicalPlan, steps: RefreshSteps,
+      codegen: QueryCodegen): (LogicalPlan, Option[String]) = {
     val b = bounds(spark, top)
     val order = ViewOrder(maintenance, top)
     def keysOf(l: LogicalPlan, r: LogicalPlan): Option[Expression] =
@@ -97,10 +102,18 @@ object TopMarks {
       val sum = Alias(Coalesce(Seq(Sum(weight(maintenance, plan)).toAggregateExpression(), Literal(0L))), "w")()
       collect(spark, Aggregate(Nil, Seq(sum), plan)).head.getLong(0)
     }
-    // The marked rows before the refresh (in their own few files), and the lowest of them.
-    val read = backing()
-    val marked = onDriver(read.output, collect(spark,
-      Filter(And(visible(maintenance, read), EqualTo(column(read, TopColumn), Literal(1))), read)))
+    // The marked rows before the refresh (in their own few files, read here where they can be
+    // without a job), and the lowest of them.
+    def isMarked(plan: LogicalPlan) =
+      Filter(And(visible(maintenance, plan), EqualTo(column(plan, TopColumn), Literal(1))), plan)
+    val held = {
+      val s = snapshot
+      val columns = DataTypeUtils.toAttributes(s.metadata.schema)
+      val files = KnownFiles.matching(s.deltaLog, s, Seq(EqualTo(column(columns, TopColumn), Literal(1))))
+      DriverTableRead.rows(spark, s, files).map(rs => isMarked(onDriver(columns, rs)))
+    }
+    lazy val read = backing()
+    val marked = onDriver(held.getOrElse(read).output, collect(spark, held.getOrElse(isMarked(read))))
     val lowest = boundary(RefreshSteps.rowsOnDriver(marked).get, 1, order, marked.output, last = true)
     // The marked rows of unchanged keys, which stay marked unless trimmed.
     val kept = onDriver(marked.output, collect(spark, others(marked)))

@@ -148,7 +148,7 @@ object ComputedAtRead {
       case w: Window => w.windowExpressions.map(e => render(unalias(e), read = false))
       case a: Aggregate => a.aggregateExpressions.filter(_.exists(_.isInstanceOf[AggregateExpression]))
           .map(e => render(unalias(e), read = false))
-    }.reverse.flatten
+    }.reverse.flatten.distinct
     (rows,
       Some(ComputedAtRead(rowColumns, rows.output.map(_.dataType), select, columns,
           plan.output.map(_.dataType), functions, overRecursion.isDefined)(plan, rows)))

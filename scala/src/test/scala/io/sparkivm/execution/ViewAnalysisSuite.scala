@@ -60,6 +60,28 @@ class ViewAnalysisSuite extends AnyFunSuite {
     assert(tied.describe(Seq("k", "w"), marked = true).contains("marks the first 1 and a buffer"))
   }
 
+  test("what is above a recursive CTE is computed when read, over the recursion's rows kept") {
+    table("va_rec", cdf = false)
+    spark.sql("INSERT INTO va_rec VALUES (10, 30)")
+    val cte = "WITH RECURSIVE r(a, b) AS (SELECT k, v FROM va_rec UNION ALL " +
+      "SELECT r.a, e.v FROM r JOIN va_rec e ON r.b = e.k) "
+    val query = cte + "SELECT a, count(*) AS n, max(b) AS m FROM r GROUP BY a HAVING count(*) > 1"
+    val view = ViewAnalysis.prepare(ViewAnalysis.analyze(spark, query, "default"), Seq("a", "n", "m"),
+      incremental = true, instant = 0L)
+    val at = view.maintenance.atRead.get
+    // The kept rows are the CTE's, under its own names for them; the view keeps them as they are.
+    assert(at.recursive && at.rowColumns == Seq("a", "b"), at)
+    assert(at.label == "Computed at read" && at.describe.startsWith("count(1), max(b), computed when the view is read"),
+      at.describe)
+    ViewAnalysis.requireReadable(spark, view)
+    SparkInternals.dataFrame(spark, view.plan).toDF(at.rowColumns: _*).createOrReplaceTempView("va_rec_kept")
+    assert(spark.sql(at.sql("SELECT * FROM va_rec_kept")).collect().toSet == spark.sql(query).collect().toSet)
+    // A view of the CTE's columns alone keeps them with nothing to compute at read.
+    val plain = ViewAnalysis.prepare(ViewAnalysis.analyze(spark, cte + "SELECT b, a FROM r", "default"),
+      Seq("b", "a"), incremental = true, instant = 0L)
+    assert(plain.maintenance.atRead.isEmpty)
+  }
+
   test("windows without PARTITION BY at the top are computed when read, over the rows under them") {
     table("va_win", cdf = true)
     def prepared(query: String, columns: Seq[String]) =
