@@ -32,7 +32,8 @@ QUERIES = {
              "SELECT top, id, depth FROM c",
     # aggregates, a filter and a projection over the recursion: computed when the view is read,
     # over the recursive rows the view keeps
-    "reach_counts": REACH + "SELECT src, count(*) AS paths, count(DISTINCT dst) AS reached FROM r GROUP BY src",
+    "reach_counts": REACH + "SELECT src, count(*) AS paths, count(DISTINCT dst) AS reached "
+                            "FROM r GROUP BY src",
     "paths_total": REACH + "SELECT count(*) AS paths, max(dst) AS farthest FROM r",
     "bom_totals": "WITH RECURSIVE b(part, sub, qty) AS (SELECT src, dst, w FROM ed UNION ALL "
                   "SELECT b.part, ed.dst, b.qty * ed.w FROM b JOIN ed ON b.sub = ed.src) "

@@ -49,7 +49,8 @@ def _steps(rng: random.Random, ids: List[int], steps: int) -> List[List[str]]:
                 ids.remove(i)
             stmts.append(f"DELETE FROM sales WHERE id IN ({', '.join(map(str, gone))})")
         moved = rng.choice(ids)
-        stmts.append(f"UPDATE sales SET amount = {amount()}, region = 'r{rng.randrange(5)}' WHERE id = {moved}")
+        region = f"r{rng.randrange(5)}"
+        stmts.append(f"UPDATE sales SET amount = {amount()}, region = '{region}' WHERE id = {moved}")
         out.append(stmts)
     return out
 
@@ -59,7 +60,8 @@ def _marks(spark: SparkSession, view: str, counted: bool) -> Tuple[int, int]:
     backing = MaterializedView.for_name(spark, view).describe()["backing_table"]
     weight = "__ivm_count" if counted else "1"
     having = " AND __ivm_having" if view == "top_having" else ""
-    row = spark.sql(f"SELECT coalesce(sum({weight}), 0), coalesce(sum(CASE WHEN __ivm_top = 1 THEN {weight} END), 0) "
+    marked = f"CASE WHEN __ivm_top = 1 THEN {weight} END"
+    row = spark.sql(f"SELECT coalesce(sum({weight}), 0), coalesce(sum({marked}), 0) "
                     f"FROM {backing} WHERE __ivm_count > 0{having}").head()
     return int(row[0]), int(row[1])
 
@@ -104,15 +106,15 @@ def test_a_top_k_read_reads_only_the_marked_rows_files(spark: SparkSession, db: 
     try:
         spark.sql("CREATE TABLE events (id BIGINT, score BIGINT) USING delta")
         spark.sql("INSERT INTO events SELECT id, (id * 7919) % 100003 FROM range(20000)")
-        mv = MaterializedView.create(spark, "top_events", "SELECT id, score FROM events ORDER BY score DESC, id LIMIT 10",
-                                     refresh_policy="INCREMENTAL STRICT")
+        query = "SELECT id, score FROM events ORDER BY score DESC, id LIMIT 10"
+        mv = MaterializedView.create(spark, "top_events", query, refresh_policy="INCREMENTAL STRICT")
         backing = mv.describe()["backing_table"]
         files = spark.sql(f"DESCRIBE DETAIL {backing}").head()["numFiles"]
         assert files >= 20, files
         spark.sql("INSERT INTO events VALUES (20000, 100002), (20001, 5)")
         spark.sql("DELETE FROM events WHERE id = 3")
         assert mv.refresh().mode == "incremental"
-        assert_matches_query(spark, "top_events", "SELECT id, score FROM events ORDER BY score DESC, id LIMIT 10")
+        assert_matches_query(spark, "top_events", query)
         read = spark.table("top_events")
         read.collect()
         scans = [n for n in _leaves(read._jdf.queryExecution().executedPlan()) if "Scan" in n.nodeName()]

@@ -11,8 +11,8 @@ import io.sparkivm.conf.IvmConf
 import io.sparkivm.epsilon.{EpsilonStrategy, TriangleStateTables, TriangleViews}
 import io.sparkivm.errors.{IvmErrors, IvmException}
 import io.sparkivm.execution.{
-  AnalyzedView, ArrangedKeyCounts, BackingTable, CatalogViews, FaultInjection, MaintenanceStrategy,
-  PinnedReader, RefreshContext, RefreshFailures, RefreshPipeline, ViewAnalysis
+  AnalyzedView, ArrangedKeyCounts, BackingTable, CatalogViews, FaultInjection, MaintenanceStrategy, PinnedReader,
+  RefreshContext, RefreshFailures, RefreshPipeline, ViewAnalysis
 }
 import io.sparkivm.planner.ViewMaintenance
 import io.sparkivm.policy.RefreshPolicies

@@ -63,7 +63,8 @@ object BackingTable {
   private def full(spark: SparkSession, meta: ViewMetadata, maintenance: ViewMaintenance, rows: DataFrame)(
       write: DataFrame => Unit): Unit = {
     val (laidOut, written) = TopMarks.laidOut(spark, maintenance, rows, BackingLayout.of(meta, maintenance))
-    try write(laidOut) finally written()
+    try write(laidOut)
+    finally written()
   }
 
   /**

@@ -90,7 +90,8 @@ object DriverWrite extends Logging {
       val (marked, rest) = ordered.partition(r => !r.isNullAt(at) && r.getInt(at) == 1)
       Seq(rest, marked)
     }.getOrElse(Seq(ordered))
-    val chunks = groups.flatMap(g => if (rowsPerFile > 0) g.grouped(rowsPerFile.toInt).toSeq else Seq(g).filter(_.nonEmpty))
+    val chunks =
+      groups.flatMap(g => if (rowsPerFile > 0) g.grouped(rowsPerFile.toInt).toSeq else Seq(g).filter(_.nonEmpty))
     Some(chunks.zipWithIndex.map { case (chunk, i) => writeFile(spark, txn, fileSchema, chunk, i, statsTracker) -> chunk })
   }
 

@@ -5,12 +5,12 @@ import io.sparkivm.conf.IvmConf
 import io.sparkivm.errors.IvmErrors
 import io.sparkivm.planner.{RowsShape, TopRows, ViewMaintenance}
 import org.apache.spark.sql.catalyst.InternalRow
+import org.apache.spark.sql.catalyst.expressions.aggregate.Sum
 import org.apache.spark.sql.catalyst.expressions.{
   Alias, And, Ascending, Attribute, Coalesce, Descending, EqualNullSafe, EqualTo, Expression, GenericInternalRow,
   GreaterThan, If, InterpretedOrdering, IsNotNull, IsNull, LessThan, Literal, NamedExpression, Not, NullsFirst,
   NullsLast, Or, SortOrder
 }
-import org.apache.spark.sql.catalyst.expressions.aggregate.Sum
 import org.apache.spark.sql.catalyst.plans.LeftAnti
 import org.apache.spark.sql.catalyst.plans.logical.{
   Aggregate, Filter, GlobalLimit, Join, JoinHint, LocalLimit, LogicalPlan, Project, Sort, Union
@@ -68,8 +68,10 @@ object TopMarks {
       val order = ViewOrder(maintenance, top)
       val shown = Filter(visible(maintenance, plan), plan)
       val first = collect(spark, firstRows(shown, order, b.target))
-      val mark = boundary(first, b.target, order, shown.output).map(v => And(visible(maintenance, plan),
-        order.atOrAbove(plan, v))).getOrElse(visible(maintenance, plan))
+      val mark = boundary(first, b.target, order, shown.output) match {
+        case Some(v) => And(visible(maintenance, plan), order.atOrAbove(plan, v))
+        case None => visible(maintenance, plan)
+      }
       val marked = SparkInternals.dataFrame(spark, Project(plan.output :+ markColumn(mark), plan))
       val topRows = marked.where(col(TopColumn) === 1).repartition(1)
       val rest = BackingLayout.full(marked.where(col(TopColumn) === 0), layout)
@@ -128,7 +130,7 @@ object TopMarks {
       val from = out.map(a => plan.output.indexWhere(_.name == a.name))
       rs.map { r =>
         new GenericInternalRow((out.zip(from).map { case (a, i) => if (i < 0) null else r.get(i, a.dataType) } ++
-          Seq(to) ++ existed.map(_ => true)).toArray): InternalRow
+            Seq(to) ++ existed.map(_ => true)).toArray): InternalRow
       }
     }
     val (to, flips, note) =
@@ -161,7 +163,7 @@ object TopMarks {
       .getOrElse(visible(maintenance, rows))
     val withMarks = Project(out ++ Seq(markColumn(mark)) ++ existed, rows)
     val all = if (flips.isEmpty) withMarks
-      else Union(withMarks, RefreshSteps.onDriver(withMarks.output.map(_.newInstance().withNullability(true)), flips))
+    else Union(withMarks, RefreshSteps.onDriver(withMarks.output.map(_.newInstance().withNullability(true)), flips))
     (steps.materialize(all), Some(note).filter(_.nonEmpty))
   }
 
@@ -199,8 +201,8 @@ object TopMarks {
   private def boundary(first: Seq[InternalRow], n: Int, order: ViewOrder, output: Seq[Attribute],
       last: Boolean = false): Option[Seq[Any]] = {
     val row = if (last) first.sorted(order.ordering(output)).lastOption
-      else if (first.size < n) None
-      else Some(first.sorted(order.ordering(output))(n - 1))
+    else if (first.size < n) None
+    else Some(first.sorted(order.ordering(output))(n - 1))
     row.map(order.values(output, _))
   }
 

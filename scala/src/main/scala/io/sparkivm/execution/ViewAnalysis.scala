@@ -7,8 +7,8 @@ import io.sparkivm.changes.{DeltaSources, PinnedSource}
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.errors.{IvmErrors, IvmException}
 import io.sparkivm.planner.{
-  PlanValidator, QueryRewrites, RecursiveRows, RowsShape, SourceLeaf, TimeFilters, TopRows, ViewMaintenance, ViewShape,
-  ComputedAtRead
+  ComputedAtRead, PlanValidator, QueryRewrites, RecursiveRows, RowsShape, SourceLeaf, TimeFilters, TopRows,
+  ViewMaintenance, ViewShape
 }
 import org.apache.spark.sql.catalyst.analysis.UnresolvedRelation
 import org.apache.spark.sql.catalyst.expressions.Alias

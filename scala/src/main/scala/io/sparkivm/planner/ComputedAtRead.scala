@@ -117,8 +117,9 @@ object ComputedAtRead {
       case a: Attribute => (render(a), names(a.exprId))
       // A column aliased to its own name keeps it where nothing else takes it: the optimizer
       // drops such an alias from the query's plan, and so must it from the read's.
-      case Alias(a: Attribute, name) if names.get(a.exprId).exists(_.equalsIgnoreCase(name)) &&
-          !names.exists { case (id, n) => n == names(a.exprId) && id != a.exprId } =>
+      case Alias(a: Attribute, name)
+          if names.get(a.exprId).exists(_.equalsIgnoreCase(name)) &&
+            !names.exists { case (id, n) => n == names(a.exprId) && id != a.exprId } =>
         names(e.exprId) = names(a.exprId)
         (render(a), names(a.exprId))
       case other =>
@@ -137,7 +138,7 @@ object ComputedAtRead {
         case f: Filter => s"SELECT * FROM $relation WHERE ${render(f.condition)}"
         case a: Aggregate =>
           val groups = if (a.groupingExpressions.isEmpty) ""
-            else a.groupingExpressions.map(render(_)).mkString(" GROUP BY ", ", ", "")
+          else a.groupingExpressions.map(render(_)).mkString(" GROUP BY ", ", ", "")
           s"SELECT ${list(a.aggregateExpressions.map(named).distinct)} FROM $relation$groups"
         case _ => from
       }

@@ -40,7 +40,8 @@ case class TopRows(order: Seq[(Int, Boolean, Boolean)], limit: Option[Int], offs
     clause(order.dropRight(tieBreak), columns, identity).trim + ", applied when the view is read (the " +
       "backing table keeps every row of the query under it" +
       (if (marked) s" and marks the first ${reach.get} and a buffer of the next (spark.ivm.topRows.buffer), " +
-        "the rows a read reads" else "") + ")" +
+         "the rows a read reads"
+       else "") + ")" +
       (if (ties.isEmpty) "" else s"; rows tied at the limit are taken in the order of ${ties.mkString(", ")}")
   }
 

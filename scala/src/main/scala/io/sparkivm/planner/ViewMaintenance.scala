@@ -27,7 +27,8 @@ class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String], val to
 
   /** What the catalog view computes when it is read, for DESCRIBE and EXPLAIN. */
   def appliedAtRead: Seq[(String, String)] =
-    atRead.map(w => w.label -> w.describe).toSeq ++ top.map(t => "Top rows" -> t.describe(shownColumns, markedTop.isDefined))
+    atRead.map(w => w.label -> w.describe).toSeq ++ top.map(t =>
+      "Top rows" -> t.describe(shownColumns, markedTop.isDefined))
 
   /** Where each view column is stored. */
   val outputStorage: Seq[String] = storageNames(viewColumns)

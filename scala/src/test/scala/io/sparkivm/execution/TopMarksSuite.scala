@@ -34,7 +34,7 @@ class TopMarksSuite extends AnyFunSuite {
       val rows = Seq.fill(30)(new GenericInternalRow(columns.map(a => value(rng, a.dataType)).toArray): InternalRow)
       for (bound <- rows.take(6); row <- rows) {
         val predicate = BindReferences.bindReference(order.atOrAbove(
-          org.apache.spark.sql.catalyst.plans.logical.LocalRelation(columns), order.values(columns, bound)), columns)
+            org.apache.spark.sql.catalyst.plans.logical.LocalRelation(columns), order.values(columns, bound)), columns)
         val expected = ordering.compare(row, bound) <= 0
         assert(predicate.eval(row) == expected, s"${used.map(_.name)} row $row bound $bound")
       }
