@@ -81,8 +81,9 @@ object ComputedAtRead {
 
   /**
    * The rows under the lowest window without PARTITION BY in the chain of projections, filters
-   * and windows at the top of `plan`, and what a read applies above them; `plan` itself and None
-   * where the chain has no such window. `columns` are the view's column names.
+   * and windows at the top of `plan`, else a recursive CTE's rows under what computes more than
+   * a choice of their columns ([[recursionChain]]), and what a read applies above them; `plan`
+   * itself and None where there is neither. `columns` are the view's column names.
    */
   def split(plan: LogicalPlan, columns: Seq[String]): (LogicalPlan, Option[ComputedAtRead]) = {
     val chain = topChain(plan)
@@ -108,7 +109,7 @@ object ComputedAtRead {
     // For a read, every name quoted; for DESCRIBE, only where it must be.
     def render(e: Expression, read: Boolean = true): String = e.transformDown {
       case a: AttributeReference =>
-        val name = names.getOrElse(a.exprId, throw IvmErrors.internal(s"no column for ${a.sql} above the windows"))
+        val name = names.getOrElse(a.exprId, throw IvmErrors.internal(s"no column for ${a.sql} above the kept rows"))
         if (read) ColumnName(name, a.dataType) else a.withName(name).withQualifier(Nil)
       // Spark gives a ranking function its window's ORDER BY as arguments; the SQL takes none.
       case r: RankLike => r.withOrder(Nil)
