@@ -42,7 +42,7 @@ import org.apache.spark.storage.StorageLevel
  * so no read ever sees too short a prefix.
  */
 object TopMarks {
-  import ViewMaintenance.{CountColumn, ExistedColumn, HavingColumn, PositionColumns, TopColumn}
+  import ViewMaintenance.{CountColumn, ExistedColumn, HavingColumn, TopColumn}
 
   /** Marked rows: at least `least` (where the view has them), refilled or trimmed to `target`. */
   private case class Bounds(least: Int, target: Int, most: Int)
