@@ -68,11 +68,8 @@ object TopMarks {
       val order = ViewOrder(maintenance, top)
       val shown = Filter(visible(maintenance, plan), plan)
       val first = collect(spark, firstRows(shown, order, b.target))
-      val mark = boundary(first, b.target, order, shown.output) match {
-        case Some(v) => And(visible(maintenance, plan), order.atOrAbove(plan, v))
-        case None => visible(maintenance, plan)
-      }
-      val marked = SparkInternals.dataFrame(spark, Project(plan.output :+ markColumn(mark), plan))
+      val mark = markColumn(maintenance, order, plan, boundary(first, b.target, order, shown.output))
+      val marked = SparkInternals.dataFrame(spark, Project(plan.output :+ mark, plan))
       val topRows = marked.where(col(TopColumn) === 1).repartition(1)
       val rest = BackingLayout.full(marked.where(col(TopColumn) === 0), layout)
       (topRows.unionByName(rest), () => cached.unpersist())
@@ -116,7 +113,8 @@ object TopMarks {
     }
     lazy val read = backing()
     val marked = onDriver(held.getOrElse(read).output, collect(spark, held.getOrElse(isMarked(read))))
-    val lowest = boundary(RefreshSteps.rowsOnDriver(marked).get, 1, order, marked.output, last = true)
+    val lowest = RefreshSteps.rowsOnDriver(marked).get.maxOption(order.ordering(marked.output))
+      .map(order.values(marked.output, _))
     // The marked rows of unchanged keys, which stay marked unless trimmed.
     val kept = onDriver(marked.output, collect(spark, others(marked)))
     val fresh = Filter(visible(maintenance, rows), rows)
@@ -159,9 +157,7 @@ object TopMarks {
         val below = to.map(v => collect(spark, Filter(Not(order.atOrAbove(kept, v)), kept))).getOrElse(Nil)
         (to, flipped(kept, below, 0), s"top rows trimmed to the first ${b.target}: ${below.size} unmarked")
       } else (lowest, Nil, "")
-    val mark = to.map(v => And(visible(maintenance, rows), order.atOrAbove(rows, v)))
-      .getOrElse(visible(maintenance, rows))
-    val withMarks = Project(out ++ Seq(markColumn(mark)) ++ existed, rows)
+    val withMarks = Project(out ++ Seq(markColumn(maintenance, order, rows, to)) ++ existed, rows)
     val all = if (flips.isEmpty) withMarks
     else Union(withMarks, RefreshSteps.onDriver(withMarks.output.map(_.newInstance().withNullability(true)), flips))
     (steps.materialize(all), Some(note).filter(_.nonEmpty))
@@ -187,24 +183,25 @@ object TopMarks {
     case _ => Literal(1L)
   }
 
-  private def markColumn(mark: Expression) =
+  /** The mark of `plan`'s rows: 1 on the visible rows at or above `to` (all visible ones with none). */
+  private def markColumn(maintenance: ViewMaintenance, order: ViewOrder, plan: LogicalPlan,
+      to: Option[Seq[Any]]): NamedExpression = {
+    val mark = to.map(v => And(visible(maintenance, plan), order.atOrAbove(plan, v)))
+      .getOrElse(visible(maintenance, plan))
     Alias(If(Coalesce(Seq(mark, Literal(false))), Literal(1), Literal(0)), TopColumn)()
+  }
 
   private def firstRows(plan: LogicalPlan, order: ViewOrder, n: Int): LogicalPlan =
     GlobalLimit(Literal(n), LocalLimit(Literal(n), Sort(order.sortOrder(plan.output), global = true, plan)))
 
   /**
-   * The order columns' values of the `n`-th of `first` (the first rows, in order), which marks
-   * every row at or above it; None if there are fewer rows than that (every row is marked). With
-   * `last`, of the lowest of them, if any.
+   * The order columns' values of the `n`-th of `first` (the first rows), which marks every row
+   * at or above it; None if there are fewer rows than that (every row is marked).
    */
-  private def boundary(first: Seq[InternalRow], n: Int, order: ViewOrder, output: Seq[Attribute],
-      last: Boolean = false): Option[Seq[Any]] = {
-    val row = if (last) first.sorted(order.ordering(output)).lastOption
-    else if (first.size < n) None
-    else Some(first.sorted(order.ordering(output))(n - 1))
-    row.map(order.values(output, _))
-  }
+  private def boundary(first: Seq[InternalRow], n: Int, order: ViewOrder,
+      output: Seq[Attribute]): Option[Seq[Any]] =
+    if (first.size < n) None
+    else Some(order.values(output, first.sorted(order.ordering(output))(n - 1)))
 
   /** A plan's rows: evaluated on the driver when it reads rows held there, else by a job. */
   private def collect(spark: SparkSession, plan: LogicalPlan): Seq[InternalRow] = {
