@@ -237,6 +237,14 @@ object IvmConf {
       "larger ones are checkpointed on the executors and applied with joins on the view's keys " +
       "(a bound on the driver memory one refresh takes).", min = 1)
 
+  val RecursionDriverMaxRows: IvmConfEntry[Int] = int("spark.ivm.recursion.driverMaxRows", 2000000,
+    "A refresh of a view over a recursive CTE steps the recursion's change on the driver, with no " +
+      "Spark job per step, when its seed and every step have at most spark.ivm.localMaxRows rows " +
+      "and the inputs its recursive part joins the recursion with (tables, filtered and projected " +
+      "as the query does) have at most this many rows in all: those are read once, held in the " +
+      "driver's memory for the refresh and hash-indexed by their join keys. Otherwise Spark's " +
+      "recursion runs each step as a job. 0 turns this off.")
+
   val TopRowsBuffer: IvmConfEntry[Int] = int("spark.ivm.topRows.buffer", 1000,
     "A top-k view (ORDER BY ... LIMIT k OFFSET o) marks its first k + o rows and this many " +
       "below them, which its read reads alone. A refresh moves the marks with its changed rows; " +

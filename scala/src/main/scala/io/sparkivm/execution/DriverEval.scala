@@ -1,5 +1,7 @@
 package io.sparkivm.execution
 
+import scala.collection.mutable
+import scala.jdk.CollectionConverters._
 import scala.util.control.NonFatal
 
 import io.sparkivm.errors.IvmErrors
@@ -36,82 +38,128 @@ object DriverEval {
   /** The most pairs of rows a join without equi-join keys tests here. */
   val NestedLoopMaxPairs = 1000000L
 
-  def rows(plan: LogicalPlan, maxRows: Int): Option[Seq[InternalRow]] =
+  /**
+   * Rows that several evaluations read unchanged (the tables a recursion joins at every step:
+   * [[DriverRecursion]]), each hash-indexed once by the join keys it is looked up with. They are
+   * known by identity, may exceed an evaluation's `maxRows`, and are the build side of an inner
+   * join whatever side they are on.
+   */
+  final class FixedRows(rows: Seq[Seq[InternalRow]]) {
+    private val fixed = new java.util.IdentityHashMap[Seq[InternalRow], mutable.Map[Seq[Expression], Index]]()
+    rows.foreach(r => fixed.put(r, mutable.Map.empty))
+
+    def contains(rows: Seq[InternalRow]): Boolean = fixed.containsKey(rows)
+
+    private[DriverEval] def index(rows: Seq[InternalRow], key: Seq[Expression]): Option[Index] =
+      Option(fixed.get(rows)).map(_.getOrElseUpdate(key, DriverEval.index(rows, key)))
+  }
+
+  private type Index = scala.collection.Map[UnsafeRow, mutable.ArrayBuffer[InternalRow]]
+
+  private val NoFixedRows = new FixedRows(Nil)
+
+  def rows(plan: LogicalPlan, maxRows: Int, fixed: FixedRows = NoFixedRows): Option[Seq[InternalRow]] =
     // A plan that reads anything but rows held here, or whose expressions need the optimizer's
     // rewriting first (an analyzed plan's BETWEEN), is not evaluated at all (not even in part).
     if (!plan.collectLeaves().forall(_.isInstanceOf[LocalRelation]) ||
       plan.exists(_.expressions.exists(_.exists(_.isInstanceOf[RuntimeReplaceable])))) None
     else
-      try eval(plan, maxRows)
+      try new Evaluation(maxRows, fixed).eval(plan)
       catch { case NonFatal(_) => None }
 
-  private def eval(plan: LogicalPlan, maxRows: Int): Option[Seq[InternalRow]] = plan match {
-    case l: LocalRelation => Some(l.data).filter(_.size <= maxRows)
-    case Project(list, child) if list.forall(_.deterministic) =>
-      eval(child, maxRows).map(project(list, child.output, _))
-    case Filter(cond, child) if cond.deterministic =>
-      eval(child, maxRows).map { in =>
-        val predicate = Predicate.createInterpreted(BindReferences.bindReference(cond, child.output))
-        in.filter(predicate.eval)
+  private def index(rows: Seq[InternalRow], key: Seq[Expression]): Index = {
+    val keyOf = InterpretedUnsafeProjection.createProjection(key)
+    val byKey = new java.util.HashMap[UnsafeRow, mutable.ArrayBuffer[InternalRow]]()
+    rows.foreach { r =>
+      val k = keyOf(r)
+      if (!k.anyNull) {
+        val found = byKey.get(k)
+        if (found != null) found += r else byKey.put(k.copy(), mutable.ArrayBuffer(r))
       }
-    case SubqueryAlias(_, child) => eval(child, maxRows)
-    case v: View => eval(v.child, maxRows)
-    case Distinct(child) =>
-      eval(child, maxRows).map(in => project(child.output, child.output, in).distinct)
-    case u: Union if !u.byName && !u.allowMissingCol =>
-      val parts = u.children.map(eval(_, maxRows))
-      if (parts.exists(_.isEmpty)) None
-      else Some(parts.flatten.flatten).filter(_.size <= maxRows)
-    // DISTINCT, and functions Spark declares as expressions over a buffer (COUNT, SUM, AVG, MIN ...).
-    case Aggregate(groups, outputs, child, _) if (groups ++ outputs).forall(_.deterministic) =>
-      eval(child, maxRows).flatMap(aggregate(groups, outputs, child.output, _)).filter(_.size <= maxRows)
-    case j: Join if j.condition.forall(_.deterministic) && (j.joinType match {
-          case Inner | LeftOuter | LeftSemi | LeftAnti | ExistenceJoin(_) => true
-          case _ => false
-        }) =>
-      for {
-        left <- eval(j.left, maxRows)
-        right <- eval(j.right, maxRows)
-        out <- join(j, left, right) if out.size <= maxRows
-      } yield project(j.output, j.output, out)
-    case _ => None
+    }
+    byKey.asScala
   }
 
-  /**
+  private final class Evaluation(maxRows: Int, fixed: FixedRows) {
+    def eval(plan: LogicalPlan): Option[Seq[InternalRow]] = plan match {
+      case l: LocalRelation => Some(l.data).filter(d => d.size <= maxRows || fixed.contains(d))
+      case Project(list, child) if list.forall(_.deterministic) =>
+        eval(child).map(project(list, child.output, _))
+      case Filter(cond, child) if cond.deterministic =>
+        eval(child).map { in =>
+          val predicate = Predicate.createInterpreted(BindReferences.bindReference(cond, child.output))
+          in.filter(predicate.eval)
+        }
+      case SubqueryAlias(_, child) => eval(child)
+      case v: View => eval(v.child)
+      case Distinct(child) =>
+        eval(child).map(in => project(child.output, child.output, in).distinct)
+      case u: Union if !u.byName && !u.allowMissingCol =>
+        val parts = u.children.map(eval)
+        if (parts.exists(_.isEmpty)) None
+        else Some(parts.flatten.flatten).filter(_.size <= maxRows)
+      // DISTINCT, and functions Spark declares as expressions over a buffer (COUNT, SUM, AVG, MIN ...).
+      case Aggregate(groups, outputs, child, _) if (groups ++ outputs).forall(_.deterministic) =>
+        eval(child).flatMap(aggregate(groups, outputs, child.output, _)).filter(_.size <= maxRows)
+      case j: Join if j.condition.forall(_.deterministic) && (j.joinType match {
+            case Inner | LeftOuter | LeftSemi | LeftAnti | ExistenceJoin(_) => true
+            case _ => false
+          }) =>
+        for {
+          left <- eval(j.left)
+          right <- eval(j.right)
+          out <- join(j, left, right) if out.size <= maxRows
+        } yield project(j.output, j.output, out)
+      case _ => None
+    }
+
+    /**
    * A hash join on the equi-join keys (a key with a NULL matches nothing, as in Spark's hash
    * joins; Spark's null-safe keys never are NULL), the rest of the condition tested per pair;
    * without equi-join keys, every pair tested (a NOT IN's null-aware condition included), up to
-   * [[NestedLoopMaxPairs]] pairs.
+   * [[NestedLoopMaxPairs]] pairs. The right side is hashed, unless it is the left's rows that
+   * are fixed (an inner join then probes their index with the right side's rows).
    */
-  private def join(j: Join, left: Seq[InternalRow], right: Seq[InternalRow]): Option[Seq[InternalRow]] = {
-    val (lk, rk, other) = j match {
-      case ExtractEquiJoinKeys(_, l, r, o, _, _, _, _) => (l, r, o)
-      case _ => (Nil, Nil, j.condition)
+    private def join(j: Join, left: Seq[InternalRow], right: Seq[InternalRow]): Option[Seq[InternalRow]] = {
+      val (lk, rk, other) = j match {
+        case ExtractEquiJoinKeys(_, l, r, o, _, _, _, _) => (l, r, o)
+        case _ => (Nil, Nil, j.condition)
+      }
+      if (lk.isEmpty && left.size.toLong * right.size > NestedLoopMaxPairs) return None
+      val test = other.map(c =>
+        Predicate.createInterpreted(BindReferences.bindReference(c, j.left.output ++ j.right.output)))
+      val leftKeys = lk.map(BindReferences.bindReference(_, j.left.output))
+      val rightKeys = rk.map(BindReferences.bindReference(_, j.right.output))
+      def pass(l: InternalRow, r: InternalRow): Boolean = test.forall(_.eval(new JoinedRow(l, r)))
+      if (j.joinType == Inner && lk.nonEmpty && fixed.contains(left) && !fixed.contains(right)) {
+        val byKey = fixed.index(left, leftKeys).get
+        val rightKey = InterpretedUnsafeProjection.createProjection(rightKeys)
+        return Some(right.flatMap { r =>
+          val key = rightKey(r)
+          val candidates = if (key.anyNull) Nil else byKey.getOrElse(key, Nil)
+          candidates.iterator.filter(pass(_, r)).map(l => new JoinedRow(l, r): InternalRow)
+        })
+      }
+      val leftKey = InterpretedUnsafeProjection.createProjection(leftKeys)
+      val byKey = fixed.index(right, rightKeys).getOrElse(index(right, rightKeys))
+      def matches(l: InternalRow): Iterator[InternalRow] = {
+        val key = leftKey(l)
+        val candidates = if (key.anyNull) Iterator.empty else byKey.getOrElse(key, Nil).iterator
+        if (test.isEmpty) candidates else candidates.filter(pass(l, _))
+      }
+      lazy val padding = new GenericInternalRow(j.right.output.length)
+      Some(j.joinType match {
+        case Inner => left.flatMap(l => matches(l).map(r => new JoinedRow(l, r)))
+        case LeftOuter => left.flatMap { l =>
+            val found = matches(l).map(r => new JoinedRow(l, r): InternalRow).toSeq
+            if (found.isEmpty) Seq(new JoinedRow(l, padding)) else found
+          }
+        case LeftSemi => left.filter(matches(_).hasNext)
+        case LeftAnti => left.filterNot(matches(_).hasNext)
+        case ExistenceJoin(_) => left.map(l => new JoinedRow(l, InternalRow(matches(l).hasNext)))
+        case other => throw IvmErrors.internal(s"no local join for $other")
+      })
     }
-    if (lk.isEmpty && left.size.toLong * right.size > NestedLoopMaxPairs) return None
-    val test = other.map(c =>
-      Predicate.createInterpreted(BindReferences.bindReference(c, j.left.output ++ j.right.output)))
-    val leftKey = InterpretedUnsafeProjection.createProjection(lk.map(BindReferences.bindReference(_, j.left.output)))
-    val rightKey = InterpretedUnsafeProjection.createProjection(rk.map(BindReferences.bindReference(_, j.right.output)))
-    val byKey: Map[UnsafeRow, Seq[InternalRow]] = right.iterator.map(r => rightKey(r).copy() -> r)
-      .filterNot(_._1.anyNull).toSeq.groupMap(_._1)(_._2)
-    def matches(l: InternalRow): Iterator[InternalRow] = {
-      val key = leftKey(l)
-      val candidates = if (key.anyNull) Iterator.empty else byKey.getOrElse(key, Nil).iterator
-      test.map(t => candidates.filter(r => t.eval(new JoinedRow(l, r)))).getOrElse(candidates)
-    }
-    lazy val padding = new GenericInternalRow(j.right.output.length)
-    Some(j.joinType match {
-      case Inner => left.flatMap(l => matches(l).map(r => new JoinedRow(l, r)))
-      case LeftOuter => left.flatMap { l =>
-          val found = matches(l).map(r => new JoinedRow(l, r): InternalRow).toSeq
-          if (found.isEmpty) Seq(new JoinedRow(l, padding)) else found
-        }
-      case LeftSemi => left.filter(matches(_).hasNext)
-      case LeftAnti => left.filterNot(matches(_).hasNext)
-      case ExistenceJoin(_) => left.map(l => new JoinedRow(l, InternalRow(matches(l).hasNext)))
-      case other => throw IvmErrors.internal(s"no local join for $other")
-    })
   }
 
   /**

@@ -338,7 +338,7 @@ object RefreshPipeline extends Logging {
         return RefreshReport(meta.viewName, "noop", last.number, sourceReports(last, pinned, Map.empty),
           branches, Nil, 0, 0, 0, timer.result, last.backingVersion, why, policy = meta.policy.sql, reason = why)
       }
-      val notes = mutable.ArrayBuffer[String]() ++= run.notes ++= lookedUp
+      val notes = mutable.ArrayBuffer[String]() ++= run.notes ++= lookedUp ++= steps.notes
       phase("moving the view's state")
       val epsilon = run.advance(notes)
       if (epsilon.isDefined) {

@@ -1,13 +1,17 @@
 package io.sparkivm.execution
 
+import scala.collection.mutable
+
+import io.sparkivm.conf.IvmConf
 import io.sparkivm.planner.{PlanSteps, ProbeSettings}
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, IsNotNull}
-import org.apache.spark.sql.catalyst.plans.logical.{Filter, LocalRelation, LogicalPlan, Project}
+import org.apache.spark.sql.catalyst.plans.logical.{Filter, LocalRelation, LogicalPlan, Project, UnionLoop}
 import org.apache.spark.sql.catalyst.types.DataTypeUtils
 import org.apache.spark.sql.catalyst.util.TypeUtils
 import org.apache.spark.sql.catalyst.{CatalystTypeConverters, InternalRow}
-import org.apache.spark.sql.ivm.{DriverRows, SparkInternals}
+import org.apache.spark.sql.internal.SQLConf
+import org.apache.spark.sql.ivm.{DriverRows, SessionInternals, SparkInternals}
 
 /**
  * How a refresh computes its intermediate results: each once, on the driver when it has at
@@ -20,7 +24,7 @@ class RefreshSteps(spark: SparkSession, override val probe: ProbeSettings, maxLo
     extends PlanSteps {
 
   def materialize(plan: LogicalPlan): LogicalPlan = {
-    val df = SparkInternals.dataFrame(spark, plan)
+    val df = SparkInternals.dataFrame(spark, recursionsOnDriver(plan))
     // Rows on the driver are evaluated there (DriverEval): no job. The analyzed plan first: Spark's
     // optimizer costs more than evaluating a few rows; the optimized one where an expression
     // needs its rewriting.
@@ -39,6 +43,26 @@ class RefreshSteps(spark: SparkSession, override val probe: ProbeSettings, maxLo
       }
     }
   }
+
+  /** `plan` with its recursions stepped on the driver where they are small ([[DriverRecursion]]). */
+  private def recursionsOnDriver(plan: LogicalPlan): LogicalPlan =
+    if (!plan.exists(_.isInstanceOf[UnionLoop])) plan
+    else {
+      val limits = DriverRecursion.Limits(
+        SessionInternals.sqlConf(spark).getConf(SQLConf.CTE_RECURSION_LEVEL_LIMIT),
+        SessionInternals.sqlConf(spark).getConf(SQLConf.CTE_RECURSION_ROW_LIMIT))
+      DriverRecursion.unroll(plan, maxLocalRows, IvmConf.RecursionDriverMaxRows.get(spark), limits, materialize,
+        (input, max) => {
+          val df = SparkInternals.dataFrame(spark, input)
+          DriverEval.rows(df.queryExecution.analyzed, max).orElse(codegen(input) {
+            DriverRows.collect(spark, Seq(df), max).map(_.head).filter(_.size <= max)
+          })
+        },
+        notes += _)
+    }
+
+  /** What the steps chose where a refresh may want to know (its report's plan notes). */
+  val notes: mutable.ArrayBuffer[String] = mutable.ArrayBuffer[String]()
 
   def isEmpty(plan: LogicalPlan): Boolean = RefreshSteps.rowsOnDriver(plan) match {
     case Some(rows) => rows.isEmpty

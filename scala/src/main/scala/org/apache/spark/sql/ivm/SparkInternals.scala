@@ -60,6 +60,10 @@ object SessionInternals {
   def isSet(spark: SparkSession, key: String): Boolean =
     spark.asInstanceOf[classic.SparkSession].sessionState.conf.contains(key)
 
+  /** The session's SQL settings, typed. */
+  def sqlConf(spark: SparkSession): org.apache.spark.sql.internal.SQLConf =
+    spark.asInstanceOf[classic.SparkSession].sessionState.conf
+
   def parser(spark: SparkSession): ParserInterface =
     spark.asInstanceOf[classic.SparkSession].sessionState.sqlParser
 
