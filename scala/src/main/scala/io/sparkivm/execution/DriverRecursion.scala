@@ -31,7 +31,7 @@ object DriverRecursion {
 
   /**
    * `plan` with each recursion whose recursive part reads other inputs of at most `maxFixedRows`
-   * rows computed on the driver (its rows as a local relation): `materialize` computes the seed,
+   * rows in all computed on the driver (its rows as a local relation): `materialize` computes the seed,
    * and `collect` reads those inputs (None past the bound). No step holds more than `maxRows`
    * rows. `note` hears how each recursion was stepped, and why. `plan` itself where it has no
    * recursion.
@@ -43,7 +43,13 @@ object DriverRecursion {
     else
       plan.transformUp {
         case u: UnionLoop if u.limit.isEmpty && u.maxDepth.isEmpty && !u.recursion.exists(_.isInstanceOf[UnionLoop]) =>
-          new Stepping(u, maxRows, limits, note).run(materialize(u.anchor), collect(_, maxFixedRows))
+          var budget = maxFixedRows
+          new Stepping(u, maxRows, limits, note).run(materialize(u.anchor),
+            sub =>
+              collect(sub, budget).map { rows =>
+                budget -= rows.size
+                rows
+              })
       }
 
   private val What = "the recursive CTE's change"
