@@ -21,8 +21,8 @@ import org.apache.spark.sql.catalyst.types.DataTypeUtils
  * The steps are those of `UnionLoopExec` (Spark 4.1's recursive CTEs), with its limits:
  * `spark.sql.cteRecursionLevelLimit` and `spark.sql.cteRecursionRowLimit` fail the refresh with
  * Spark's own errors. Where a step cannot be evaluated here (an expression or operator
- * [[DriverEval]] does not interpret, or more than `maxRows` rows), the rest of the recursion is
- * left to Spark, seeded by the last step's rows.
+ * [[DriverEval]] does not interpret), or a step or all of them together outgrow the driver's
+ * bound, the rest of the recursion is left to Spark, seeded by the last step's rows.
  */
 object DriverRecursion {
 
@@ -32,8 +32,8 @@ object DriverRecursion {
   /**
    * `plan` with each recursion whose recursive part reads other inputs of at most `maxFixedRows`
    * rows in all computed on the driver (its rows as a local relation): `materialize` computes the seed,
-   * and `collect` reads those inputs (None past the bound). No step holds more than `maxRows`
-   * rows. `note` hears how each recursion was stepped, and why. `plan` itself where it has no
+   * and `collect` reads those inputs (None past the bound). Past `maxRows` rows in a step, or in
+   * all steps together, Spark steps on. `note` hears how each recursion was stepped, and why. `plan` itself where it has no
    * recursion.
    */
   def unroll(plan: LogicalPlan, maxRows: Int, maxFixedRows: Int, limits: Limits,
@@ -102,14 +102,16 @@ object DriverRecursion {
         if (limits.rows != -1 && total > limits.rows) {
           throw new SparkException("RECURSION_ROW_LIMIT_EXCEEDED", Map("rowLimit" -> limits.rows.toString), null)
         }
-        DriverEval.rows(at(recursion, last), maxRows, fixedRows) match {
+        // All steps together are held here as well: past the bound Spark steps on.
+        val next = if (total > maxRows) None else DriverEval.rows(at(recursion, last), maxRows, fixedRows)
+        next match {
           case Some(next) => last = next
           case None =>
             // Spark steps on from the last rows computed here (its own limits then count from them).
             val fresh = DataTypeUtils.toAttributes(DataTypeUtils.fromAttributes(u.output))
             val rest = u.copy(anchor = LocalRelation(fresh, last), recursion = recursion)
-            note(s"$What stepped on the driver for ${steps.size - 1} steps, then by Spark: a step has more " +
-              "than spark.ivm.localMaxRows rows")
+            note(s"$What stepped on the driver for ${steps.size - 1} steps, then by Spark: a step, or all " +
+              "steps together, has more than spark.ivm.localMaxRows rows")
             return Union(RefreshSteps.onDriver(u.output, steps.dropRight(1).flatten.toSeq), rest)
         }
         level += 1
