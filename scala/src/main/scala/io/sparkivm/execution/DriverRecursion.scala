@@ -30,11 +30,11 @@ object DriverRecursion {
   final case class Limits(levels: Int, rows: Int)
 
   /**
-   * `plan` with each recursion whose recursive part reads other inputs of at most `maxFixedRows`
-   * rows in all computed on the driver (its rows as a local relation): `materialize` computes the seed,
-   * and `collect` reads those inputs (None past the bound). Past `maxRows` rows in a step, or in
-   * all steps together, Spark steps on. `note` hears how each recursion was stepped, and why. `plan` itself where it has no
-   * recursion.
+   * `plan` with each recursion computed on the driver (its rows as a local relation) where the
+   * other inputs of its recursive part have at most `maxFixedRows` rows in all: `materialize`
+   * computes the seed, and `collect` reads those inputs (None past its bound). Past `maxRows` rows
+   * in a step, or in all steps together, Spark steps on. `note` hears how each recursion was
+   * stepped, and why. `plan` itself where it has no recursion.
    */
   def unroll(plan: LogicalPlan, maxRows: Int, maxFixedRows: Int, limits: Limits,
       materialize: LogicalPlan => LogicalPlan, collect: (LogicalPlan, Int) => Option[Seq[InternalRow]],
