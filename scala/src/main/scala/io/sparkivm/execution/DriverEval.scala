@@ -8,20 +8,20 @@ import io.sparkivm.errors.IvmErrors
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.aggregate.{AggregateExpression, Complete, DeclarativeAggregate}
 import org.apache.spark.sql.catalyst.expressions.{
-  Alias, Attribute, AttributeReference, BindReferences, EmptyRow, Expression, GenericInternalRow, If,
+  Alias, Attribute, AttributeReference, BindReferences, EmptyRow, Expression, Generator, GenericInternalRow, If,
   InterpretedMutableProjection, InterpretedUnsafeProjection, JoinedRow, NamedExpression, Predicate, RuntimeReplaceable,
   UnsafeRow
 }
 import org.apache.spark.sql.catalyst.planning.ExtractEquiJoinKeys
 import org.apache.spark.sql.catalyst.plans.logical.{
-  Aggregate, Distinct, Filter, Join, LocalRelation, LogicalPlan, Project, SubqueryAlias, Union, View
+  Aggregate, Distinct, Filter, Generate, Join, LocalRelation, LogicalPlan, Project, SubqueryAlias, Union, View
 }
 import org.apache.spark.sql.catalyst.plans.{ExistenceJoin, Inner, LeftAnti, LeftOuter, LeftSemi}
 
 /**
  * Evaluates a small plan (analyzed or optimized) on the driver, without a Spark job, when it
  * reads only rows on the driver ([[RefreshSteps.onDriver]]) through projections, filters, unions,
- * DISTINCTs, aggregates and joins: the keys a change touches, whose plan is a DISTINCT over the
+ * DISTINCTs, aggregates, generators and joins: the keys a change touches, whose plan is a DISTINCT over the
  * union of changes held on the driver; a global aggregate's state moved by its change
  * ([[io.sparkivm.planner.RunningAggregate]]); an operator recomputed for its changed keys over
  * rows looked up for them (a semi or anti join of those rows with the keys that have matches).
@@ -101,6 +101,17 @@ object DriverEval {
       // DISTINCT, and functions Spark declares as expressions over a buffer (COUNT, SUM, AVG, MIN ...).
       case Aggregate(groups, outputs, child, _) if (groups ++ outputs).forall(_.deterministic) =>
         eval(child).flatMap(aggregate(groups, outputs, child.output, _)).filter(_.size <= maxRows)
+      // A generator is a flatMap of its child's rows (LATERAL VIEW explode, posexplode, inline ...).
+      case g: Generate if g.generator.deterministic =>
+        eval(g.child).map { in =>
+          val generator = BindReferences.bindReference(g.generator: Expression, g.child.output).asInstanceOf[Generator]
+          lazy val none = new GenericInternalRow(g.generatorOutput.length)
+          val joined = in.flatMap { row =>
+            val made = generator.eval(row).iterator.map(_.copy()).toSeq
+            (if (made.isEmpty && g.outer) Seq(none) else made).map(m => new JoinedRow(row, m): InternalRow)
+          }
+          project(g.output, g.child.output ++ g.qualifiedGeneratorOutput, joined)
+        }.filter(_.size <= maxRows)
       case j: Join if j.condition.forall(_.deterministic) && (j.joinType match {
             case Inner | LeftOuter | LeftSemi | LeftAnti | ExistenceJoin(_) => true
             case _ => false

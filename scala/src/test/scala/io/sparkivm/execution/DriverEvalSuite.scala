@@ -110,6 +110,26 @@ class DriverEvalSuite extends AnyFunSuite {
     assert(fromAnalyzed("join"))
   }
 
+  test("generators over rows held here equal Spark's result: outer, positions, structs, empty arrays") {
+    import spark.implicits._
+    local(Seq((1, Seq(1, 2), Map("a" -> 1)), (2, Seq.empty[Int], Map.empty[String, Int]), (3, null, null))
+        .toDF("k", "xs", "m")).createOrReplaceTempView("ge_a")
+    val queries = Seq(
+      "SELECT k, x FROM ge_a LATERAL VIEW explode(xs) t AS x",
+      "SELECT k, x FROM ge_a LATERAL VIEW OUTER explode(xs) t AS x",
+      "SELECT k, p, x FROM ge_a LATERAL VIEW posexplode(xs) t AS p, x WHERE x > 1",
+      "SELECT k, key, value FROM ge_a LATERAL VIEW explode(m) t AS key, value",
+      "SELECT x, count(*) AS n FROM ge_a LATERAL VIEW OUTER explode(xs) t AS x GROUP BY x",
+      "SELECT k, a, b FROM ge_a LATERAL VIEW inline(array(named_struct('a', k, 'b', 1), named_struct('a', k + 1, 'b', 2))) t AS a, b")
+    queries.foreach { q =>
+      val df = spark.sql(q)
+      val got = evaluated(df, "generate")
+      assert(got.isDefined, df.queryExecution.optimizedPlan)
+      assert(sorted(got.get) == sorted(df.collect().toSeq), q)
+    }
+    assert(fromAnalyzed("generate"))
+  }
+
   test("plans with other aggregate functions or reads of tables are left to Spark") {
     import spark.implicits._
     val a = local(Seq((1, 2), (1, 3)).toDF("k", "v"))

@@ -23,6 +23,12 @@ class DriverRecursionSuite extends AnyFunSuite {
     "WITH RECURSIVE r(a, b, d) AS (SELECT src, dst, 1 FROM g UNION ALL " +
       "SELECT r.a, g.dst, r.d + g.w FROM r JOIN g ON r.b = g.src WHERE r.d < 9) SELECT a, b, d FROM r"
 
+  /** A generator in the recursive part: each edge leads to its end and one past it. */
+  private val WithGenerator =
+    "WITH RECURSIVE r(a, b, d) AS (SELECT src, dst, 1 FROM g UNION ALL " +
+      "SELECT r.a, x, r.d + 1 FROM r JOIN g ON r.b = g.src LATERAL VIEW explode(array(g.dst, g.dst + 1)) t AS x " +
+      "WHERE r.d < 5) SELECT a, b, d FROM r"
+
   private def graph(seed: Int): Unit = {
     import spark.implicits._
     val rng = new Random(seed)
@@ -45,13 +51,14 @@ class DriverRecursionSuite extends AnyFunSuite {
 
   private val NoLimits = DriverRecursion.Limits(-1, -1)
 
-  test("a recursion stepped on the driver gives Spark's rows, counts included") {
-    for (seed <- 1 to 6) {
+  test("a recursion stepped on the driver gives Spark's rows, counts included, generators too") {
+    for (seed <- 1 to 6; query <- Seq(Query, WithGenerator)) {
       graph(seed)
-      val df = spark.sql(Query)
+      val df = spark.sql(query)
       val plan = unrolled(df, 100000, NoLimits)
       assert(!plan.exists(_.isInstanceOf[UnionLoop]), plan)
-      assert(sorted(SparkInternals.dataFrame(spark, plan).collect().toSeq) == sorted(df.collect().toSeq), s"seed $seed")
+      assert(sorted(SparkInternals.dataFrame(spark, plan).collect().toSeq) == sorted(df.collect().toSeq),
+        s"seed $seed: $query")
     }
   }
 
