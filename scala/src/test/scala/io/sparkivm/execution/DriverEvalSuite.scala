@@ -46,6 +46,17 @@ class DriverEvalSuite extends AnyFunSuite {
 
   private def sorted(rows: Seq[Row]): Seq[String] = rows.map(_.toString).sorted
 
+  /** Each query evaluated here gives Spark's rows, and some of them from the analyzed plan. */
+  private def matchSpark(queries: Seq[String], kind: String): Unit = {
+    queries.foreach { q =>
+      val df = spark.sql(q)
+      val got = evaluated(df, kind)
+      assert(got.isDefined, df.queryExecution.optimizedPlan)
+      assert(sorted(got.get) == sorted(df.collect().toSeq), q)
+    }
+    assert(fromAnalyzed(kind))
+  }
+
   test("DISTINCT over unions of filtered projections equals Spark's result") {
     import spark.implicits._
     val a = local(Seq((Some(1), "x", 1), (Some(1), "x", -1), (None, "y", 1), (Some(2), null, 1)).toDF("k", "s", "m"))
@@ -101,13 +112,7 @@ class DriverEvalSuite extends AnyFunSuite {
       "SELECT * FROM le_a WHERE k NOT IN (SELECT k FROM le_b)", // a NULL on the right: no rows
       "SELECT * FROM le_a WHERE k NOT IN (SELECT k FROM le_c)", // NULL on the left: not kept
       "SELECT a.k, count(*) AS n, sum(v) AS sv FROM le_a a LEFT JOIN le_b b ON a.k = b.k GROUP BY a.k")
-    queries.foreach { q =>
-      val df = spark.sql(q)
-      val got = evaluated(df, "join")
-      assert(got.isDefined, df.queryExecution.optimizedPlan)
-      assert(sorted(got.get) == sorted(df.collect().toSeq), q)
-    }
-    assert(fromAnalyzed("join"))
+    matchSpark(queries, "join")
   }
 
   test("generators over rows held here equal Spark's result: outer, positions, structs, empty arrays") {
@@ -121,13 +126,7 @@ class DriverEvalSuite extends AnyFunSuite {
       "SELECT k, key, value FROM ge_a LATERAL VIEW explode(m) t AS key, value",
       "SELECT x, count(*) AS n FROM ge_a LATERAL VIEW OUTER explode(xs) t AS x GROUP BY x",
       "SELECT k, a, b FROM ge_a LATERAL VIEW inline(array(named_struct('a', k, 'b', 1), named_struct('a', k + 1, 'b', 2))) t AS a, b")
-    queries.foreach { q =>
-      val df = spark.sql(q)
-      val got = evaluated(df, "generate")
-      assert(got.isDefined, df.queryExecution.optimizedPlan)
-      assert(sorted(got.get) == sorted(df.collect().toSeq), q)
-    }
-    assert(fromAnalyzed("generate"))
+    matchSpark(queries, "generate")
   }
 
   test("plans with other aggregate functions or reads of tables are left to Spark") {
