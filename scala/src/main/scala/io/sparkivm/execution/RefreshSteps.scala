@@ -48,9 +48,9 @@ class RefreshSteps(spark: SparkSession, override val probe: ProbeSettings, maxLo
   private def recursionsOnDriver(plan: LogicalPlan): LogicalPlan =
     if (!plan.exists(_.isInstanceOf[UnionLoop])) plan
     else {
-      val limits = DriverRecursion.Limits(
-        SessionInternals.sqlConf(spark).getConf(SQLConf.CTE_RECURSION_LEVEL_LIMIT),
-        SessionInternals.sqlConf(spark).getConf(SQLConf.CTE_RECURSION_ROW_LIMIT))
+      val conf = SessionInternals.sqlConf(spark)
+      val limits = DriverRecursion.Limits(conf.getConf(SQLConf.CTE_RECURSION_LEVEL_LIMIT),
+        conf.getConf(SQLConf.CTE_RECURSION_ROW_LIMIT))
       DriverRecursion.unroll(plan, maxLocalRows, IvmConf.RecursionDriverMaxRows.get(spark), limits, materialize,
         (input, max) => {
           val df = SparkInternals.dataFrame(spark, input)

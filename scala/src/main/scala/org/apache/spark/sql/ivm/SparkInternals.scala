@@ -57,8 +57,7 @@ object SessionInternals {
     spark.asInstanceOf[classic.SparkSession].sessionState.catalog
 
   /** True if the session sets `key` itself (not just Spark's or a registry's default). */
-  def isSet(spark: SparkSession, key: String): Boolean =
-    spark.asInstanceOf[classic.SparkSession].sessionState.conf.contains(key)
+  def isSet(spark: SparkSession, key: String): Boolean = sqlConf(spark).contains(key)
 
   /** The session's SQL settings, typed. */
   def sqlConf(spark: SparkSession): org.apache.spark.sql.internal.SQLConf =
@@ -125,5 +124,5 @@ object CapturedSqlConf extends org.apache.spark.sql.catalyst.CapturesConfig {
       s
     }
 
-  private def conf(spark: SparkSession) = spark.asInstanceOf[classic.SparkSession].sessionState.conf
+  private def conf(spark: SparkSession) = SessionInternals.sqlConf(spark)
 }
