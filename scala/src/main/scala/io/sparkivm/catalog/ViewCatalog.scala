@@ -44,11 +44,18 @@ object ViewCatalog extends Logging {
   /** ACCESS BY's input columns, as a JSON array. */
   val AccessByProperty = "ivm.accessBy"
 
+  /** A view maintained through helper views ([[ViewMetadata.helpers]]): the query it maintains,
+   * and the helpers as a JSON array of qualified names; a helper names its view. */
+  val MaintainedQueryProperty = "ivm.maintainedQuery"
+  val HelpersProperty = "ivm.helpers"
+  val HelperOfProperty = "ivm.helperOf"
+
   /** Prefix of the SQL settings captured at CREATE ([[ViewMetadata.sqlConf]]). */
   val SqlConfPrefix = "ivm.sqlConf."
   private val ReservedProperties = Set(MarkerProperty, BackingProperty, ViewProperty, IdProperty,
     QueryProperty, DatabaseProperty, SourcesProperty, CommentProperty, RecordProperty, PolicyProperty,
-    FullBecauseProperty, Schedule.Property, RefreshHistory.Property, AccessByProperty)
+    FullBecauseProperty, Schedule.Property, RefreshHistory.Property, AccessByProperty, MaintainedQueryProperty,
+    HelpersProperty, HelperOfProperty)
   val BackingPrefix = "__ivm_backing_"
   private val SessionCatalogName = "spark_catalog"
 
@@ -139,16 +146,26 @@ object ViewCatalog extends Logging {
       fullBecause = props.get(FullBecauseProperty),
       history = RefreshHistory.read(props),
       accessBy = accessByOf(props),
-      sqlConf = props.collect { case (k, v) if k.startsWith(SqlConfPrefix) => k.stripPrefix(SqlConfPrefix) -> v })
+      sqlConf = props.collect { case (k, v) if k.startsWith(SqlConfPrefix) => k.stripPrefix(SqlConfPrefix) -> v },
+      maintainedQuery = props.get(MaintainedQueryProperty),
+      helpers = names(props.get(HelpersProperty)).map(n => identifier(n)),
+      helperOf = props.get(HelperOfProperty).map(identifier))
   }
 
+  /** A qualified name as properties store it (`spark_catalog.db.v` or `db.v`). */
+  private def identifier(name: String): TableIdentifier = {
+    val parts = name.split('.').toSeq.takeRight(2)
+    TableIdentifier(parts.last, Some(parts.head), Some(SessionCatalogName))
+  }
+
+  private def names(json: Option[String]): Seq[String] = json.toSeq.flatMap(v =>
+    parse(v) match {
+      case JArray(items) => items.collect { case JString(c) => c }
+      case _ => Nil
+    })
+
   /** ACCESS BY's input columns, from the properties of a backing table or catalog view. */
-  def accessByOf(props: Map[String, String]): Seq[String] =
-    props.get(AccessByProperty).toSeq.flatMap(v =>
-      parse(v) match {
-        case JArray(items) => items.collect { case JString(c) => c }
-        case _ => Nil
-      })
+  def accessByOf(props: Map[String, String]): Seq[String] = names(props.get(AccessByProperty))
 
   /** The properties that store a view's metadata on its backing table. */
   def properties(meta: ViewMetadata): Map[String, String] = meta.userProperties ++ Map(
@@ -164,7 +181,11 @@ object ViewCatalog extends Logging {
     meta.fullBecause.map(FullBecauseProperty -> _) ++
     (if (meta.accessBy.isEmpty) Nil
      else Seq(AccessByProperty -> compact(render(JArray(meta.accessBy.map(JString(_)).toList))))) ++
-    meta.sqlConf.map { case (k, v) => (SqlConfPrefix + k) -> v }
+    meta.sqlConf.map { case (k, v) => (SqlConfPrefix + k) -> v } ++
+    meta.maintainedQuery.map(MaintainedQueryProperty -> _) ++
+    (if (meta.helpers.isEmpty) Nil
+     else Seq(HelpersProperty -> compact(render(JArray(meta.helpers.map(h => JString(h.unquotedString)).toList))))) ++
+    meta.helperOf.map(HelperOfProperty -> _.unquotedString)
 
   def renderSources(sources: Seq[SourceInfo]): String = compact(render(JArray(sources.toList.map { s =>
     JObject("table" -> JString(s.table), "id" -> JString(s.tableId),

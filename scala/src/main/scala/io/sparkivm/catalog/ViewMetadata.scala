@@ -46,8 +46,18 @@ case class ViewMetadata(
     accessBy: Seq[String] = Nil,
     /** The SQL settings captured at CREATE, under which every refresh analyzes and runs the query
      * (empty for views created before they were captured). */
-    sqlConf: Map[String, String] = Map.empty) {
+    sqlConf: Map[String, String] = Map.empty,
+    /** The query that is maintained, where it is not `queryText`: the user's query with each
+     * recursive CTE it joins or otherwise computes over read from a helper view of its own. */
+    maintainedQuery: Option[String] = None,
+    /** The helper views `maintainedQuery` reads (each refreshed before this view, dropped with it). */
+    helpers: Seq[TableIdentifier] = Nil,
+    /** For a helper view, the view it is kept for. */
+    helperOf: Option[TableIdentifier] = None) {
   def viewName: String = view.quotedString
+
+  /** The query a refresh analyzes and maintains. */
+  def analyzedQuery: String = maintainedQuery.getOrElse(queryText)
   def eps: Double = epsilon.getOrElse(EpsilonState.Default)
 }
 

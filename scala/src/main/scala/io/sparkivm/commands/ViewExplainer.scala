@@ -82,7 +82,12 @@ object ViewExplainer {
     val lastReason = meta.history.lastOption.map(_.reason)
     val state = StateReport.of(spark, meta)
     val info = Seq(
-      ("View", meta.viewName, ""), ("Backing table", meta.backing.quotedString, ""), ("Query", meta.queryText, ""),
+      ("View", meta.viewName, ""), ("Backing table", meta.backing.quotedString, ""), ("Query", meta.queryText, "")) ++
+      meta.helpers.map(h =>
+        ("Helper view",
+          s"${h.quotedString}: a recursive CTE of the query, kept with its counts and maintained by counting; " +
+            "refreshed before this view, which reads it in the CTE's place", "")) ++
+      meta.helperOf.map(v => ("Helper of", s"${v.quotedString} (dropped with it)", "")) ++ Seq(
       ("Refresh policy",
         meta.policy.sql + meta.fullBecause.map(w => s" (refreshed by recomputation: $w)")
           .getOrElse(""), ""), ("Refresh mode", meta.mode.name, ""),
@@ -130,6 +135,7 @@ object ViewExplainer {
       "qualified_name" -> JString(meta.viewName),
       "backing_table" -> JString(meta.backing.quotedString),
       "query" -> JString(meta.queryText),
+      "helpers" -> JArray(meta.helpers.map(h => JString(h.unquotedString)).toList),
       "refresh_mode" -> JString(meta.mode.name),
       "refresh_policy" -> JString(meta.policy.sql),
       "full_because" -> opt(meta.fullBecause)(JString(_)),
@@ -209,6 +215,10 @@ object ViewExplainer {
     line(s"Refresh policy: ${meta.policy.sql}; refresh mode: ${meta.mode.name}" +
       meta.fullBecause.map(w => s" (the query cannot be maintained incrementally: $w)").getOrElse(""))
     line(s"Backing table: ${meta.backing.quotedString}, after refresh #${last.number}")
+    meta.helpers.foreach { h =>
+      line(s"Helper view ${h.quotedString}, refreshed first: a recursive CTE of the query, kept with its counts")
+      explain(spark, Seq(h.database.get, h.table), extended).linesIterator.foreach(l => line(s"  $l"))
+    }
     if (meta.accessBy.nonEmpty) {
       line(s"Access pattern: ACCESS BY (${meta.accessBy.mkString(", ")}) (Zhang 2022, conjunctive queries with " +
         "access patterns)")

@@ -47,14 +47,15 @@ object ViewLifecycle extends Logging {
   /** CREATE with the query analyzed in `database` (ALTER rebuilds a view in its own, and keeps its
    * `history` and the SQL settings it captured, `sqlConf`). */
   private def create(spark: SparkSession, stmt: CreateMaterializedView, database: String,
-      history: Seq[HistoryEntry], sqlConf: Option[Map[String, String]] = None): Unit = sqlConf match {
+      history: Seq[HistoryEntry], sqlConf: Option[Map[String, String]] = None,
+      helperOf: Option[TableIdentifier] = None): Unit = sqlConf match {
     case Some(captured) if !CapturedSqlConf.matches(spark, captured) =>
-      create(CapturedSqlConf.session(spark, captured), stmt, database, history, None)
-    case _ => createInSession(spark, stmt, database, history)
+      create(CapturedSqlConf.session(spark, captured), stmt, database, history, None, helperOf)
+    case _ => createInSession(spark, stmt, database, history, helperOf)
   }
 
   private def createInSession(spark: SparkSession, stmt: CreateMaterializedView, database: String,
-      history: Seq[HistoryEntry]): Unit = {
+      history: Seq[HistoryEntry], helperOf: Option[TableIdentifier]): Unit = {
     val startMs = System.currentTimeMillis()
     val id = ViewCatalog.qualify(spark, stmt.name)
     val replacing = if (!ViewCatalog.exists(spark, id)) None
@@ -90,7 +91,27 @@ object ViewLifecycle extends Logging {
     AccessPatterns.check(columns, stmt.accessBy).foreach { reason =>
       throw IvmErrors.invalidAccessPattern(id.quotedString, reason)
     }
-    val (analyzed, mode, fullBecause) = layout(spark, id.quotedString, plan, columns, policy, ViewAnalysis.instant(spark))
+    val oldHelpers = if (replacing.isEmpty) Nil
+    else scala.util.Try(ViewCatalog.lookup(spark, stmt.name).helpers).getOrElse(Nil)
+    val instant = ViewAnalysis.instant(spark)
+    val (analyzed, mode, fullBecause, split) =
+      if (policy == RefreshPolicy.Full) {
+        (ViewAnalysis.prepare(plan, columns, incremental = false, instant), RefreshMode.Full, None, None)
+      } else incrementalLayout(spark, plan, columns, instant) match {
+        case Right(a) => (a, RefreshMode.Incremental, None, None)
+        case Left(refused) =>
+          // A recursive CTE the view does not keep as it is: kept by helper views, if they and the
+          // query over them are maintained; else the view is laid out as the refusal says.
+          val helped = if (helperOf.isDefined || !RecursionHelpers.recurses(plan)) Left(refused)
+          else withHelpers(spark, id, stmt.queryText, database, columns, instant, refused)
+          helped match {
+            case Right((a, s)) => (a, RefreshMode.Incremental, None, Some(s))
+            case Left(e) =>
+              val (a, m, why) = refusedLayout(id.quotedString, plan, columns, policy, instant, e)
+              (a, m, why, None)
+          }
+      }
+    val helpers = split.toSeq.flatMap(_.helpers.map(_.name))
     val incremental = mode == RefreshMode.Incremental
     if (stmt.accessBy.nonEmpty && analyzed.instant.isDefined) {
       throw IvmErrors.invalidAccessPattern(id.quotedString,
@@ -125,7 +146,8 @@ object ViewLifecycle extends Logging {
     val meta = ViewMetadata(id, backing, UUID.randomUUID().toString, stmt.queryText, database, mode,
       pinned.values.toSeq.sortBy(_.name).map(_.info),
       stmt.properties.filter { case (k, _) => !k.startsWith("ivm.") }, stmt.comment, columns,
-      epsilon, policy, stmt.schedule, fullBecause, history, stmt.accessBy, CapturedSqlConf.capture(spark))
+      epsilon, policy, stmt.schedule, fullBecause, history, stmt.accessBy, CapturedSqlConf.capture(spark),
+      split.map(_.maintainedQuery), helpers, helperOf)
     try {
       val reader = new PinnedReader(spark, Map.empty, pinned, id.quotedString)
       val rows = reader.fullRows(analyzed.maintenance)
@@ -155,6 +177,7 @@ object ViewLifecycle extends Logging {
         // Nothing the user sees has changed: drop what this CREATE wrote.
         scala.util.Try(CatalogGuard.internal(spark.sql(s"DROP TABLE IF EXISTS ${backing.quotedString}")))
         scala.util.Try(TriangleStateTables.dropFor(spark, backing))
+        dropHelpers(spark, helpers)
         e match {
           // A concurrent CREATE of the same name made its catalog view first.
           case a: AnalysisException if a.getCondition == "TABLE_OR_VIEW_ALREADY_EXISTS" =>
@@ -166,8 +189,47 @@ object ViewLifecycle extends Logging {
       forgetKept(spark, old)
       CatalogGuard.internal(spark.sql(s"DROP TABLE IF EXISTS ${old.quotedString}"))
       TriangleStateTables.dropFor(spark, old)
+      dropHelpers(spark, oldHelpers)
     }
   }
+
+  /**
+   * The view maintained through helper views of its recursive CTEs ([[RecursionHelpers]]): each
+   * helper is created (INCREMENTAL STRICT: a helper recomputed would gain nothing), then the
+   * query over them is laid out. Left: why not (the first refusal, or a helper's or the
+   * query's own), with nothing left behind.
+   */
+  private def withHelpers(spark: SparkSession, id: TableIdentifier, queryText: String, database: String,
+      columns: Seq[String], instant: Long, refused: IvmException)
+      : Either[IvmException, (AnalyzedView, RecursionHelpers.Split)] =
+    RecursionHelpers.split(spark, id, queryText) match {
+      case None => Left(refused)
+      case Some(split) =>
+        val made = scala.collection.mutable.ArrayBuffer[TableIdentifier]()
+        def undo[T](e: IvmException): Either[IvmException, T] = { dropHelpers(spark, made.toSeq); Left(e) }
+        try {
+          split.helpers.foreach { h =>
+            create(spark,
+              CreateMaterializedView(Seq(h.name.database.get, h.name.table), ifNotExists = false, orReplace = false,
+                Nil, None, Map.empty, h.query, h.query, Some(RefreshPolicy.IncrementalStrict), None, Nil),
+              database, Nil, helperOf = Some(id))
+            made += h.name
+          }
+          val plan = ViewAnalysis.analyze(spark, split.maintainedQuery, database)
+          if (plan.output.size != columns.size) undo(refused)
+          else incrementalLayout(spark, plan, columns, instant).fold(undo, a => Right((a, split)))
+        } catch {
+          case e: IvmException if e.getCondition == "IVM_NOT_INCREMENTALIZABLE" =>
+            undo(IvmErrors.unsupported(e.parameters("operator"), e.parameters("hint")))
+          case e: Throwable => dropHelpers(spark, made.toSeq); throw e
+        }
+    }
+
+  /** Drops helper views (of a view dropped, replaced, or whose CREATE failed). */
+  private def dropHelpers(spark: SparkSession, helpers: Seq[TableIdentifier]): Unit =
+    helpers.foreach { h =>
+      scala.util.Try(drop(spark, Seq(h.database.get, h.table), ifExists = true, internal = true))
+    }
 
   /**
    * The view's maintenance under its policy: incremental if the policy allows it and the query
@@ -175,27 +237,39 @@ object ViewLifecycle extends Logging {
    * (INCREMENTAL STRICT) IVM_NOT_INCREMENTALIZABLE naming what cannot be maintained.
    */
   private def layout(spark: SparkSession, view: String, plan: LogicalPlan, columns: Seq[String],
-      policy: RefreshPolicy, instant: Long): (AnalyzedView, RefreshMode, Option[String]) = {
+      policy: RefreshPolicy, instant: Long): (AnalyzedView, RefreshMode, Option[String]) =
     if (policy == RefreshPolicy.Full) {
-      return (ViewAnalysis.prepare(plan, columns, incremental = false, instant), RefreshMode.Full, None)
+      (ViewAnalysis.prepare(plan, columns, incremental = false, instant), RefreshMode.Full, None)
+    } else incrementalLayout(spark, plan, columns, instant) match {
+      case Right(analyzed) => (analyzed, RefreshMode.Incremental, None)
+      case Left(e) => refusedLayout(view, plan, columns, policy, instant, e)
     }
+
+  /** The query laid out for incremental refreshes, or why it cannot be. */
+  private def incrementalLayout(spark: SparkSession, plan: LogicalPlan, columns: Seq[String],
+      instant: Long): Either[IvmException, AnalyzedView] =
     try {
       val analyzed = ViewAnalysis.prepare(plan, columns, incremental = true, instant)
       ViewAnalysis.requireReadable(spark, analyzed)
-      (analyzed, RefreshMode.Incremental, None)
+      Right(analyzed)
     } catch {
-      case e: IvmException if ViewAnalysis.NotIncrementalizable.contains(e.getCondition) =>
-        if (policy == RefreshPolicy.IncrementalStrict) {
-          if (e.getCondition == "IVM_SOURCE_NOT_DELTA") throw e // says what to do (CONVERT TO DELTA)
-          val p = e.parameters
-          throw IvmErrors.notIncrementalizable(view, p("operator"), p("hint"))
-        }
-        val why = if (e.getCondition == "IVM_UNSUPPORTED_OPERATOR") {
-          s"${e.parameters("operator")} (${e.parameters("hint").stripSuffix(".")})"
-        } else e.getMessage.stripPrefix(s"[${e.getCondition}] ").replaceAll(" SQLSTATE: \\w+$", "")
-        logInfo(s"spark-ivm: $view is refreshed by recomputation: $why")
-        (ViewAnalysis.prepare(plan, columns, incremental = false, instant), RefreshMode.Full, Some(why))
+      case e: IvmException if ViewAnalysis.NotIncrementalizable.contains(e.getCondition) => Left(e)
     }
+
+  /** A query refused for incremental refreshes: laid out for full ones, with the reason, or
+   * (INCREMENTAL STRICT) IVM_NOT_INCREMENTALIZABLE naming what cannot be maintained. */
+  private def refusedLayout(view: String, plan: LogicalPlan, columns: Seq[String], policy: RefreshPolicy,
+      instant: Long, e: IvmException): (AnalyzedView, RefreshMode, Option[String]) = {
+    if (policy == RefreshPolicy.IncrementalStrict) {
+      if (e.getCondition == "IVM_SOURCE_NOT_DELTA") throw e // says what to do (CONVERT TO DELTA)
+      val p = e.parameters
+      throw IvmErrors.notIncrementalizable(view, p("operator"), p("hint"))
+    }
+    val why = if (e.getCondition == "IVM_UNSUPPORTED_OPERATOR") {
+      s"${e.parameters("operator")} (${e.parameters("hint").stripSuffix(".")})"
+    } else e.getMessage.stripPrefix(s"[${e.getCondition}] ").replaceAll(" SQLSTATE: \\w+$", "")
+    logInfo(s"spark-ivm: $view is refreshed by recomputation: $why")
+    (ViewAnalysis.prepare(plan, columns, incremental = false, instant), RefreshMode.Full, Some(why))
   }
 
   /** The error of a CREATE TABLE that lost a race with another for the same table (which made
@@ -287,8 +361,15 @@ object ViewLifecycle extends Logging {
    */
   private val CreateInProgressMs = 60000L
 
-  def drop(spark: SparkSession, name: Seq[String], ifExists: Boolean): Unit = {
+  /** DROP MATERIALIZED VIEW, and the view's helpers with it. A helper is dropped only with its
+   * view (`internal`), or once its view is gone. */
+  def drop(spark: SparkSession, name: Seq[String], ifExists: Boolean, internal: Boolean = false): Unit = {
     val id = ViewCatalog.qualify(spark, name)
+    val meta = scala.util.Try(ViewCatalog.lookup(spark, name)).toOption
+    meta.flatMap(_.helperOf).filter(v => !internal && ViewCatalog.exists(spark, v)).foreach { v =>
+      throw IvmErrors.notMaterializedView(id.quotedString, s"a helper view of ${v.quotedString}",
+        s"It holds a recursive CTE of that view; DROP MATERIALIZED VIEW ${v.quotedString} drops it.")
+    }
     io.sparkivm.access.LookupTrees.forget(id)
     StateRegistry.removeWhere(_.view.contains(id.unquotedString))
     // The view may vanish under a concurrent DROP at any step: then this DROP found none.
@@ -309,6 +390,7 @@ object ViewLifecycle extends Logging {
       CatalogGuard.internal(spark.sql(s"DROP TABLE IF EXISTS ${backing.quotedString}"))
       TriangleStateTables.dropFor(spark, backing)
       RefreshFailures.forget(id.unquotedString)
+      dropHelpers(spark, meta.toSeq.flatMap(_.helpers))
     } else {
       val orphan = dropOrphanBacking(spark, id, ViewCatalog.backingTable(id), failIfForeign = false,
         spareRecent = false)
@@ -324,9 +406,13 @@ object ViewLifecycle extends Logging {
   def setPolicy(spark: SparkSession, name: Seq[String], policy: RefreshPolicy,
       extraSet: Map[String, String] = Map.empty, extraUnset: Set[String] = Set.empty): Unit = {
     val meta = ViewCatalog.lookup(spark, name)
-    val plan = ViewAnalysis.analyze(spark, meta.queryText, meta.database)
-    val (_, mode, fullBecause) = layout(spark, meta.viewName, plan, meta.columns, policy, ViewAnalysis.instant(spark))
-    if (mode != meta.mode) {
+    val plan = ViewAnalysis.analyze(spark, meta.analyzedQuery, meta.database)
+    val instant = ViewAnalysis.instant(spark)
+    // A recursive CTE not kept by helpers yet: the rebuild decides (it makes them where it can).
+    val rebuild = policy != RefreshPolicy.Full && meta.helpers.isEmpty && RecursionHelpers.recurses(plan) &&
+      incrementalLayout(spark, plan, meta.columns, instant).isLeft
+    lazy val (_, mode, fullBecause) = layout(spark, meta.viewName, plan, meta.columns, policy, instant)
+    if (rebuild || mode != meta.mode) {
       val props = (meta.userProperties ++ extraSet ++
         meta.epsilon.map(e => EpsilonState.Property -> e.toString)).filter { case (k, _) => !extraUnset.contains(k) }
       create(spark,
@@ -410,7 +496,7 @@ object ViewLifecycle extends Logging {
   def show(spark: SparkSession, namespace: Option[Seq[String]])
       : Seq[(String, String, String, String, String, String)] = {
     val db = namespace.map(_.last).getOrElse(spark.catalog.currentDatabase)
-    ViewCatalog.list(spark, db).map { case (id, _) =>
+    ViewCatalog.list(spark, db).filterNot(v => RecursionHelpers.isHelperName(v._1.table)).map { case (id, _) =>
       try {
         val meta = ViewCatalog.lookup(spark, Seq(db, id.table))
         (db, id.table, meta.mode.name, meta.policy.sql, meta.schedule.map(_.sql).orNull,

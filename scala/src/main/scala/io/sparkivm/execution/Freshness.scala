@@ -31,7 +31,20 @@ case class Freshness(sources: Seq[SourceLag], nowMs: Long,
 }
 
 object Freshness {
+
+  /** The view's freshness; a view kept through helper views counts their base tables' commits too. */
   def of(spark: SparkSession, meta: ViewMetadata, last: RefreshRecord): Freshness = {
+    val own = direct(spark, meta, last)
+    val helpers = meta.helpers.flatMap { h =>
+      try {
+        val helper = ViewCatalog.lookup(spark, Seq(h.database.get, h.table))
+        of(spark, helper, ViewCatalog.lastRefresh(spark, helper)._1).sources
+      } catch { case NonFatal(_) => Nil }
+    }
+    own.copy(sources = own.sources ++ helpers)
+  }
+
+  private def direct(spark: SparkSession, meta: ViewMetadata, last: RefreshRecord): Freshness = {
     val now = System.currentTimeMillis()
     Freshness(meta.sources.map { s =>
         val consumed = last.sourceVersions.getOrElse(s.table, -1L)

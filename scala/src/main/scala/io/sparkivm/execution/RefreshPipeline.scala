@@ -4,6 +4,7 @@ import java.util.UUID
 
 import scala.annotation.tailrec
 import scala.collection.mutable
+import scala.util.control.NonFatal
 
 import io.sparkivm.catalog.{
   DeltaTables, HistoryEntry, RefreshHistory, RefreshMode, RefreshPolicy, RefreshRecord, ViewCatalog, ViewMetadata
@@ -116,13 +117,48 @@ object RefreshPipeline extends Logging {
    */
   def refreshAll(user: SparkSession, name: Seq[String], full: Boolean, cascade: Boolean,
       trigger: String = "sql", reason: Option[String] = None): Seq[RefreshReport] = {
-    val upstream = if (!cascade) Nil else ViewGraph.upstream(user, ViewCatalog.lookup(user, name))
+    if (!cascade) return Seq(refresh(user, name, full, trigger, reason))
+    val meta = ViewCatalog.lookup(user, name)
+    val helpers = meta.helpers.map(_.unquotedString).toSet
+    // The helpers are refreshed with their view (below), not as views of their own.
+    val upstream = ViewGraph.upstream(user, meta).filterNot(v => helpers.contains(v.mkString(".")))
     upstream.map(v => refresh(user, v, full = false, "cascade")) :+ refresh(user, name, full, trigger, reason)
   }
 
-  /** Refreshes a view; `reason`, if given, is why it runs (kept in the history). */
+  /**
+   * Refreshes a view; `reason`, if given, is why it runs (kept in the history). A view kept
+   * through helper views ([[ViewMetadata.helpers]]) refreshes them first, FULL if it is; its
+   * report lists their refreshes in its `plan_notes`.
+   */
   def refresh(user: SparkSession, name: Seq[String], full: Boolean, trigger: String = "sql",
       reason: Option[String] = None): RefreshReport = {
+    val helpers =
+      try ViewCatalog.lookup(user, name).helpers.map(h => ViewCatalog.lookup(user, Seq(h.database.get, h.table)))
+      catch { case NonFatal(_) => Nil } // the refresh says what is wrong
+    val first = helpers.map(h => h.view -> refreshView(user, Seq(h.view.database.get, h.view.table), full, "helper", None))
+    val report = refreshView(user, name, full, trigger, reason)
+    if (first.isEmpty) report
+    else {
+      // The helpers' work is the view's: their sources among its own, and a phase of its own in its
+      // time, jobs and rows read.
+      val done = first.map(_._2)
+      report.copy(
+        sources = report.sources.filterNot(s => helpers.exists(_.backing.unquotedString == s.table)) ++
+          done.flatMap(_.sources),
+        planNotes = first.map { case (h, r) =>
+            s"helper view ${h.quotedString} refreshed first: ${r.mode}, ${r.sourceRowsChanged} source rows " +
+              s"changed, ${r.viewRowsChanged} of its rows changed, ${r.totalMs} ms"
+          } ++ report.planNotes,
+        phasesMs = ("helpers" -> done.map(_.totalMs).sum) +: report.phasesMs,
+        phasesJobs = ("helpers" -> done.map(_.sparkJobs).sum) +: report.phasesJobs,
+        sparkJobs = report.sparkJobs + done.map(_.sparkJobs).sum,
+        sparkTasks = report.sparkTasks + done.map(_.sparkTasks).sum,
+        rowsRead = report.rowsRead + done.map(_.rowsRead).sum)
+    }
+  }
+
+  private def refreshView(user: SparkSession, name: Seq[String], full: Boolean, trigger: String,
+      reason: Option[String]): RefreshReport = {
     // State is made between refreshes, never during one (StateBuilds).
     StateBuilds.refreshStarted(user)
     try refreshVerified(user, name, full, trigger, reason)

@@ -127,7 +127,7 @@ object ViewAnalysis {
     // Under the SQL settings the view captured at CREATE, whatever the session's are now.
     val spark = CapturedSqlConf.session(user, meta.sqlConf)
     val plan =
-      try analyze(spark, meta.queryText, meta.database)
+      try analyze(spark, meta.analyzedQuery, meta.database)
       catch {
         case e: IvmException => throw e
         case NonFatal(e) =>

@@ -158,7 +158,7 @@ class RefreshService(spark: SparkSession, databases: Seq[String], clock: () => L
       last.instant.isDefined || meta.sources.exists { s =>
         val id = ViewCatalog.qualify(spark, s.table.split('.').toSeq.takeRight(2))
         last.sourceVersions.get(s.table).forall(v => DeltaTables.log(spark, id).update().version > v)
-      }
+      } || meta.helpers.exists(h => hasNewCommits(ViewCatalog.lookup(spark, Seq(h.database.get, h.table))))
     } catch { case NonFatal(_) => true } // let the refresh say what is wrong
 
   private def refresh(meta: ViewMetadata, nowMs: Long): Option[ServiceRun] = {
