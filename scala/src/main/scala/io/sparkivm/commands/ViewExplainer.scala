@@ -88,10 +88,10 @@ object ViewExplainer {
           s"${h.quotedString}: a recursive CTE of the query, kept with its counts and maintained by counting; " +
             "refreshed before this view, which reads it in the CTE's place", "")) ++
       meta.helperOf.map(v => ("Helper of", s"${v.quotedString} (dropped with it)", "")) ++ Seq(
-      ("Refresh policy",
-        meta.policy.sql + meta.fullBecause.map(w => s" (refreshed by recomputation: $w)")
-          .getOrElse(""), ""), ("Refresh mode", meta.mode.name, ""),
-      ("Schedule", meta.schedule.map(_.sql).getOrElse("none (REFRESH by hand)"), "")) ++
+        ("Refresh policy",
+          meta.policy.sql + meta.fullBecause.map(w => s" (refreshed by recomputation: $w)")
+            .getOrElse(""), ""), ("Refresh mode", meta.mode.name, ""),
+        ("Schedule", meta.schedule.map(_.sql).getOrElse("none (REFRESH by hand)"), "")) ++
       (if (meta.accessBy.isEmpty) Nil
        else Seq(
          ("Access pattern", s"ACCESS BY (${meta.accessBy.mkString(", ")})", ""),

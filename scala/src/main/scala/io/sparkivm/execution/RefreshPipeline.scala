@@ -135,7 +135,8 @@ object RefreshPipeline extends Logging {
     val helpers =
       try ViewCatalog.lookup(user, name).helpers.map(h => ViewCatalog.lookup(user, Seq(h.database.get, h.table)))
       catch { case NonFatal(_) => Nil } // the refresh says what is wrong
-    val first = helpers.map(h => h.view -> refreshView(user, Seq(h.view.database.get, h.view.table), full, "helper", None))
+    val first =
+      helpers.map(h => h.view -> refreshView(user, Seq(h.view.database.get, h.view.table), full, "helper", None))
     val report = refreshView(user, name, full, trigger, reason)
     if (first.isEmpty) report
     else {
@@ -146,9 +147,9 @@ object RefreshPipeline extends Logging {
         sources = report.sources.filterNot(s => helpers.exists(_.backing.unquotedString == s.table)) ++
           done.flatMap(_.sources),
         planNotes = first.map { case (h, r) =>
-            s"helper view ${h.quotedString} refreshed first: ${r.mode}, ${r.sourceRowsChanged} source rows " +
-              s"changed, ${r.viewRowsChanged} of its rows changed, ${r.totalMs} ms"
-          } ++ report.planNotes,
+          s"helper view ${h.quotedString} refreshed first: ${r.mode}, ${r.sourceRowsChanged} source rows " +
+            s"changed, ${r.viewRowsChanged} of its rows changed, ${r.totalMs} ms"
+        } ++ report.planNotes,
         phasesMs = ("helpers" -> done.map(_.totalMs).sum) +: report.phasesMs,
         phasesJobs = ("helpers" -> done.map(_.sparkJobs).sum) +: report.phasesJobs,
         sparkJobs = report.sparkJobs + done.map(_.sparkJobs).sum,

@@ -49,6 +49,26 @@ class RefreshServiceSuite extends AnyFunSuite with BeforeAndAfterAll {
     assert((parse(s.statusJson) \ name("big") \ "last_ms") == JInt(2000))
   }
 
+  test("a triggered view kept through a helper view is refreshed when its recursion's table changes") {
+    spark.sql(s"CREATE TABLE $db.edges (src INT, dst INT) USING delta")
+    spark.sql(s"INSERT INTO $db.edges VALUES (1, 2)")
+    val query = s"WITH RECURSIVE r(src, dst) AS (SELECT src, dst FROM $db.edges UNION ALL " +
+      s"SELECT r.src, e.dst FROM r JOIN $db.edges e ON r.dst = e.src) " +
+      s"SELECT r.src, r.dst, b.v FROM r JOIN $db.base b ON b.k = r.dst"
+    create(s"CREATE MATERIALIZED VIEW $db.reach REFRESH POLICY INCREMENTAL STRICT TRIGGER ON UPDATE AS $query")
+    try {
+      val s = new RefreshService(spark, Seq(db), () => 0L)
+      assert(s.runOnce(1000L).isEmpty)
+      // only the recursion's table changes: the helper's rows move, then the view's
+      spark.sql(s"INSERT INTO $db.edges VALUES (0, 1), (3, 1)")
+      val runs = s.runOnce(2000L)
+      assert(runs.map(r => (r.view, r.report.map(_.mode))) == Seq(name("reach") -> Some("incremental")), runs)
+      assert(spark.table(s"$db.reach").collect().map(_.toString).sorted.toSeq ==
+        spark.sql(query).collect().map(_.toString).sorted.toSeq)
+      assert(s.runOnce(3000L).isEmpty)
+    } finally ViewLifecycle.drop(spark, Seq(db, "reach"), ifExists = true)
+  }
+
   test("a scheduled view is refreshed when its next time has come; a failing one waits, doubling") {
     spark.sql(s"CREATE TABLE $db.gone (k INT) USING delta")
     spark.sql(s"INSERT INTO $db.gone VALUES (1)")
