@@ -200,7 +200,13 @@ def test_a_join_above_the_recursion_is_kept_by_a_helper_view(spark: SparkSession
     assert_matches_query(spark, "joined", joined)
     assert mv.refresh().mode == "noop"
 
-    # a new definition makes new helpers and drops the old
+    # a new definition makes new helpers and drops the old; one that fails keeps the old view and
+    # its helper, and leaves none of its own
+    spark.conf.set("spark.ivm.testing.failAt", "create-after-helpers")
+    with pytest.raises(Exception, match="create-after-helpers"):
+        spark.sql(f"CREATE OR REPLACE MATERIALIZED VIEW joined AS {joined.replace('count(*)', 'sum(r.src)')}")
+    assert _helpers(spark) == [helper]
+    assert_matches_query(spark, "joined", joined)
     spark.sql(f"CREATE OR REPLACE MATERIALIZED VIEW joined AS {joined.replace('count(*)', 'sum(r.src)')}")
     (replaced,) = _helpers(spark)
     assert replaced != helper

@@ -112,78 +112,85 @@ object ViewLifecycle extends Logging {
           }
       }
     val helpers = split.toSeq.flatMap(_.helpers.map(_.name))
-    val incremental = mode == RefreshMode.Incremental
-    if (stmt.accessBy.nonEmpty && analyzed.instant.isDefined) {
-      throw IvmErrors.invalidAccessPattern(id.quotedString,
-        "the view's filters read the time, and its lookup trees follow the tables' changes only; " +
-          "filter by time when looking up, or keep the time filter in a view the lookups do not use")
-    }
-    val epsilon = stmt.properties.get(EpsilonState.Property).map(parseEpsilon)
-    val strategy = MaintenanceStrategy.of(spark, analyzed, incremental)
-    // eps sets IVM^eps's partition of a triangle view, and the heavy/light view trees that answer
-    // the lookups of a view with an access pattern.
-    if (epsilon.isDefined && !strategy.isInstanceOf[EpsilonStrategy] && stmt.accessBy.isEmpty) {
-      throw notTriangle(id.quotedString, analyzed)
-    }
-    // The whole plan is built (and so checked) against the base tables as they are before any
-    // of them changes: a refused CREATE turns no change data feed on.
-    new PinnedReader(spark, Map.empty,
-      ViewAnalysis.pin(spark, id.quotedString, analyzed, incremental = false,
-        autoEnable = false), id.quotedString).fullRows(analyzed.maintenance)
-    // Validated: from here on, things are written. A backing table name no existing view uses
-    // and no concurrent CREATE is writing: the standard one if it is free (or a dead CREATE's
-    // orphan) and nothing lies at its location (files of a CREATE killed before its commit, or
-    // being written by a concurrent one), else the standard one with a random suffix.
-    val standard = ViewCatalog.backingTable(id)
-    val backing =
-      if (!replacing.exists(_.table == standard.table) &&
-        (!ViewCatalog.exists(spark, standard) || dropOrphanBacking(spark, id, standard, failIfForeign = true)) &&
-        !locationTaken(spark, standard)) {
-        standard
-      } else standard.copy(table = standard.table + "_" + UUID.randomUUID().toString.take(8))
-    val pinned = ViewAnalysis.pin(spark, id.quotedString, analyzed, incremental,
-      IvmConf.AutoEnableChangeDataFeed.get(spark))
-    val meta = ViewMetadata(id, backing, UUID.randomUUID().toString, stmt.queryText, database, mode,
-      pinned.values.toSeq.sortBy(_.name).map(_.info),
-      stmt.properties.filter { case (k, _) => !k.startsWith("ivm.") }, stmt.comment, columns,
-      epsilon, policy, stmt.schedule, fullBecause, history, stmt.accessBy, CapturedSqlConf.capture(spark),
-      split.map(_.maintainedQuery), helpers, helperOf)
     try {
-      val reader = new PinnedReader(spark, Map.empty, pinned, id.quotedString)
-      val rows = reader.fullRows(analyzed.maintenance)
-      val attempt = UUID.randomUUID().toString
-      val state = strategy.build(RefreshContext(spark, meta, analyzed,
-          RefreshRecord(-1, "create", Map.empty, attempt, -1, 0), reader, attempt))
-      val versions = pinned.map { case (t, p) => t -> p.version }
-      val entry = HistoryEntry(0, startMs, -1, "create",
-        fullBecause.map(w => s"created for full refreshes: $w")
-          .getOrElse(s"created with REFRESH POLICY $policy"), -1, versions, -1, pinned.values.map(_.sizeInBytes).sum,
-        if (history.isEmpty) "create" else "alter")
-      val record = RefreshRecord(0, "create", versions, attempt, -1, 0, state, Some(entry), analyzed.instant)
-      try BackingTable.create(spark, meta, rows, record, analyzed.maintenance)
-      catch {
-        case e: Exception if isCreateConflict(e) =>
-          // A concurrent CREATE of this view made the table first: it is that CREATE's, not ours.
-          throw IvmErrors.alreadyExists(id.quotedString)
+      if (helpers.nonEmpty) FaultInjection.point(spark, "create-after-helpers")
+      val incremental = mode == RefreshMode.Incremental
+      if (stmt.accessBy.nonEmpty && analyzed.instant.isDefined) {
+        throw IvmErrors.invalidAccessPattern(id.quotedString,
+          "the view's filters read the time, and its lookup trees follow the tables' changes only; " +
+            "filter by time when looking up, or keep the time filter in a view the lookups do not use")
       }
-      RefreshHistory.measuredAfterCommit(meta.id, 0, System.currentTimeMillis() - startMs)
-      if (incremental)
-        ArrangedKeyCounts.store(spark, BackingTable.stateRoot(spark, backing), analyzed.plan, pinned, reader)
-      FaultInjection.point(spark, "create-after-backing")
-      CatalogViews.create(spark, meta, analyzed.maintenance, replace = replacing.isDefined)
-    } catch {
-      case e: IvmException if e.getCondition == "IVM_VIEW_ALREADY_EXISTS" => throw e
-      case e: Throwable =>
-        // Nothing the user sees has changed: drop what this CREATE wrote.
-        scala.util.Try(CatalogGuard.internal(spark.sql(s"DROP TABLE IF EXISTS ${backing.quotedString}")))
-        scala.util.Try(TriangleStateTables.dropFor(spark, backing))
-        dropHelpers(spark, helpers)
-        e match {
-          // A concurrent CREATE of the same name made its catalog view first.
-          case a: AnalysisException if a.getCondition == "TABLE_OR_VIEW_ALREADY_EXISTS" =>
+      val epsilon = stmt.properties.get(EpsilonState.Property).map(parseEpsilon)
+      val strategy = MaintenanceStrategy.of(spark, analyzed, incremental)
+      // eps sets IVM^eps's partition of a triangle view, and the heavy/light view trees that answer
+      // the lookups of a view with an access pattern.
+      if (epsilon.isDefined && !strategy.isInstanceOf[EpsilonStrategy] && stmt.accessBy.isEmpty) {
+        throw notTriangle(id.quotedString, analyzed)
+      }
+      // The whole plan is built (and so checked) against the base tables as they are before any
+      // of them changes: a refused CREATE turns no change data feed on.
+      new PinnedReader(spark, Map.empty,
+        ViewAnalysis.pin(spark, id.quotedString, analyzed, incremental = false,
+          autoEnable = false), id.quotedString).fullRows(analyzed.maintenance)
+      // Validated: from here on, things are written. A backing table name no existing view uses
+      // and no concurrent CREATE is writing: the standard one if it is free (or a dead CREATE's
+      // orphan) and nothing lies at its location (files of a CREATE killed before its commit, or
+      // being written by a concurrent one), else the standard one with a random suffix.
+      val standard = ViewCatalog.backingTable(id)
+      val backing =
+        if (!replacing.exists(_.table == standard.table) &&
+          (!ViewCatalog.exists(spark, standard) || dropOrphanBacking(spark, id, standard, failIfForeign = true)) &&
+          !locationTaken(spark, standard)) {
+          standard
+        } else standard.copy(table = standard.table + "_" + UUID.randomUUID().toString.take(8))
+      val pinned = ViewAnalysis.pin(spark, id.quotedString, analyzed, incremental,
+        IvmConf.AutoEnableChangeDataFeed.get(spark))
+      val meta = ViewMetadata(id, backing, UUID.randomUUID().toString, stmt.queryText, database, mode,
+        pinned.values.toSeq.sortBy(_.name).map(_.info),
+        stmt.properties.filter { case (k, _) => !k.startsWith("ivm.") }, stmt.comment, columns,
+        epsilon, policy, stmt.schedule, fullBecause, history, stmt.accessBy, CapturedSqlConf.capture(spark),
+        split.map(_.maintainedQuery), helpers, helperOf)
+      try {
+        val reader = new PinnedReader(spark, Map.empty, pinned, id.quotedString)
+        val rows = reader.fullRows(analyzed.maintenance)
+        val attempt = UUID.randomUUID().toString
+        val state = strategy.build(RefreshContext(spark, meta, analyzed,
+            RefreshRecord(-1, "create", Map.empty, attempt, -1, 0), reader, attempt))
+        val versions = pinned.map { case (t, p) => t -> p.version }
+        val entry = HistoryEntry(0, startMs, -1, "create",
+          fullBecause.map(w => s"created for full refreshes: $w")
+            .getOrElse(s"created with REFRESH POLICY $policy"), -1, versions, -1, pinned.values.map(_.sizeInBytes).sum,
+          if (history.isEmpty) "create" else "alter")
+        val record = RefreshRecord(0, "create", versions, attempt, -1, 0, state, Some(entry), analyzed.instant)
+        try BackingTable.create(spark, meta, rows, record, analyzed.maintenance)
+        catch {
+          case e: Exception if isCreateConflict(e) =>
+            // A concurrent CREATE of this view made the table first: it is that CREATE's, not ours.
             throw IvmErrors.alreadyExists(id.quotedString)
-          case _ => throw IvmErrors.inView(id.quotedString, e)
         }
+        RefreshHistory.measuredAfterCommit(meta.id, 0, System.currentTimeMillis() - startMs)
+        if (incremental)
+          ArrangedKeyCounts.store(spark, BackingTable.stateRoot(spark, backing), analyzed.plan, pinned, reader)
+        FaultInjection.point(spark, "create-after-backing")
+        CatalogViews.create(spark, meta, analyzed.maintenance, replace = replacing.isDefined)
+      } catch {
+        case e: IvmException if e.getCondition == "IVM_VIEW_ALREADY_EXISTS" => throw e
+        case e: Throwable =>
+          // Nothing the user sees has changed: drop what this CREATE wrote.
+          scala.util.Try(CatalogGuard.internal(spark.sql(s"DROP TABLE IF EXISTS ${backing.quotedString}")))
+          scala.util.Try(TriangleStateTables.dropFor(spark, backing))
+          e match {
+            // A concurrent CREATE of the same name made its catalog view first.
+            case a: AnalysisException if a.getCondition == "TABLE_OR_VIEW_ALREADY_EXISTS" =>
+              throw IvmErrors.alreadyExists(id.quotedString)
+            case _ => throw IvmErrors.inView(id.quotedString, e)
+          }
+      }
+    } catch {
+      case e: Throwable =>
+        // Nothing the user sees has changed: the helpers this CREATE made go too.
+        dropHelpers(spark, helpers)
+        throw e
     }
     replacing.foreach { old =>
       forgetKept(spark, old)
