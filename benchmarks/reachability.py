@@ -1,12 +1,18 @@
 """Reachability over a hierarchy of --edges edges, as 100 edges go out and 100 come in per round.
 
-    python benchmarks/reachability.py --edges 1000000 --rounds 4 [--cold] [--same-app]
+    python benchmarks/reachability.py --edges 1000000 --rounds 4 [--cold] [--same-app] [--view named]
 
 A tree of --edges + 1 nodes (node i's parent is (i - 1) // --fanout, so its depth is about
 log_fanout(edges)), and one materialized view of every (ancestor, node) pair, one row per path:
 
     WITH RECURSIVE r(anc, node) AS (SELECT src, dst FROM edges UNION ALL
       SELECT r.anc, e.dst FROM r JOIN edges e ON r.node = e.src) SELECT anc, node FROM r
+
+With --view named, the view joins the recursion with a table of the nodes' labels and counts each
+ancestor's descendants (kept through a helper view of the recursion, refreshed first):
+
+    ... SELECT r.anc, n.label, count(*) AS below FROM r JOIN nodes n ON n.id = r.anc
+        GROUP BY r.anc, n.label
 
 Each round --changes random edges are deleted and as many added (a node moved under another
 parent), in one commit; the view is refreshed and the query recomputed into a Delta table
@@ -43,17 +49,25 @@ from cold import plot_rounds, session  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 from spark_ivm import MaterializedView  # noqa: E402
 
-QUERY = ("WITH RECURSIVE r(anc, node) AS (SELECT src, dst FROM edges UNION ALL "
-         "SELECT r.anc, e.dst FROM r JOIN edges e ON r.node = e.src) SELECT anc, node FROM r")
+REACH = ("WITH RECURSIVE r(anc, node) AS (SELECT src, dst FROM edges UNION ALL "
+         "SELECT r.anc, e.dst FROM r JOIN edges e ON r.node = e.src) ")
+QUERIES = {"paths": REACH + "SELECT anc, node FROM r",
+           "named": REACH + "SELECT r.anc, n.label, count(*) AS below FROM r JOIN nodes n ON n.id = r.anc "
+                            "GROUP BY r.anc, n.label"}
 
 
 def setup(spark: SparkSession, args: argparse.Namespace) -> Dict[str, Any]:
     spark.sql("CREATE TABLE edges (src BIGINT, dst BIGINT) USING delta "
               "TBLPROPERTIES (delta.enableChangeDataFeed = true)")
     spark.sql(f"INSERT INTO edges SELECT (id - 1) DIV {args.fanout}, id FROM range(1, {args.edges + 1})")
-    spark.sql(f"CREATE TABLE recomputed USING delta AS {QUERY}")
-    spark.sql(f"CREATE MATERIALIZED VIEW reach REFRESH POLICY INCREMENTAL AS {QUERY}")
-    return {"edges": spark.table("edges").count(), "paths": spark.table("recomputed").count()}
+    spark.sql(f"CREATE TABLE nodes USING delta AS SELECT id, concat('node ', id) AS label "
+              f"FROM range(0, {args.edges + 1})")
+    query = QUERIES[args.view]
+    spark.sql(f"CREATE TABLE recomputed USING delta AS {query}")
+    spark.sql(f"CREATE MATERIALIZED VIEW reach REFRESH POLICY INCREMENTAL AS {query}")
+    rows = spark.table("recomputed").count()
+    paths = rows if args.view == "paths" else spark.sql(REACH + "SELECT * FROM r").count()
+    return {"edges": spark.table("edges").count(), "paths": paths, "view_rows": rows}
 
 
 def advance(spark: SparkSession, args: argparse.Namespace, round_: int) -> Dict[str, Any]:
@@ -76,10 +90,11 @@ def timed_refresh(spark: SparkSession) -> Dict[str, Any]:
             "view_rows_changed": report.view_rows_changed}
 
 
-def timed_recompute(spark: SparkSession) -> Dict[str, Any]:
+def timed_recompute(spark: SparkSession, args: argparse.Namespace) -> Dict[str, Any]:
     metrics = spark.sparkContext._jvm.org.apache.spark.sql.ivm.ReadMetrics  # type: ignore[union-attr]
+    statement = f"INSERT OVERWRITE recomputed {QUERIES[args.view]}"
     t0 = time.perf_counter()
-    jobs, _tasks, read = metrics.workOf(spark._jsparkSession, f"INSERT OVERWRITE recomputed {QUERY}")
+    jobs, _tasks, read = metrics.workOf(spark._jsparkSession, statement)
     return {"recompute_s": time.perf_counter() - t0, "spark_jobs": int(jobs), "rows_read": int(read)}
 
 
@@ -92,7 +107,7 @@ def worker(args: argparse.Namespace) -> None:
     """One application doing one thing; prints its JSON."""
     spark = session(args.warehouse, args.master, args.memory, f"spark-ivm reachability {args.worker}")
     steps = {"setup": lambda: setup(spark, args), "advance": lambda: advance(spark, args, args.round),
-             "refresh": lambda: timed_refresh(spark), "recompute": lambda: timed_recompute(spark),
+             "refresh": lambda: timed_refresh(spark), "recompute": lambda: timed_recompute(spark, args),
              "check": lambda: {"same": same(spark)}}
     out = steps[args.worker]()
     spark.stop()
@@ -102,7 +117,7 @@ def worker(args: argparse.Namespace) -> None:
 def run_worker(args: argparse.Namespace, kind: str, round_: int = 0) -> Dict[str, Any]:
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", kind, "--warehouse", args.warehouse,
            "--edges", str(args.edges), "--fanout", str(args.fanout), "--changes", str(args.changes),
-           "--master", args.master, "--memory", args.memory, "--round", str(round_)]
+           "--master", args.master, "--memory", args.memory, "--round", str(round_), "--view", args.view]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
@@ -122,7 +137,7 @@ def rounds(args: argparse.Namespace, first: int) -> List[Dict[str, Any]]:
             ok = run_worker(args, "check", r)["same"]
         else:
             advance(spark, args, r)
-            got = {side: timed_refresh(spark) if side == "refresh" else timed_recompute(spark)
+            got = {side: timed_refresh(spark) if side == "refresh" else timed_recompute(spark, args)
                    for side in sides}
             ok = same(spark)
         if not ok:
@@ -145,6 +160,7 @@ def main() -> None:
     parser.add_argument("--edges", type=int, default=1_000_000)
     parser.add_argument("--fanout", type=int, default=4)
     parser.add_argument("--changes", type=int, default=100)
+    parser.add_argument("--view", choices=sorted(QUERIES), default="paths")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--cold", action="store_true",
                         help="each refresh and recomputation a new application")
@@ -160,15 +176,16 @@ def main() -> None:
     if args.worker:
         worker(args)
         return
-    args.warehouse = os.path.join(args.work, f"warehouse-reachability-{args.edges}")
+    args.warehouse = os.path.join(args.work, f"warehouse-reachability-{args.view}-{args.edges}")
     shutil.rmtree(args.warehouse, ignore_errors=True)
     os.makedirs(args.warehouse)
     made = run_worker(args, "setup")
-    print(f"set up in {made['application_s']:.0f} s: {made['edges']} edges, {made['paths']} paths",
-          flush=True)
+    print(f"set up in {made['application_s']:.0f} s: {made['edges']} edges, {made['paths']} paths, "
+          f"{made['view_rows']} view rows", flush=True)
     result: Dict[str, Any] = {"master": args.master, "machine": platform.platform(),
                               "setup": {"edges": made["edges"], "paths": made["paths"], "fanout": args.fanout,
-                                        "changes": args.changes}}
+                                        "changes": args.changes, "view": args.view,
+                                        "view_rows": made["view_rows"]}}
     modes = (["cold"] if args.cold else []) + (["same_app"] if args.same_app or not args.cold else [])
     first = 1
     for mode in modes:
@@ -180,7 +197,7 @@ def main() -> None:
     with open(os.path.join(HERE, "results", f"{args.out}.json"), "w") as f:
         json.dump(result, f, indent=1)
     plot_rounds(result, os.path.join(ROOT, "docs", "img", f"{args.out}_rounds.png"),
-                f"reachability over {made['edges']:,} edges ({made['paths']:,} paths), "
+                f"reachability ({args.view}) over {made['edges']:,} edges ({made['paths']:,} paths), "
                 f"{args.changes} edges out and in per round, {args.master}",
                 "round (edges moved, one commit)")
 
