@@ -90,10 +90,14 @@ object RecursionHelpers {
   private def quote(name: String): String = "`" + name.replace("`", "``") + "`"
 
   /** `__ivm_rec_<view>_<cte>_<suffix>`, in the view's database ([a-z0-9_] only, as metastores ask). */
-  private def helperName(view: TableIdentifier, cte: String, suffix: String): TableIdentifier = {
-    def safe(s: String) = s.toLowerCase(Locale.ROOT).map(c => if (c.isLetterOrDigit && c < 128) c else '_').take(40)
-    view.copy(table = s"$Prefix${safe(view.table)}_${safe(cte)}_$suffix")
-  }
+  private def helperName(view: TableIdentifier, cte: String, suffix: String): TableIdentifier =
+    view.copy(table = s"${prefixOf(view)}${safe(cte)}_$suffix")
+
+  /** How the names of a view's helpers begin (helpers of other views may begin so too). */
+  def prefixOf(view: TableIdentifier): String = s"$Prefix${safe(view.table)}_"
+
+  private def safe(s: String) =
+    s.toLowerCase(Locale.ROOT).map(c => if (c.isLetterOrDigit && c < 128) c else '_').take(40)
 
   /** True if a name is a helper's (by its prefix; [[io.sparkivm.catalog.ViewMetadata.helperOf]] says whose). */
   def isHelperName(table: String): Boolean = table.toLowerCase(Locale.ROOT).startsWith(Prefix)

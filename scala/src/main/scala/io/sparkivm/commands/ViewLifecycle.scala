@@ -198,6 +198,17 @@ object ViewLifecycle extends Logging {
       TriangleStateTables.dropFor(spark, old)
       dropHelpers(spark, oldHelpers)
     }
+    if (helpers.nonEmpty || oldHelpers.nonEmpty) dropOrphanHelpers(spark, id, keep = helpers)
+  }
+
+  /** Drops the helpers made for view `id` that it does not read (left by a CREATE killed midway). */
+  private def dropOrphanHelpers(spark: SparkSession, id: TableIdentifier, keep: Seq[TableIdentifier]): Unit = {
+    val mine = RecursionHelpers.prefixOf(id)
+    def of(h: TableIdentifier) = scala.util.Try(ViewCatalog.lookup(spark, Seq(id.database.get, h.table)).helperOf)
+      .toOption.flatten.exists(_.unquotedString.equalsIgnoreCase(id.unquotedString))
+    ViewCatalog.list(spark, id.database.get).map(_._1).filter { h =>
+      h.table.startsWith(mine) && !keep.exists(_.table.equalsIgnoreCase(h.table)) && of(h)
+    }.foreach(h => dropHelpers(spark, Seq(h)))
   }
 
   /**
@@ -373,7 +384,10 @@ object ViewLifecycle extends Logging {
   def drop(spark: SparkSession, name: Seq[String], ifExists: Boolean, internal: Boolean = false): Unit = {
     val id = ViewCatalog.qualify(spark, name)
     val meta = scala.util.Try(ViewCatalog.lookup(spark, name)).toOption
-    meta.flatMap(_.helperOf).filter(v => !internal && ViewCatalog.exists(spark, v)).foreach { v =>
+    def helperIn(v: TableIdentifier) = scala.util.Try(ViewCatalog.lookup(spark, Seq(v.database.get, v.table)))
+      .toOption.exists(_.helpers.exists(_.table.equalsIgnoreCase(id.table)))
+    // A helper its view no longer names (a CREATE killed after making it) goes like any orphan.
+    meta.flatMap(_.helperOf).filter(v => !internal && helperIn(v)).foreach { v =>
       throw IvmErrors.notMaterializedView(id.quotedString, s"a helper view of ${v.quotedString}",
         s"It holds a recursive CTE of that view; DROP MATERIALIZED VIEW ${v.quotedString} drops it.")
     }
@@ -398,6 +412,7 @@ object ViewLifecycle extends Logging {
       TriangleStateTables.dropFor(spark, backing)
       RefreshFailures.forget(id.unquotedString)
       dropHelpers(spark, meta.toSeq.flatMap(_.helpers))
+      if (meta.exists(_.helpers.nonEmpty)) dropOrphanHelpers(spark, id, keep = Nil)
     } else {
       val orphan = dropOrphanBacking(spark, id, ViewCatalog.backingTable(id), failIfForeign = false,
         spareRecent = false)
