@@ -5,6 +5,8 @@ refresh of a random stream of inserts, deletes and updates."""
 
 from __future__ import annotations
 
+import glob
+import json
 import random
 from typing import Dict, List, Optional, Tuple
 
@@ -188,6 +190,11 @@ def test_a_join_above_the_recursion_is_kept_by_a_helper_view(spark: SparkSession
     assert any(n.startswith(f"helper view `spark_catalog`.`{db}`.`{helper}` refreshed first: incremental")
                for n in report.plan_notes), report.plan_notes
     assert_matches_query(spark, "joined", joined)
+    # the helper's commit carries its change as change files, which the view reads
+    location = spark.sql(f"DESCRIBE DETAIL __ivm_backing_{helper}").collect()[0].location
+    last = sorted(glob.glob(location.replace("file:", "") + "/_delta_log/*.json"))[-1]
+    with open(last) as commit:
+        assert any("cdc" in json.loads(line) for line in commit), last
     explain = "\n".join(r[0] for r in spark.sql("EXPLAIN REFRESH MATERIALIZED VIEW joined").collect())
     assert f"Helper view `spark_catalog`.`{db}`.`{helper}`, refreshed first" in explain, explain
 

@@ -14,6 +14,7 @@ import org.apache.spark.sql.catalyst.util.TypeUtils
 import org.apache.spark.sql.catalyst.{CatalystTypeConverters, InternalRow}
 import org.apache.spark.sql.delta.actions.{Action, AddFile, FileAction, SetTransaction}
 import org.apache.spark.sql.delta.commands.DeltaCommand
+import org.apache.spark.sql.delta.commands.cdc.CDCReader
 import org.apache.spark.sql.delta.util.DeltaFileOperations
 import org.apache.spark.sql.delta.{DeltaConfigs, DeltaLog, DeltaOperations, OptimisticTransaction}
 import org.apache.spark.sql.functions.{col, input_file_name, lit, sum, when}
@@ -39,9 +40,8 @@ import org.apache.spark.sql.{Column, DataFrame, SaveMode, SparkSession}
  * ([[smallFiles]]), so that marking and appending keeps the view's files few. When no file is
  * rewritten and the new rows are on the driver, the driver writes them ([[DriverWrite]]: no
  * job), and the new version's rows are held for the next refresh when the table is small
- * ([[SmallTableRows]]). Readers see an ordinary Delta table; the change feed (if a downstream
- * view turned it on) shows the rewritten files' rows as deleted and inserted, which nets to the
- * real change.
+ * ([[SmallTableRows]]). Readers see an ordinary Delta table; where a downstream view turned its
+ * change feed on, a commit that rewrites files writes the change as change files ([[changeFiles]]).
  */
 object RewriteCommit extends DeltaCommand {
 
@@ -137,12 +137,14 @@ object RewriteCommit extends DeltaCommand {
       val files = math.max(1L, touched.map(_.size).sum / TargetFileBytes)
       def write(df: DataFrame) = txn.writeFiles(BackingLayout.sorted(if (changed.onDriver) df.coalesce(files.toInt)
           else df, layout), BackingLayout.deltaOptions(spark))
-      apart.map(c => col(ViewMaintenance.quote(c)) === 1) match {
+      (apart.map(c => col(ViewMaintenance.quote(c)) === 1) match {
         // The second read of the rewritten files skips those without marked rows by their footers.
         case Some(marked) => write(rows.where(!marked)) ++
             txn.writeFiles(rows.where(marked).coalesce(1), BackingLayout.deltaOptions(spark))
         case None => write(rows)
-      }
+      }) ++ changeFiles(spark, txn, touched.nonEmpty,
+        changed.holdingKeys(log.createDataFrame(txn.snapshot, touched))
+          .select(columns: _*), fresh)
     }
     written()
     val now = System.currentTimeMillis()
@@ -169,6 +171,23 @@ object RewriteCommit extends DeltaCommand {
     }
     Some(changed.metrics)
   }
+
+  /**
+   * The commit's change as Delta change files, where the table has a change data feed (a view
+   * reads it) and files are rewritten: the changed keys' old rows deleted, their new rows
+   * inserted. Without them Delta derives the change from the rewritten files, and a view over
+   * this one reads every row of them (whole files for a few changed keys spread over many); with
+   * them, the rows that changed. Delta's writer puts rows with a change type in change files.
+   */
+  private def changeFiles(spark: SparkSession, txn: OptimisticTransaction, rewritten: Boolean, old: DataFrame,
+      fresh: DataFrame): Seq[FileAction] =
+    if (!rewritten || !DeltaConfigs.CHANGE_DATA_FEED.fromMetaData(txn.metadata)) Nil
+    else {
+      val kind = CDCReader.CDC_TYPE_COLUMN_NAME
+      val changes = old.withColumn(kind, lit(CDCReader.CDC_TYPE_DELETE_STRING))
+        .unionByName(fresh.withColumn(kind, lit(CDCReader.CDC_TYPE_INSERT)))
+      txn.writeFiles(changes.coalesce(1), BackingLayout.deltaOptions(spark))
+    }
 
   /**
    * The table's rows after the apply (its columns, with their schema), when they are all known on
