@@ -237,6 +237,41 @@ def test_a_join_above_the_recursion_is_kept_by_a_helper_view(spark: SparkSession
     assert_matches_query(spark, "joined_a", nonlinear)
 
 
+def test_helper_views_under_cascade_and_over_tables_not_delta(spark: SparkSession, db: str) -> None:
+    """REFRESH ... CASCADE refreshes a view's helper once, with the view, not as a view of its own;
+    a recursion over a table that is not Delta makes no helper: AUTO recomputes the view and
+    says why, INCREMENTAL STRICT refuses it with Delta's remedy."""
+    spark.sql("CREATE TABLE ed (src INT, dst INT, w INT) USING delta")
+    spark.sql("CREATE TABLE names (id INT, name STRING) USING delta")
+    spark.sql("INSERT INTO ed VALUES (0, 1, 1), (1, 2, 1)")
+    spark.sql("INSERT INTO names VALUES (0, 'a'), (1, 'b'), (2, 'c'), (3, 'd')")
+    joined = REACH + "SELECT n.name, count(*) AS k FROM r JOIN names n ON n.id = r.dst GROUP BY n.name"
+    MaterializedView.create(spark, "joined", joined, refresh_policy="INCREMENTAL STRICT")
+    (helper,) = _helpers(spark)
+    history = spark.sql(f"SHOW REFRESHES FOR {helper}").count()
+    spark.sql("INSERT INTO ed VALUES (2, 3, 1)")
+    rows = spark.sql("REFRESH MATERIALIZED VIEW joined CASCADE").collect()
+    assert len(rows) == 1, rows
+    assert spark.sql(f"SHOW REFRESHES FOR {helper}").count() == history + 1
+    assert_matches_query(spark, "joined", joined)
+
+    spark.sql("CREATE TABLE pe (src INT, dst INT) USING parquet")
+    spark.sql("INSERT INTO pe VALUES (0, 1), (1, 2)")
+    over_parquet = ("WITH RECURSIVE r(src, dst) AS (SELECT src, dst FROM pe UNION ALL "
+                    "SELECT r.src, pe.dst FROM r JOIN pe ON r.dst = pe.src) ")
+    for name, query in (("rows_pq", over_parquet + "SELECT src, dst FROM r"),
+                        ("joined_pq", over_parquet + "SELECT n.name, count(*) AS k FROM r "
+                                                     "JOIN names n ON n.id = r.dst GROUP BY n.name")):
+        error = refused(lambda query=query: spark.sql(
+            f"CREATE MATERIALIZED VIEW {name}_s REFRESH POLICY INCREMENTAL STRICT AS {query}"))
+        assert condition(error) == "IVM_SOURCE_NOT_DELTA" and "CONVERT TO DELTA" in str(error), str(error)
+        mv = MaterializedView.create(spark, name, query, refresh_policy="AUTO")
+        described = mv.describe()
+        assert described["refresh_mode"] == "full" and "Delta" in described["full_because"], described
+        assert_matches_query(spark, name, query)
+    assert _helpers(spark) == [helper]
+
+
 @pytest.mark.measures_cost
 def test_a_small_change_is_stepped_on_the_driver(spark: SparkSession, db: str) -> None:
     """The recursion of a small change runs on the driver: the table its recursive part joins is

@@ -102,7 +102,9 @@ object ViewLifecycle extends Logging {
         case Left(refused) =>
           // A recursive CTE the view does not keep as it is: kept by helper views, if they and the
           // query over them are maintained; else the view is laid out as the refusal says.
-          val helped = if (helperOf.isDefined || !RecursionHelpers.recurses(plan)) Left(refused)
+          // A source that is not Delta is not one a helper could keep either.
+          val helped = if (helperOf.isDefined || refused.getCondition == "IVM_SOURCE_NOT_DELTA" ||
+              !RecursionHelpers.recurses(plan)) Left(refused)
           else withHelpers(spark, id, stmt.queryText, database, columns, instant, refused)
           helped match {
             case Right((a, s)) => (a, RefreshMode.Incremental, None, Some(s))
@@ -239,6 +241,8 @@ object ViewLifecycle extends Logging {
         } catch {
           case e: IvmException if e.getCondition == "IVM_NOT_INCREMENTALIZABLE" =>
             undo(IvmErrors.unsupported(e.parameters("operator"), e.parameters("hint")))
+          // A helper is INCREMENTAL STRICT, which refuses a source that is not Delta as it is.
+          case e: IvmException if ViewAnalysis.NotIncrementalizable.contains(e.getCondition) => undo(e)
           case e: Throwable => dropHelpers(spark, made.toSeq); throw e
         }
     }

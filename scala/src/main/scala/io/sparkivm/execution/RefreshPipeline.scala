@@ -1,6 +1,6 @@
 package io.sparkivm.execution
 
-import java.util.UUID
+import java.util.{Locale, UUID}
 
 import scala.annotation.tailrec
 import scala.collection.mutable
@@ -119,9 +119,11 @@ object RefreshPipeline extends Logging {
       trigger: String = "sql", reason: Option[String] = None): Seq[RefreshReport] = {
     if (!cascade) return Seq(refresh(user, name, full, trigger, reason))
     val meta = ViewCatalog.lookup(user, name)
-    val helpers = meta.helpers.map(_.unquotedString).toSet
-    // The helpers are refreshed with their view (below), not as views of their own.
-    val upstream = ViewGraph.upstream(user, meta).filterNot(v => helpers.contains(v.mkString(".")))
+    // The helpers are refreshed with their view (below), not as views of their own. Upstream views
+    // are named by database and table, helpers with their catalog too.
+    def key(parts: Seq[String]) = parts.takeRight(2).mkString(".").toLowerCase(Locale.ROOT)
+    val helpers = meta.helpers.map(h => key(h.database.toSeq :+ h.table)).toSet
+    val upstream = ViewGraph.upstream(user, meta).filterNot(v => helpers.contains(key(v)))
     upstream.map(v => refresh(user, v, full = false, "cascade")) :+ refresh(user, name, full, trigger, reason)
   }
 

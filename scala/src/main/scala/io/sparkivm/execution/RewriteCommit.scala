@@ -179,7 +179,7 @@ object RewriteCommit extends DeltaCommand {
    * this one reads every row of them (whole files for a few changed keys spread over many); with
    * them, the rows that changed. Delta's writer puts rows with a change type in change files.
    */
-  private def changeFiles(spark: SparkSession, txn: OptimisticTransaction, rewritten: Boolean, old: DataFrame,
+  private def changeFiles(spark: SparkSession, txn: OptimisticTransaction, rewritten: Boolean, old: => DataFrame,
       fresh: DataFrame): Seq[FileAction] =
     if (!rewritten || !DeltaConfigs.CHANGE_DATA_FEED.fromMetaData(txn.metadata)) Nil
     else {
@@ -421,7 +421,7 @@ object RewriteCommit extends DeltaCommand {
     private def on(scan: DataFrame): Column = maintenance.keyNames.map { k =>
       val q = ViewMaintenance.quote(k)
       scan.col(q) <=> keys.col(q)
-    }.reduce(_ && _)
+    }.reduceOption(_ && _).getOrElse(lit(true)) // a view without keys: its one row is its key's
 
     def holdingKeys(scan: DataFrame): DataFrame = scan.join(keys, on(scan), "left_semi")
     def withoutKeys(scan: DataFrame): DataFrame = scan.join(keys, on(scan), "left_anti")
