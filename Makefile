@@ -1,7 +1,7 @@
 # spark-ivm: `make demo` runs the quickstart, `make test` runs every test. Both start from
 # `make install`, which is idempotent: .venv/ at the root, the sbt launcher, the jar, an
 # editable install of the Python package with its dev dependencies, and the Maven packages the
-# jar needs at run time.
+# jar needs at run time, and the driver JVM's class-data archive.
 VENV      := .venv
 PY        := $(VENV)/bin/python
 PIP       := $(VENV)/bin/pip
@@ -11,11 +11,12 @@ JAR       := python/spark_ivm/jars/$(JAR_NAME)
 SCALA_SRC := $(shell find scala -type f 2>/dev/null)
 STAMP     := $(VENV)/.installed
 PACKAGES  := $(VENV)/.packages
+CLASS_DATA := $(VENV)/.class-data
 
 .PHONY: install jar demo docs test lint lint-python fmt test-scala test-python test-cluster bench bench-fk bench-triangles \
 	bench-auto bench-lag bench-lookups bench-reads bench-compile-cache bench-first-refresh clean
 
-install: $(STAMP) $(JAR) $(PACKAGES)
+install: $(STAMP) $(JAR) $(PACKAGES) $(CLASS_DATA)
 
 $(VENV)/bin/python:
 	python3 -m venv $(VENV)
@@ -42,6 +43,14 @@ $(PACKAGES): $(STAMP) $(JAR)
 	@$(PY) -c "from spark_ivm.session import fetch_packages; fetch_packages()" > $(VENV)/fetch-packages.log 2>&1 \
 		|| (cat $(VENV)/fetch-packages.log; exit 1)
 	touch $(PACKAGES)
+
+# The driver JVM's class-data archive (spark_ivm.class_data), written by an application that runs
+# what a refresh runs, so that the first application after the install starts from it too.
+$(CLASS_DATA): $(PACKAGES)
+	@echo "writing the driver's class-data archive (log: $(VENV)/class-data.log)"
+	@$(PY) -c "from spark_ivm.class_data import build; print(build())" > $(VENV)/class-data.log 2>&1 \
+		|| (cat $(VENV)/class-data.log; exit 1)
+	touch $(CLASS_DATA)
 
 demo: install
 	$(PY) examples/quickstart.py

@@ -17,6 +17,8 @@ from urllib.parse import unquote, urlparse
 
 from pyspark.sql import SparkSession
 
+from spark_ivm import class_data
+
 IVM_EXTENSION = "io.sparkivm.IvmSparkSessionExtensions"
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
@@ -81,12 +83,18 @@ def _packages() -> Tuple[str, List[str], List[str]]:
     return jar, [delta_package(), *packages], excludes
 
 
+def cache_dir() -> str:
+    """spark-ivm's cache directory: ``$SPARK_IVM_CACHE``, else ``$XDG_CACHE_HOME/spark-ivm``, else
+    ``~/.cache/spark-ivm``."""
+    return os.environ.get("SPARK_IVM_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "spark-ivm")
+
+
 def _resolved_list(packages: List[str], excludes: List[str]) -> str:
     """The file that lists the jars ``packages`` (less ``excludes``) resolved to, written by
-    :func:`fetch_packages`: in ``$SPARK_IVM_CACHE``, else ``$XDG_CACHE_HOME/spark-ivm``, else
-    ``~/.cache/spark-ivm``; named for the exact coordinates, so that other versions never share it."""
-    root = os.environ.get("SPARK_IVM_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "spark-ivm")
+    :func:`fetch_packages`, in :func:`cache_dir`; named for the exact coordinates, so that other
+    versions never share it."""
+    root = cache_dir()
     key = hashlib.sha256("\n".join([*packages, "--", *excludes]).encode("utf-8")).hexdigest()[:16]
     return os.path.join(root, f"resolved-jars-{key}.txt")
 
@@ -194,7 +202,9 @@ def configure_spark_with_ivm(
     ``delta.configure_spark_with_delta_pip`` does; once :func:`fetch_packages` has run, the jars
     it resolved to, without resolving again), the Delta and spark-ivm session extensions
     (after any the builder already has) and the Delta catalog, then the settings of
-    :func:`session_defaults` that the builder does not set. Works for ``local[*]`` and cluster
+    :func:`session_defaults` that the builder does not set, and the driver JVM's class-data
+    archive when this process starts the JVM (:mod:`spark_ivm.class_data`; off with
+    ``spark.ivm.driver.classDataSharing=false``). Works for ``local[*]`` and cluster
     masters alike: the jars are shipped to executors.
 
     A Spark Connect builder (``builder.remote(...)``) is configured only for a local server
@@ -215,6 +225,10 @@ def configure_spark_with_ivm(
     for key, value in session_defaults(remote or options.get("spark.master")).items():
         if key not in options:
             builder = builder.config(key, value)
+    if remote is None:
+        java_options = class_data.with_java_options(options, cache_dir())
+        if java_options is not None:
+            builder = builder.config(class_data.DRIVER_OPTIONS, java_options)
     return builder
 
 

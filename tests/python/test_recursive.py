@@ -262,7 +262,7 @@ def test_helper_views_under_cascade_and_over_tables_not_delta(spark: SparkSessio
     for name, query in (("rows_pq", over_parquet + "SELECT src, dst FROM r"),
                         ("joined_pq", over_parquet + "SELECT n.name, count(*) AS k FROM r "
                                                      "JOIN names n ON n.id = r.dst GROUP BY n.name")):
-        error = refused(lambda query=query: spark.sql(
+        error = refused(lambda name=name, query=query: spark.sql(
             f"CREATE MATERIALIZED VIEW {name}_s REFRESH POLICY INCREMENTAL STRICT AS {query}"))
         assert condition(error) == "IVM_SOURCE_NOT_DELTA" and "CONVERT TO DELTA" in str(error), str(error)
         mv = MaterializedView.create(spark, name, query, refresh_policy="AUTO")

@@ -12,11 +12,13 @@ import org.apache.spark.sql.ivm.{DriverBroadcast, SparkInternals}
  * the materialized-view statements and hands every other statement to the parser it wraps, and
  * a physical rule that broadcasts rows held on the driver without a Spark job ([[DriverBroadcast]]),
  * and an optimizer rule that plans scans of Delta versions whose files it holds ([[KnownFileScans]]).
- * The first session also starts loading the classes a refresh uses ([[ClassWarmup]]).
+ * The first session also starts loading the classes a refresh uses ([[ClassWarmup]]) and checks
+ * the class-data archive its JVM was given ([[ClassData]]).
  */
 class IvmSparkSessionExtensions extends (SparkSessionExtensions => Unit) {
   override def apply(extensions: SparkSessionExtensions): Unit = {
     if (SparkInternals.activeConf.forall(IvmConf.WarmupEnabled.get)) ClassWarmup.start(getClass.getClassLoader)
+    ClassData.check()
     IvmConf.registered
     extensions.injectParser { (session, delegate) => new IvmSqlParser(session, delegate) }
     extensions.injectColumnar(_ => DriverBroadcast.columnarRule(IvmConf.BroadcastDriverReadMaxBytes.get))
