@@ -103,9 +103,10 @@ object ViewLifecycle extends Logging {
           // A recursive CTE the view does not keep as it is: kept by helper views, if they and the
           // query over them are maintained; else the view is laid out as the refusal says.
           // A source that is not Delta is not one a helper could keep either.
-          val helped = if (helperOf.isDefined || refused.getCondition == "IVM_SOURCE_NOT_DELTA" ||
+          val helped =
+            if (helperOf.isDefined || refused.getCondition == "IVM_SOURCE_NOT_DELTA" ||
               !RecursionHelpers.recurses(plan)) Left(refused)
-          else withHelpers(spark, id, stmt.queryText, database, columns, instant, refused)
+            else withHelpers(spark, id, stmt.queryText, database, columns, instant, refused)
           helped match {
             case Right((a, s)) => (a, RefreshMode.Incremental, None, Some(s))
             case Left(e) =>
