@@ -10,10 +10,11 @@ The first application started with a given JVM and class path writes the archive
 (``-XX:ArchiveClassesAtExit``, JDK 13 to 18; on JDK 19 and later the JVM makes and checks it
 itself, ``-XX:+AutoCreateSharedArchive``); later ones map it. The archive is named for everything
 that decides whether the JVM can use it (the JDK, Spark's jars, the driver's class path, options
-and memory), so a changed installation writes a new one and never maps a stale one; one that the
-JVM cannot map anyway (a run killed while it wrote it) is dropped by the next application
-(``io.sparkivm.ClassData``) and written again. Archives live in spark-ivm's cache directory, about
-200 MB each; the two newest are kept.
+and memory), so a changed installation writes a new one instead of trying a stale one. A dump
+cut short (a JVM killed while it wrote it) never becomes the archive: the JDK writes the header
+last, and a JDK 17 given a truncated archive dies at start. One that the JVM cannot map anyway is
+dropped by the application that tried (``io.sparkivm.ClassData``) and written again by the next.
+Archives live in spark-ivm's cache directory, about 200 MB each; the two newest are kept.
 
 Only a JVM that this process launches takes these options: not one started by ``spark-submit``
 (whose options are set before Python runs), nor a Spark Connect server elsewhere.
@@ -198,11 +199,14 @@ def java_options(options: Dict[str, Any], cache_dir: str) -> Optional[str]:
     marker = _quoted(f"-D{ARCHIVE_PROPERTY}={final}")
     if major >= 19:
         return f"-XX:+AutoCreateSharedArchive {_quoted(f'-XX:SharedArchiveFile={final}')} {QUIET}"
-    _promote(directory, key, final)
-    if os.path.exists(final):
-        os.utime(final)  # the newest in use is kept by _prune
-        _prune(directory)
-        return f"{_quoted(f'-XX:SharedArchiveFile={final}')} {QUIET} {marker}"
+    try:
+        _promote(directory, key, final)
+        if os.path.exists(final):
+            os.utime(final)  # the newest in use is kept by _prune
+            _prune(directory)
+            return f"{_quoted(f'-XX:SharedArchiveFile={final}')} {QUIET} {marker}"
+    except OSError:
+        return None  # a cache this process may not change: no archive rather than a failed start
     dump = os.path.join(directory, f"{key}.{os.getpid()}.{uuid.uuid4().hex[:8]}.dump")
     return f"{_quoted(f'-XX:ArchiveClassesAtExit={dump}')} {QUIET}"
 
