@@ -121,3 +121,20 @@ def test_old_archives_are_pruned(jdk: Path, tmp_path: Path) -> None:
         os.utime(directory / name, (t, t))
     class_data._prune(str(directory))
     assert sorted(p.name for p in directory.iterdir()) == ["a.jsa", "b.jsa"]
+
+
+def test_spark_ivm_sql_starts_its_driver_from_the_archive(jdk: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A scheduled ``spark-ivm-sql -e 'REFRESH ...'`` is an application of its own too; arguments
+    that set the driver's JVM are left as the user gave them."""
+    from spark_ivm import cli
+
+    monkeypatch.setenv("SPARK_IVM_CACHE", str(tmp_path / "cache"))
+    command = cli.spark_sql_command(["-e", "REFRESH MATERIALIZED VIEW v"])
+    at = command.index("--driver-java-options")
+    assert command[at + 1].startswith("-XX:ArchiveClassesAtExit="), command
+    assert command[-2:] == ["-e", "REFRESH MATERIALIZED VIEW v"]
+    for own in (["--driver-java-options", "-Dx=1"], ["--driver-memory", "64g"],
+                ["--conf", "spark.driver.extraJavaOptions=-Dx=1"]):
+        command = cli.spark_sql_command([*own, "-e", "SELECT 1"])
+        assert command.count("--driver-java-options") == own.count("--driver-java-options"), command
