@@ -32,7 +32,7 @@ import shutil
 import struct
 import time
 import uuid
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 SETTING = "spark.ivm.driver.classDataSharing"
 ENV = "SPARK_IVM_CLASS_DATA_SHARING"
@@ -175,6 +175,13 @@ def _prune(directory: str) -> None:
         _remove(old)
 
 
+def _archive(home: str, options: Dict[str, Any], cache_dir: str) -> Tuple[str, str, str]:
+    """(directory, key, path) of the archive for a JVM of ``home`` started with ``options``."""
+    directory = os.path.join(cache_dir, "class-data")
+    key = archive_key(home, options)
+    return directory, key, os.path.join(directory, f"{key}.jsa")
+
+
 def java_options(options: Dict[str, Any], cache_dir: str) -> Optional[str]:
     """The driver JVM options that map (or write) the class-data archive for a JVM started with
     the builder's ``options``; None where they do not apply (see the module's doc)."""
@@ -189,13 +196,11 @@ def java_options(options: Dict[str, Any], cache_dir: str) -> Optional[str]:
     major = java_major(home) if home else None
     if home is None or major is None or major < 13:
         return None
-    directory = os.path.join(cache_dir, "class-data")
     try:
+        directory, key, final = _archive(home, options, cache_dir)
         os.makedirs(directory, exist_ok=True)
-        key = archive_key(home, options)
     except OSError:
         return None
-    final = os.path.join(directory, f"{key}.jsa")
     marker = _quoted(f"-D{ARCHIVE_PROPERTY}={final}")
     if major >= 19:
         return f"-XX:+AutoCreateSharedArchive {_quoted(f'-XX:SharedArchiveFile={final}')} {QUIET}"
@@ -282,14 +287,12 @@ def build(timeout_s: float = 300.0) -> Optional[str]:
 
     from spark_ivm.session import cache_dir
 
-    probe = java_options({DRIVER_OPTIONS: "-Dderby.system.home=."}, cache_dir())
-    if probe is None:
-        return None
+    probe = java_options({}, cache_dir())
     home = java_home()
-    directory = os.path.join(cache_dir(), "class-data")
-    key = archive_key(home or "", {DRIVER_OPTIONS: ""})
-    final = os.path.join(directory, f"{key}.jsa")
-    if "SharedArchiveFile" in probe and os.path.exists(final):
+    if probe is None or home is None:
+        return None
+    directory, key, final = _archive(home, {}, cache_dir())
+    if os.path.exists(final):
         return final
     with tempfile.TemporaryDirectory(prefix="spark-ivm-class-data-") as warehouse:
         code = f"from spark_ivm.class_data import _run_workload; _run_workload({warehouse!r})"
@@ -298,9 +301,6 @@ def build(timeout_s: float = 300.0) -> Optional[str]:
         # The JVM writes the archive as it exits, after the Python process it served.
         deadline = time.time() + timeout_s
         while time.time() < deadline and not os.path.exists(final):
-            dumps = [d for d in glob.glob(os.path.join(directory, f"{key}.*.dump")) if _is_dynamic_archive(d)]
-            if dumps and time.time() - os.path.getmtime(dumps[0]) > 1.0:
-                os.replace(dumps[0], final)
-            else:
-                time.sleep(0.5)
+            _promote(directory, key, final)
+            time.sleep(1.0)
     return final if os.path.exists(final) else None
