@@ -40,11 +40,14 @@ object DeltaSources extends Logging {
   /**
    * The current version of a Delta table, after checking it records its changes. A refresh gives
    * `consumed`, the view and the table as it consumed it: another table of the name (dropped and
-   * created again) is IVM_SOURCE_CHANGED before anything else is asked of it.
+   * created again) is IVM_SOURCE_CHANGED before anything else is asked of it. `at`: the version
+   * to pin instead of the latest (one another refresh of the same instant read).
    */
   def pin(spark: SparkSession, table: TableIdentifier, requireChangeFeed: Boolean,
-      autoEnable: Boolean, consumed: Option[(String, SourceInfo)] = None): PinnedSource = {
-    var snapshot = DeltaTables.log(spark, table).update()
+      autoEnable: Boolean, consumed: Option[(String, SourceInfo)] = None, at: Option[Long] = None): PinnedSource = {
+    val log = DeltaTables.log(spark, table)
+    var snapshot = log.update()
+    at.filter(_ < snapshot.version).foreach(v => snapshot = log.getSnapshotAt(v))
     consumed.foreach { case (view, before) =>
       if (before.tableId != snapshot.metadata.id) {
         throw IvmErrors.sourceChanged(view, before.table, "it was dropped and created again")

@@ -47,7 +47,7 @@ object RecursionHelpers {
             case c: UnresolvedSubqueryColumnAliases => c.child
             case other => other
           }
-          (name, span(alias), span(body), readsItself(body, name))
+          (name, span(queryText, alias), span(queryText, body), readsItself(body, name))
         }
         if (!defs.exists(_._4) || defs.exists(d => d._2.isEmpty || d._3.isEmpty)) None
         else {
@@ -79,8 +79,11 @@ object RecursionHelpers {
     out.toString
   }
 
-  private def span(plan: LogicalPlan): Option[(Int, Int)] =
-    for (start <- plan.origin.startIndex; stop <- plan.origin.stopIndex) yield (start, stop)
+  /** The plan's span in `text`, in chars: the parser counts code points (a character outside the
+   * Basic Multilingual Plane, an emoji in a literal, is two chars). */
+  private def span(text: String, plan: LogicalPlan): Option[(Int, Int)] =
+    for (start <- plan.origin.startIndex; stop <- plan.origin.stopIndex)
+      yield (text.offsetByCodePoints(0, start), text.offsetByCodePoints(0, stop + 1) - 1)
 
   private def readsItself(plan: LogicalPlan, name: String): Boolean = plan.exists {
     case u: UnresolvedRelation => u.multipartIdentifier.size == 1 && u.multipartIdentifier.head.equalsIgnoreCase(name)

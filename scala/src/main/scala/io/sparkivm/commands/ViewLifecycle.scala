@@ -201,16 +201,27 @@ object ViewLifecycle extends Logging {
       TriangleStateTables.dropFor(spark, old)
       dropHelpers(spark, oldHelpers)
     }
-    if (helpers.nonEmpty || oldHelpers.nonEmpty) dropOrphanHelpers(spark, id, keep = helpers)
+    if (helpers.nonEmpty || oldHelpers.nonEmpty) {
+      dropOrphanHelpers(spark, id, keep = helpers, System.currentTimeMillis() - AbandonedHelperMs)
+    }
   }
 
-  /** Drops the helpers made for view `id` that it does not read (left by a CREATE killed midway). */
-  private def dropOrphanHelpers(spark: SparkSession, id: TableIdentifier, keep: Seq[TableIdentifier]): Unit = {
+  /**
+   * Drops the helpers made for view `id` that it does not read (left by a CREATE killed midway),
+   * of those made before `madeBefore`: a younger one may belong to a CREATE OR REPLACE running
+   * beside this statement, which names it in its view when it ends. A CREATE passes an hour ago
+   * (longer than a CREATE runs between making its helpers and its view), a DROP its own start.
+   */
+  private def dropOrphanHelpers(spark: SparkSession, id: TableIdentifier, keep: Seq[TableIdentifier],
+      madeBefore: Long): Unit = {
     val mine = RecursionHelpers.prefixOf(id)
     def of(h: TableIdentifier) = scala.util.Try(ViewCatalog.lookup(spark, Seq(id.database.get, h.table)).helperOf)
       .toOption.flatten.exists(_.unquotedString.equalsIgnoreCase(id.unquotedString))
-    ViewCatalog.list(spark, id.database.get).map(_._1).filter { h =>
-      h.table.startsWith(mine) && !keep.exists(_.table.equalsIgnoreCase(h.table)) && of(h)
+    val catalog = SessionInternals.catalog(spark)
+    catalog.listTables(id.database.get, s"$mine*").filter { h =>
+      // Metastores keep creation times in whole seconds.
+      !keep.exists(_.table.equalsIgnoreCase(h.table)) &&
+      scala.util.Try(catalog.getTableMetadata(h).createTime < madeBefore - 1000).getOrElse(false) && of(h)
     }.foreach(h => dropHelpers(spark, Seq(h)))
   }
 
@@ -384,9 +395,13 @@ object ViewLifecycle extends Logging {
    */
   private val CreateInProgressMs = 60000L
 
+  /** A helper its view does not name is taken to be abandoned by a CREATE once this old. */
+  private val AbandonedHelperMs = 3600000L
+
   /** DROP MATERIALIZED VIEW, and the view's helpers with it. A helper is dropped only with its
    * view (`internal`), or once its view is gone. */
   def drop(spark: SparkSession, name: Seq[String], ifExists: Boolean, internal: Boolean = false): Unit = {
+    val startMs = System.currentTimeMillis()
     val id = ViewCatalog.qualify(spark, name)
     val meta = scala.util.Try(ViewCatalog.lookup(spark, name)).toOption
     def helperIn(v: TableIdentifier) = scala.util.Try(ViewCatalog.lookup(spark, Seq(v.database.get, v.table)))
@@ -417,10 +432,12 @@ object ViewLifecycle extends Logging {
       TriangleStateTables.dropFor(spark, backing)
       RefreshFailures.forget(id.unquotedString)
       dropHelpers(spark, meta.toSeq.flatMap(_.helpers))
-      if (meta.exists(_.helpers.nonEmpty)) dropOrphanHelpers(spark, id, keep = Nil)
+      // A view whose metadata cannot be read (its backing table gone) may have had helpers too.
+      if (!internal && meta.forall(_.helpers.nonEmpty)) dropOrphanHelpers(spark, id, keep = Nil, startMs)
     } else {
       val orphan = dropOrphanBacking(spark, id, ViewCatalog.backingTable(id), failIfForeign = false,
         spareRecent = false)
+      if (!internal) dropOrphanHelpers(spark, id, keep = Nil, startMs)
       if (!orphan && !ifExists) throw IvmErrors.notFound(id.quotedString)
     }
   }

@@ -16,7 +16,8 @@ import org.apache.spark.sql.SparkSession
  * `spark.ivm.testing.enabled=true` (which SET cannot change) or the JVM system property
  * `spark.ivm.testing=true`. So no session of a shared server can halt its driver.
  * The points: refresh-start, after-pin, after-changes, after-state (IVM^eps state written),
- * before-commit, after-commit (REFRESH), create-after-helpers (a view kept through helper views,
+ * before-commit, after-commit, after-helpers (REFRESH of a view kept through helper views, once
+ * they are refreshed), create-after-helpers (a view kept through helper views,
  * once they exist) and create-after-backing (CREATE).
  */
 object FaultInjection {

@@ -41,7 +41,8 @@ object Freshness {
         of(spark, helper, ViewCatalog.lastRefresh(spark, helper)._1).sources
       } catch { case NonFatal(_) => Nil }
     }
-    own.copy(sources = own.sources ++ helpers)
+    // A table the view reads directly too counts once, at the version the view consumed.
+    own.copy(sources = (own.sources ++ helpers).distinctBy(_.table))
   }
 
   private def direct(spark: SparkSession, meta: ViewMetadata, last: RefreshRecord): Freshness = {

@@ -6,14 +6,15 @@ import io.sparkivm.catalog.{HistoryEntry, ViewCatalog}
 import org.apache.spark.sql.SparkSession
 
 /** SHOW REFRESHES: the durable history of each view (committed refreshes) with the failures this
- * process saw ([[RefreshFailures]]), newest first. */
+ * process saw ([[RefreshFailures]]), newest first; of all views, helper views left out. */
 object RefreshLog {
   def list(spark: SparkSession, name: Option[Seq[String]], limit: Option[Int]): Seq[(String, HistoryEntry)] = {
     val views = name match {
       case Some(n) => Seq(ViewCatalog.lookup(spark, n))
       case None =>
         ViewCatalog.list(spark, spark.catalog.currentDatabase).flatMap { case (id, _) =>
-          try Some(ViewCatalog.lookup(spark, Seq(id.database.get, id.table)))
+          // A helper's refreshes are its view's (listed in their plan notes).
+          try Some(ViewCatalog.lookup(spark, Seq(id.database.get, id.table))).filter(_.helperOf.isEmpty)
           catch { case NonFatal(_) => None }
         }
     }

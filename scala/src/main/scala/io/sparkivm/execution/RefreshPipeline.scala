@@ -137,17 +137,26 @@ object RefreshPipeline extends Logging {
     val helpers =
       try ViewCatalog.lookup(user, name).helpers.map(h => ViewCatalog.lookup(user, Seq(h.database.get, h.table)))
       catch { case NonFatal(_) => Nil } // the refresh says what is wrong
-    val first =
-      helpers.map(h => h.view -> refreshView(user, Seq(h.view.database.get, h.view.table), full, "helper", None))
-    val report = refreshView(user, name, full, trigger, reason)
+    // One instant for all: each helper, and then the view, reads the base tables at the versions
+    // the helpers before it read (and each helper at the version its refresh committed), so that
+    // the view never joins a recursion's rows of one version with the tables of another.
+    val at = mutable.Map[String, Long]()
+    val first = helpers.map { h =>
+      val r = refreshView(user, Seq(h.view.database.get, h.view.table), full, "helper", None, at.toMap)
+      at ++= r.sources.map(s => s.table -> s.toVersion) += h.backing.unquotedString -> r.backingVersion
+      h.view -> r
+    }
+    if (first.nonEmpty) FaultInjection.point(user, "after-helpers")
+    val report = refreshView(user, name, full, trigger, reason, at.toMap)
     if (first.isEmpty) report
     else {
       // The helpers' work is the view's: their sources among its own, and a phase of its own in its
       // time, jobs and rows read.
       val done = first.map(_._2)
       report.copy(
-        sources = report.sources.filterNot(s => helpers.exists(_.backing.unquotedString == s.table)) ++
-          done.flatMap(_.sources),
+        // A table read by the view and its helpers is read at one version: listed once.
+        sources = (report.sources.filterNot(s => helpers.exists(_.backing.unquotedString == s.table)) ++
+          done.flatMap(_.sources)).distinctBy(_.table),
         planNotes = first.map { case (h, r) =>
           s"helper view ${h.quotedString} refreshed first: ${r.mode}, ${r.sourceRowsChanged} source rows " +
             s"changed, ${r.viewRowsChanged} of its rows changed, ${r.totalMs} ms"
@@ -160,11 +169,12 @@ object RefreshPipeline extends Logging {
     }
   }
 
+  /** A refresh; `at` pins base tables at the versions given (the others at their latest). */
   private def refreshView(user: SparkSession, name: Seq[String], full: Boolean, trigger: String,
-      reason: Option[String]): RefreshReport = {
+      reason: Option[String], at: Map[String, Long]): RefreshReport = {
     // State is made between refreshes, never during one (StateBuilds).
     StateBuilds.refreshStarted(user)
-    try refreshVerified(user, name, full, trigger, reason)
+    try refreshVerified(user, name, full, trigger, reason, at)
     finally {
       StoredKeyCounts.awaitWrites()
       StateBuilds.refreshEnded()
@@ -172,8 +182,8 @@ object RefreshPipeline extends Logging {
   }
 
   private def refreshVerified(user: SparkSession, name: Seq[String], full: Boolean, trigger: String,
-      reason: Option[String]): RefreshReport = {
-    val report = refreshChecked(user, name, full, trigger, reason)
+      reason: Option[String], at: Map[String, Long]): RefreshReport = {
+    val report = refreshChecked(user, name, full, trigger, reason, at)
     report.verify.filter(_.differences > 0) match {
       case None => report
       case Some(v) =>
@@ -181,7 +191,7 @@ object RefreshPipeline extends Logging {
         val why = s"spark.ivm.verify = ${v.level} found ${v.differences} rows of refresh " +
           s"#${report.refreshNumber} differing from the query (${v.sample.mkString("; ")}): recomputed to repair it"
         logWarning(s"spark-ivm: $why")
-        val repaired = refreshChecked(user, name, full = true, "verify", Some(why))
+        val repaired = refreshChecked(user, name, full = true, "verify", Some(why), at)
         val checked = v.copy(repairedBy = Some(repaired.refreshNumber))
         if (repaired.policy == RefreshPolicy.IncrementalStrict.sql) {
           throw IvmErrors.verifyMismatch(report.view, report.refreshNumber, v.level, v.differences,
@@ -193,13 +203,13 @@ object RefreshPipeline extends Logging {
 
   /** A refresh, checked if `spark.ivm.verify` says so; `because` names why a full one was asked for. */
   private def refreshChecked(user: SparkSession, name: Seq[String], full: Boolean, trigger: String,
-      because: Option[String]): RefreshReport = {
+      because: Option[String], at: Map[String, Long]): RefreshReport = {
     val spark = RefreshSession.of(user)
     val measureJoins = IvmConf.MetricsRowsJoined.get(spark)
     val timer = new PhaseTimer
     // Active for the refresh: Delta's commands read their settings from the active session.
     def run() = RefreshProgress.during(spark, ViewCatalog.qualify(spark, name).unquotedString) {
-      RefreshSession.active(spark)(attempt(spark, user, name, full, 1, timer, trigger, because))
+      RefreshSession.active(spark)(attempt(spark, user, name, full, 1, timer, trigger, because, at))
     }
     val ((report, work), joined) =
       try {
@@ -216,9 +226,9 @@ object RefreshPipeline extends Logging {
 
   @tailrec
   private def attempt(spark: SparkSession, user: SparkSession, name: Seq[String], full: Boolean, n: Int,
-      timer: PhaseTimer, trigger: String, because: Option[String]): RefreshReport = {
+      timer: PhaseTimer, trigger: String, because: Option[String], at: Map[String, Long]): RefreshReport = {
     val result =
-      try Right(refreshOnce(spark, user, name, full, timer, trigger, because))
+      try Right(refreshOnce(spark, user, name, full, timer, trigger, because, at))
       catch {
         case e: Exception if n < MaxAttempts && isConflict(e) =>
           logWarning(s"spark-ivm: refresh of ${name.mkString(".")} lost a commit race; retrying", e)
@@ -228,7 +238,7 @@ object RefreshPipeline extends Logging {
       case Right(report) => report
       case Left(_) =>
         timer.mark("retry")
-        attempt(spark, user, name, full, n + 1, timer, trigger, because)
+        attempt(spark, user, name, full, n + 1, timer, trigger, because, at)
     }
   }
 
@@ -242,7 +252,7 @@ object RefreshPipeline extends Logging {
   /** One attempt, run in `spark` (the refresh's own session); fault-injection points of tests are
    * set on the `user`'s session. */
   private def refreshOnce(spark: SparkSession, user: SparkSession, name: Seq[String], full: Boolean,
-      timer: PhaseTimer, trigger: String, because: Option[String]): RefreshReport = {
+      timer: PhaseTimer, trigger: String, because: Option[String], at: Map[String, Long]): RefreshReport = {
     val meta = ViewCatalog.lookup(spark, name)
     def phase(what: String): Unit = RefreshProgress.phase(spark, meta.viewName, what)
     phase("finding the base tables' changes")
@@ -251,13 +261,16 @@ object RefreshPipeline extends Logging {
     FaultInjection.point(user, "refresh-start")
     val (last, foreign) = ViewCatalog.lastRefresh(spark, meta)
     val recompute = full || meta.mode == RefreshMode.Full
+    // A version older than the one consumed (another refresh of the view has gone past it) is not
+    // pinned: the view moves forward only.
+    val pinAt = at.filter { case (t, v) => last.sourceVersions.get(t).forall(_ <= v) }
     if (foreign.nonEmpty && !recompute) {
       throw IvmErrors.backingAltered(meta.viewName, s"commits ${foreign.mkString("; ")}")
     }
     // Pin from the recorded sources first: with nothing new there is nothing to analyze. A view
     // whose filters read the time has something new at every later instant.
     if (!recompute && last.epsilon.forall(_.eps == meta.eps) && last.instant.isEmpty &&
-      unchanged(spark, meta, last)) {
+      unchanged(spark, meta, last, pinAt)) {
       timer.mark("pin")
       return RefreshReport(meta.viewName, "noop", last.number,
         meta.sources.map { s =>
@@ -272,7 +285,7 @@ object RefreshPipeline extends Logging {
     // A refresh never changes a base table's properties: the change feed is turned on at CREATE
     // only (spark.ivm.autoEnableChangeDataFeed), and one turned off since is an error.
     val pinned = ViewAnalysis.pin(spark, meta.viewName, analyzed, incremental && !recompute, autoEnable = false,
-      if (recompute) Nil else meta.sources)
+      if (recompute) Nil else meta.sources, pinAt)
     val number = last.number + 1
     val attemptId = UUID.randomUUID().toString
     val versions = pinned.map { case (t, p) => t -> p.version }
@@ -432,12 +445,15 @@ object RefreshPipeline extends Logging {
    * True if every base table the view consumed is still the same table (its Delta table id: one
    * dropped and created again may have reached the same version number) at the consumed version.
    */
-  private def unchanged(spark: SparkSession, meta: ViewMetadata, last: RefreshRecord): Boolean =
+  private def unchanged(spark: SparkSession, meta: ViewMetadata, last: RefreshRecord,
+      at: Map[String, Long]): Boolean =
     meta.sources.nonEmpty && meta.sources.forall { s =>
       last.sourceVersions.get(s.table).exists { v =>
         val id = ViewCatalog.qualify(spark, s.table.split('.').toSeq.takeRight(2))
-        try DeltaSources.current(spark, id) == (s.tableId, v)
-        catch { case _: Exception => false }
+        try {
+          val (tableId, latest) = DeltaSources.current(spark, id)
+          tableId == s.tableId && at.getOrElse(s.table, latest) == v
+        } catch { case _: Exception => false }
       }
     }
 

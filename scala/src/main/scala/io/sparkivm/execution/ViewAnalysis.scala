@@ -166,17 +166,19 @@ object ViewAnalysis {
 
   /**
    * Pins every base table at its current version. A refresh gives the `consumed` tables (as the
-   * view last read them), checked to be the same tables.
+   * view last read them), checked to be the same tables, and `at`, versions to pin some at
+   * instead of their latest.
    */
   def pin(spark: SparkSession, view: String, analyzed: AnalyzedView, incremental: Boolean,
-      autoEnable: Boolean, consumed: Seq[SourceInfo] = Nil): Map[String, PinnedSource] =
+      autoEnable: Boolean, consumed: Seq[SourceInfo] = Nil, at: Map[String, Long] = Map.empty)
+      : Map[String, PinnedSource] =
     analyzed.tables.map { leaf =>
       // A backing table read by a view gets its change feed whatever the setting: it is ours,
       // and kept off until a view reads it.
       val backing = leaf.table.table.startsWith(ViewCatalog.BackingPrefix)
       leaf.name -> DeltaSources.wrap(view, leaf.name) {
         DeltaSources.pin(spark, leaf.table, requireChangeFeed = incremental, autoEnable || backing,
-          consumed.find(_.table == leaf.name).map(view -> _))
+          consumed.find(_.table == leaf.name).map(view -> _), at.get(leaf.name))
       }
     }.toMap
 }
