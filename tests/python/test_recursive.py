@@ -275,8 +275,8 @@ def test_helper_views_under_cascade_and_over_tables_not_delta(spark: SparkSessio
 def test_helper_views_read_one_instant_and_outlive_a_concurrent_replace(spark: SparkSession, db: str) -> None:
     """A view that reads a table both through its helper and directly reads it at the version the
     helper read, though a commit lands between the two refreshes; a CREATE OR REPLACE that runs
-    while another is making its helpers leaves the other's helpers alone; helpers are left out of
-    SHOW REFRESHES, and a query with characters outside the BMP before its recursive CTE splits
+    while another is making its helpers leaves the other's helpers alone; a helper's failure is
+    the view's; helpers are left out of SHOW REFRESHES, and a query with characters outside the BMP before its recursive CTE splits
     where its text says."""
     spark.sql("CREATE TABLE ed (src INT, dst INT, w INT) USING delta")
     spark.sql("INSERT INTO ed VALUES (0, 1, 1), (1, 2, 1), (0, 2, 1)")
@@ -313,6 +313,14 @@ def test_helper_views_read_one_instant_and_outlive_a_concurrent_replace(spark: S
     spark.sql("INSERT INTO ed VALUES (1, 4, 1)")
     assert mv.refresh().mode == "incremental"
     assert_matches_query(spark, "longer", longer)
+    # a helper's failure is the view's: named as the view (the helper beside it), in its history
+    spark.sql("DROP TABLE ed")
+    spark.sql("CREATE TABLE ed (src INT, dst INT, w INT) USING delta")
+    error = refused(lambda: mv.refresh())
+    assert condition(error) == "IVM_SOURCE_CHANGED", str(error)
+    assert f"`{db}`.`longer` (through its helper view" in str(error), str(error)
+    (failed,) = [r for r in spark.sql("SHOW REFRESHES FOR longer").collect() if r.mode == "failed"]
+    assert "IVM_SOURCE_CHANGED" in failed.error, failed
     # the replaced CREATE's helper was left by it; DROP takes every helper of the name
     spark.sql("DROP MATERIALIZED VIEW longer")
     assert _helpers(spark) == []

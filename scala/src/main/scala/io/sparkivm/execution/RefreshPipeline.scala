@@ -134,15 +134,26 @@ object RefreshPipeline extends Logging {
    */
   def refresh(user: SparkSession, name: Seq[String], full: Boolean, trigger: String = "sql",
       reason: Option[String] = None): RefreshReport = {
-    val helpers =
-      try ViewCatalog.lookup(user, name).helpers.map(h => ViewCatalog.lookup(user, Seq(h.database.get, h.table)))
-      catch { case NonFatal(_) => Nil } // the refresh says what is wrong
+    val (viewName, helpers) =
+      try {
+        val meta = ViewCatalog.lookup(user, name)
+        meta.viewName -> meta.helpers.map(h => ViewCatalog.lookup(user, Seq(h.database.get, h.table)))
+      } catch { case NonFatal(_) => ("", Nil) } // the refresh says what is wrong
     // One instant for all: each helper, and then the view, reads the base tables at the versions
     // the helpers before it read (and each helper at the version its refresh committed), so that
     // the view never joins a recursion's rows of one version with the tables of another.
     val at = mutable.Map[String, Long]()
     val first = helpers.map { h =>
-      val r = refreshView(user, Seq(h.view.database.get, h.view.table), full, "helper", None, at.toMap)
+      val startMs = System.currentTimeMillis()
+      val r =
+        try refreshView(user, Seq(h.view.database.get, h.view.table), full, "helper", None, at.toMap)
+        catch {
+          case NonFatal(e) =>
+            // The view's refresh failed: in its history, and named as the view the user refreshed.
+            val named = IvmErrors.throughHelper(viewName, h.view.table, e)
+            RefreshFailures.record(user, name, trigger, startMs, named)
+            throw named
+        }
       at ++= r.sources.map(s => s.table -> s.toVersion) += h.backing.unquotedString -> r.backingVersion
       h.view -> r
     }
