@@ -313,14 +313,17 @@ def test_helper_views_read_one_instant_and_outlive_a_concurrent_replace(spark: S
     spark.sql("INSERT INTO ed VALUES (1, 4, 1)")
     assert mv.refresh().mode == "incremental"
     assert_matches_query(spark, "longer", longer)
-    # a helper's failure is the view's: named as the view (the helper beside it), in its history
+    # a helper's failure is the view's: named as the view, whose FULL refresh repairs it, in its
+    # history
     spark.sql("DROP TABLE ed")
     spark.sql("CREATE TABLE ed (src INT, dst INT, w INT) USING delta")
     error = refused(lambda: mv.refresh())
     assert condition(error) == "IVM_SOURCE_CHANGED", str(error)
-    assert f"`{db}`.`longer` (through its helper view" in str(error), str(error)
+    assert f"`{db}`.`longer` FULL" in str(error) and "__ivm_rec_" not in str(error), str(error)
     (failed,) = [r for r in spark.sql("SHOW REFRESHES FOR longer").collect() if r.mode == "failed"]
     assert "IVM_SOURCE_CHANGED" in failed.error, failed
+    assert mv.refresh(full=True).mode == "full"
+    assert_matches_query(spark, "longer", longer)
     # the replaced CREATE's helper was left by it; DROP takes every helper of the name
     spark.sql("DROP MATERIALIZED VIEW longer")
     assert _helpers(spark) == []

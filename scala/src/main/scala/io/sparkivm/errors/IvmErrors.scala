@@ -181,13 +181,13 @@ object IvmErrors {
 
   /**
    * `e`, raised by the refresh of `helper` (the name of a helper view of `view`), as it reaches
-   * the user of `view`, who never named the helper: an error of the helper names the view, and
-   * the helper beside it. The condition and the other parameters stay.
+   * the user of `view`, who never named the helper: an error of the helper names the view
+   * instead, whose statements are the remedies (a FULL refresh of the view is one of its helpers
+   * too). The condition and the other parameters stay.
    */
   def throughHelper(view: String, helper: String, e: Throwable): Throwable = e match {
     case i: IvmException if i.parameters.get("view").exists(_.contains(helper)) =>
-      val named = new IvmException(i.condition,
-        i.parameters + ("view" -> s"$view (through its helper view ${i.parameters("view")})"), Option(i.getCause))
+      val named = new IvmException(i.condition, i.parameters + ("view" -> view), Option(i.getCause))
       named.setStackTrace(i.getStackTrace)
       named
     case other => other
