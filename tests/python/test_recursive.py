@@ -276,8 +276,8 @@ def test_helper_views_read_one_instant_and_outlive_a_concurrent_replace(spark: S
     """A view that reads a table both through its helper and directly reads it at the version the
     helper read, though a commit lands between the two refreshes; a CREATE OR REPLACE that runs
     while another is making its helpers leaves the other's helpers alone; a helper's failure is
-    the view's; helpers are left out of SHOW REFRESHES, and a query with characters outside the BMP before its recursive CTE splits
-    where its text says."""
+    the view's; helpers are left out of SHOW REFRESHES, and a query with characters outside the
+    BMP before its recursive CTE splits where its text says."""
     spark.sql("CREATE TABLE ed (src INT, dst INT, w INT) USING delta")
     spark.sql("INSERT INTO ed VALUES (0, 1, 1), (1, 2, 1), (0, 2, 1)")
     # paths one edge longer than the recursion's: `ed` read by the helper and by the view

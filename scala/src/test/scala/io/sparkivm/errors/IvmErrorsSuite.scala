@@ -66,6 +66,21 @@ class IvmErrorsSuite extends AnyFunSuite {
     assert(IvmErrors.inView("db.v", named) eq named)
   }
 
+  test("an error of a helper view's refresh names its view, its condition and other parameters kept") {
+    val cause = new IllegalStateException("gone")
+    val e = IvmErrors.sourceMissing("`db`.`__ivm_rec_v_r_1a2b3c4d`", "db.ed", cause)
+    val named = IvmErrors.throughHelper("`db`.`v`", "__ivm_rec_v_r_1a2b3c4d", e).asInstanceOf[IvmException]
+    assert(named.getCondition == e.getCondition && (named.getCause eq cause))
+    assert(named.parameters == e.parameters + ("view" -> "`db`.`v`"))
+    assert(!named.getMessage.contains("__ivm_rec_") && named.getMessage.contains("`db`.`v`"))
+    assert(named.getStackTrace.sameElements(e.getStackTrace))
+    // errors of other views, and errors without a view, pass as they are
+    val other = IvmErrors.sourceMissing("`db`.`w`", "db.ed", cause)
+    assert(IvmErrors.throughHelper("`db`.`v`", "__ivm_rec_v_r_1a2b3c4d", other) eq other)
+    val internal = IvmErrors.internal("x")
+    assert(IvmErrors.throughHelper("`db`.`v`", "__ivm_rec_v_r_1a2b3c4d", internal) eq internal)
+  }
+
   private def sources: Seq[String] = sourceFiles.map(_._2)
 
   private def sourceFiles: Seq[(String, String)] = MainSources.files
