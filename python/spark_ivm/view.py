@@ -41,6 +41,13 @@ def _policy(value: str) -> str:
 
 def is_materialized_view(spark: SparkSession, name: str) -> bool:
     """True if ``name`` (``view``, ``db.view``) is a materialized view. A catalog lookup only."""
+    if not is_connect(spark):
+        # One call into the driver, not a statement to parse, analyze and run (about a second in a
+        # new application, whose first refresh is often its only one).
+        jvm = spark._jvm
+        assert jvm is not None
+        catalog = jvm.io.sparkivm.catalog.ViewCatalog
+        return bool(catalog.isMaterializedView(spark._jsparkSession, quote_name(name)))
     try:
         # Asked first, so that a missing name raises nothing (a Spark Connect client logs every
         # error it receives, caught or not).

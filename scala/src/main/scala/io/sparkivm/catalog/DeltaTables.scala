@@ -3,9 +3,12 @@ package io.sparkivm.catalog
 import java.util.concurrent.ConcurrentHashMap
 import java.util.{Collections, WeakHashMap}
 
+import scala.util.control.NonFatal
+
 import org.apache.hadoop.fs.Path
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.TableIdentifier
+import org.apache.spark.sql.catalyst.analysis.{NoSuchDatabaseException, NoSuchTableException}
 import org.apache.spark.sql.catalyst.catalog.CatalogTable
 import org.apache.spark.sql.delta.DeltaLog
 import org.apache.spark.sql.ivm.SessionInternals
@@ -45,6 +48,20 @@ object DeltaTables {
       case None => catalog.getTableMetadata(id)
     }
   }
+
+  /** The table's catalog entry, or None if the table (or its database) does not exist. */
+  def entryIfExists(spark: SparkSession, id: TableIdentifier): Option[CatalogTable] =
+    try Some(entry(spark, id))
+    catch { case NonFatal(e) if isMissing(e) => None }
+
+  /** Whether `e` is the catalog's answer for a table or database that does not exist. */
+  def isMissing(e: Throwable): Boolean = e match {
+    case _: NoSuchTableException | _: NoSuchDatabaseException => true
+    case _ => false
+  }
+
+  /** The Delta log of the table of a catalog entry (no lookup of its own). */
+  def log(spark: SparkSession, entry: CatalogTable): DeltaLog = DeltaLog.forTable(spark, entry)
 
   /** The table's Delta log (as `DeltaLog.forTable(spark, id)`, from the kept entry if any). */
   def log(spark: SparkSession, id: TableIdentifier): DeltaLog =

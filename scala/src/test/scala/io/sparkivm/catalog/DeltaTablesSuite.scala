@@ -62,6 +62,21 @@ class DeltaTablesSuite extends AnyFunSuite {
     } finally DeltaTables.release(refresh)
   }
 
+  test("entryIfExists: none for a missing table or database, the entry once created") {
+    spark.sql("DROP TABLE IF EXISTS dt_maybe")
+    val id = TableIdentifier("dt_maybe", Some("default"))
+    val refresh = DeltaTables.scoped(SparkInternals.isolated(spark))
+    try {
+      assert(DeltaTables.entryIfExists(refresh, id).isEmpty)
+      assert(DeltaTables.entryIfExists(refresh, TableIdentifier("dt_maybe", Some("dt_no_such_db"))).isEmpty)
+      val location = dir()
+      tableAt("dt_maybe", location)
+      val entry = DeltaTables.entryIfExists(refresh, id)
+      assert(entry.map(_.location.getPath.stripSuffix("/")).contains(pathOf(location)))
+      assert(DeltaTables.log(refresh, entry.get).dataPath.toUri.getPath.stripSuffix("/") == pathOf(location))
+    } finally DeltaTables.release(refresh)
+  }
+
   test("a table named by its path needs no catalog entry") {
     val location = dir()
     spark.sql(s"CREATE TABLE delta.`${pathOf(location)}` (k INT) USING delta")
