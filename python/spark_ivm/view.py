@@ -42,8 +42,7 @@ def _policy(value: str) -> str:
 def is_materialized_view(spark: SparkSession, name: str) -> bool:
     """True if ``name`` (``view``, ``db.view``) is a materialized view. A catalog lookup only."""
     if not is_connect(spark):
-        # One call into the driver, not a statement to parse, analyze and run (about a second in a
-        # new application, whose first refresh is often its only one).
+        # One call into the driver, not a statement to parse, analyze and run.
         jvm = spark._jvm
         assert jvm is not None
         catalog = jvm.io.sparkivm.catalog.ViewCatalog

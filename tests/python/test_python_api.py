@@ -192,6 +192,12 @@ def test_names_that_need_quoting(spark: SparkSession, orders: str, name: str) ->
         MaterializedView.for_name(spark, "orders")  # a table, not a materialized view
 
 
+def test_names_that_cannot_be_a_materialized_view(spark: SparkSession, orders: str) -> None:
+    spark.sql("CREATE VIEW plain AS SELECT id FROM orders")
+    for name in ["orders", "plain", "nope", "no_such_db.v", "a.b.c.d", "`unclosed", "a b"]:
+        assert not is_materialized_view(spark, name), name
+
+
 def test_describe_returns_structured_fields(spark: SparkSession, orders: str) -> None:
     mv = MaterializedView.create(spark, "s", "SELECT cust, count(*) AS n FROM orders GROUP BY cust",
                                  comment="per customer", properties={"team": "me"})

@@ -6,12 +6,12 @@ import scala.util.control.NonFatal
 
 import io.sparkivm.errors.IvmErrors
 import org.apache.spark.internal.Logging
-import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.TableIdentifier
 import org.apache.spark.sql.catalyst.catalog.{CatalogTable, CatalogTableType}
 import org.apache.spark.sql.delta.DeltaHistoryManager
 import org.apache.spark.sql.delta.util.FileNames
 import org.apache.spark.sql.ivm.SessionInternals
+import org.apache.spark.sql.{AnalysisException, SparkSession}
 import org.json4s._
 import org.json4s.jackson.JsonMethods.{compact, parse, render}
 
@@ -79,8 +79,8 @@ object ViewCatalog extends Logging {
     view.copy(table = BackingPrefix + safe + suffix)
   }
 
-  // One metastore call, not two: a Hive metastore answers `tableExists` with a `getTable`, each
-  // about 0.1 s in a new application's JVM (a scheduled refresh's one statement).
+  // One metastore call, not two: a Hive metastore answers `tableExists` with a `getTable` of its
+  // own (a network round trip to a remote one).
   private def catalogTable(spark: SparkSession, id: TableIdentifier): Option[CatalogTable] =
     try Some(SessionInternals.catalog(spark).getTableMetadata(id))
     catch { case NonFatal(e) if DeltaTables.isMissing(e) => None }
@@ -103,11 +103,12 @@ object ViewCatalog extends Logging {
   /**
    * True if `name` (SQL text: `view`, `db.view`, back-quoted parts) is a materialized view; false
    * for any name that is not one, or that cannot be one (not parsable, another catalog). For the
-   * Python API: one catalog lookup where a SQL statement would parse, analyze and run.
+   * Python API: one catalog lookup where a SQL statement would parse, analyze and run. A failure
+   * of the catalog itself is thrown.
    */
   def isMaterializedView(spark: SparkSession, name: String): Boolean =
     try isMaterializedView(spark, SessionInternals.parser(spark).parseMultipartIdentifier(name))
-    catch { case NonFatal(_) => false }
+    catch { case _: AnalysisException => false }
 
   /** The metadata of a materialized view, or IVM_VIEW_NOT_FOUND. */
   def lookup(spark: SparkSession, parts: Seq[String]): ViewMetadata = {
