@@ -160,8 +160,11 @@ def worker(args: argparse.Namespace) -> None:
     print("RESULT " + json.dumps(out), flush=True)
 
 
-def run_worker(args: argparse.Namespace, kind: str, round_: int = 0) -> Dict[str, Any]:
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", kind, "--warehouse", args.warehouse,
+def run_worker(args: argparse.Namespace, kind: str, round_: int = 0, python: str = sys.executable
+               ) -> Dict[str, Any]:
+    """One application of `--worker kind`, run by the interpreter `python` (its package and jar);
+    its RESULT, with the application's time."""
+    cmd = [python, os.path.abspath(__file__), "--worker", kind, "--warehouse", args.warehouse,
            "--work", args.work, "--sf", f"{args.sf:g}", "--view", args.view, "--master", args.master,
            "--memory", args.memory, "--round", str(round_), "--orders", str(args.orders)] + (
         ["--rely"] if args.rely else [])

@@ -16,25 +16,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
-from typing import Any, Dict
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
 
-
-def worker(args: argparse.Namespace, python: str, kind: str, round_: int) -> Dict[str, Any]:
-    """One application of `cold.py --worker kind`, run by `python`; its RESULT line."""
-    cmd = [python, os.path.join(HERE, "cold.py"), "--worker", kind, "--warehouse", args.warehouse,
-           "--work", args.work, "--sf", f"{args.sf:g}", "--view", args.view, "--round", str(round_),
-           "--orders", str(args.orders)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
-    if proc.returncode != 0 or not lines:
-        raise SystemExit(f"{kind} failed:\n{proc.stderr[-3000:]}")
-    result: Dict[str, Any] = json.loads(lines[-1][len("RESULT "):])
-    return result
+from cold import run_worker  # noqa: E402
 
 
 def main() -> None:
@@ -45,6 +33,9 @@ def main() -> None:
     parser.add_argument("--sf", type=float, default=1.0)
     parser.add_argument("--orders", type=int, default=1500)
     parser.add_argument("--view", default="q10")
+    parser.add_argument("--rely", action="store_true")
+    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--memory", default="8g")
     parser.add_argument("--work", default=os.path.join(ROOT, "work"))
     parser.add_argument("--first-round", type=int, default=100, help="seed of the first round's change")
     parser.add_argument("--out", default="cold_ab")
@@ -56,14 +47,14 @@ def main() -> None:
         for i in range(args.rounds):
             round_ = args.first_round + i
             side = ("base", "this")[i % 2]
-            worker(args, sys.executable, "change", round_)
-            ref = worker(args, sides[side], "refresh", round_)
-            rec = worker(args, sides[side], "recompute", round_)
+            run_worker(args, "change", round_)
+            ref = run_worker(args, "refresh", round_, sides[side])
+            rec = run_worker(args, "recompute", round_, sides[side])
             phases_s = sum(ref["phases_ms"].values()) / 1000
             row = {"round": i + 1, "side": side, "refresh_s": ref["refresh_s"],
                    "recompute_s": rec["recompute_s"], "ratio": rec["recompute_s"] / ref["refresh_s"],
                    "phases_s": phases_s, "before_phases_s": ref["refresh_s"] - phases_s,
-                   "same": worker(args, sys.executable, "check", round_)["same"]}
+                   "same": run_worker(args, "check", round_)["same"]}
             print(json.dumps(row), flush=True)
             out.write(json.dumps(row) + "\n")
             if not row["same"]:
