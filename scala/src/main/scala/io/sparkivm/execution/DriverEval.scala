@@ -9,14 +9,17 @@ import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.aggregate.{AggregateExpression, Complete, DeclarativeAggregate}
 import org.apache.spark.sql.catalyst.expressions.{
   Alias, Attribute, AttributeReference, BindReferences, EmptyRow, Expression, Generator, GenericInternalRow, If,
-  InterpretedMutableProjection, InterpretedUnsafeProjection, JoinedRow, NamedExpression, Predicate, RuntimeReplaceable,
-  UnsafeRow
+  InterpretedMutableProjection, InterpretedUnsafeProjection, JoinedRow, KnownFloatingPointNormalized, NamedExpression,
+  Predicate, RuntimeReplaceable, UnsafeRow
 }
 import org.apache.spark.sql.catalyst.planning.ExtractEquiJoinKeys
 import org.apache.spark.sql.catalyst.plans.logical.{
   Aggregate, Distinct, Filter, Generate, Join, LocalRelation, LogicalPlan, Project, SubqueryAlias, Union, View
 }
 import org.apache.spark.sql.catalyst.plans.{ExistenceJoin, Inner, LeftAnti, LeftOuter, LeftSemi}
+import org.apache.spark.sql.catalyst.util.UnsafeRowUtils
+import org.apache.spark.sql.ivm.SparkInternals
+import org.apache.spark.sql.types.{DoubleType, FloatType}
 
 /**
  * Evaluates a small plan (analyzed or optimized) on the driver, without a Spark job, when it
@@ -29,6 +32,11 @@ import org.apache.spark.sql.catalyst.plans.{ExistenceJoin, Inner, LeftAnti, Left
  * of these would otherwise be a job with a shuffle. Expressions are interpreted (no code is
  * generated for a few rows); None for any other plan, or any expression that is not
  * deterministic or cannot be interpreted.
+ *
+ * Rows are grouped, made distinct and joined by the bytes of their keys, so a plan whose keys
+ * compare otherwise is left to Spark: strings under a collation ('a' equals 'A' under
+ * UTF8_LCASE), and floating-point values that Spark's optimizer has not normalized (-0.0 equals
+ * 0.0, and every NaN equals every other).
  */
 object DriverEval {
 
@@ -55,6 +63,11 @@ object DriverEval {
   }
 
   private type Index = scala.collection.Map[UnsafeRow, mutable.ArrayBuffer[InternalRow]]
+
+  /** Whether values of `key` are equal exactly when their unsafe bytes are. */
+  private def equalAsBytes(key: Expression): Boolean =
+    UnsafeRowUtils.isBinaryStable(key.dataType) && (key.isInstanceOf[KnownFloatingPointNormalized] ||
+      !SparkInternals.existsNested(key.dataType)(t => t == FloatType || t == DoubleType))
 
   private val NoFixedRows = new FixedRows(Nil)
 
@@ -92,14 +105,15 @@ object DriverEval {
         }
       case SubqueryAlias(_, child) => eval(child)
       case v: View => eval(v.child)
-      case Distinct(child) =>
+      case Distinct(child) if child.output.forall(equalAsBytes) =>
         eval(child).map(in => project(child.output, child.output, in).distinct)
       case u: Union if !u.byName && !u.allowMissingCol =>
         val parts = u.children.map(eval)
         if (parts.exists(_.isEmpty)) None
         else Some(parts.flatten.flatten).filter(_.size <= maxRows)
       // DISTINCT, and functions Spark declares as expressions over a buffer (COUNT, SUM, AVG, MIN ...).
-      case Aggregate(groups, outputs, child, _) if (groups ++ outputs).forall(_.deterministic) =>
+      case Aggregate(groups, outputs, child, _)
+          if (groups ++ outputs).forall(_.deterministic) && groups.forall(equalAsBytes) =>
         eval(child).flatMap(aggregate(groups, outputs, child.output, _)).filter(_.size <= maxRows)
       // A generator is a flatMap of its child's rows (LATERAL VIEW explode, posexplode, inline ...).
       case g: Generate if g.generator.deterministic =>
@@ -137,6 +151,7 @@ object DriverEval {
         case _ => (Nil, Nil, j.condition)
       }
       if (lk.isEmpty && left.size.toLong * right.size > NestedLoopMaxPairs) return None
+      if (!(lk ++ rk).forall(equalAsBytes)) return None
       val test = other.map(c =>
         Predicate.createInterpreted(BindReferences.bindReference(c, j.left.output ++ j.right.output)))
       val leftKeys = lk.map(BindReferences.bindReference(_, j.left.output))

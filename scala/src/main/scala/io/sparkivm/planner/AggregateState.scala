@@ -10,7 +10,8 @@ import org.apache.spark.sql.types._
  * `deltas` fold from signed rows and `merge` adds to the old state.
  *
  *  - COUNT: the count.  SUM and AVG: the sum and the count of non-null inputs, so that a
- *    group whose inputs are all NULL or gone gives NULL as recomputation does.
+ *    group whose inputs are all NULL or gone gives NULL as recomputation does (a floating-point
+ *    sum recomputed where a NaN or an infinity would not cancel).
  *  - MIN / MAX: the extreme and the non-null count. Inserts fold in directly; a group whose
  *    current extreme was deleted is recomputed from Post (docs/architecture.md, "The model").
  *  - anything else (COUNT(DISTINCT), stddev, collect_set ...): recomputed from Post for the
@@ -77,8 +78,9 @@ object AggregateState {
     val name = s.expr.sql
     s match {
       case _: CountState => s"$name: running count"
-      case x: SumState if x.avg.isDefined => s"$name: running sum and count"
-      case _: SumState => s"$name: running sum and non-null count"
+      case x: SumState =>
+        s"$name: running sum and ${if (x.avg.isDefined) "count" else "non-null count"}" +
+          (if (x.recompute.isDefined) "; recomputes a group when a NaN or infinite input is deleted" else "")
       case e: ExtremeState => s"$name: folds inserts; recomputes a group when its " +
           s"${if (e.isMin) "minimum" else "maximum"} is deleted"
       case _: RecomputedState => s"$name: recomputed from Post for the groups whose rows changed"
@@ -101,24 +103,45 @@ case class CountState(index: Int, expr: AggregateExpression, count: Count) exten
   def finish(state: Seq[Expression]): Expression = state.head
 }
 
-/** SUM (avg = None) and AVG: a sum of type `sumType` and a non-null count. */
+/**
+ * SUM (avg = None) and AVG: a sum of type `sumType` and a non-null count.
+ *
+ * A floating-point sum cannot take back a NaN or an infinity (x - x is NaN for them), nor a
+ * finite value from a sum that overflowed: a group recomputes its sum from Post when a deleted
+ * input is not finite, or when its old sum is not finite and an input is deleted. Inserts, and
+ * deletes of finite values from a finite sum, stay a running sum.
+ */
 case class SumState(index: Int, expr: AggregateExpression, input: Expression, sumType: DataType,
     avg: Option[Average])
     extends AggregateState {
   private def x = Cast(masked(input), sumType)
+  private def floating = sumType == DoubleType || sumType == FloatType
+  private def notFinite(e: Expression): Expression = {
+    val infinity = if (sumType == FloatType) Literal(Float.PositiveInfinity) else Literal(Double.PositiveInfinity)
+    Or(IsNaN(e), EqualTo(Abs(e), infinity))
+  }
+  private def sumOfAll: Expression =
+    Coalesce(Seq(Cast(Sum(x).toAggregateExpression(), sumType), Literal.default(sumType)))
   def columns: Seq[(String, DataType)] = Seq(col("s") -> sumType, col("n") -> LongType)
-  def full(): Seq[Expression] = Seq(
-    Coalesce(Seq(Cast(Sum(x).toAggregateExpression(), sumType), Literal.default(sumType))),
-    Count(Seq(masked(input))).toAggregateExpression())
+  def full(): Seq[Expression] = Seq(sumOfAll, Count(Seq(masked(input))).toAggregateExpression())
   def deltas(m: Expression): Seq[Expression] = Seq(
-    Cast(Sum(signed(m, x)).toAggregateExpression(), sumType), countOf(m, masked(input)))
-  def needsRecompute(old: Seq[Expression], d: Seq[Expression]): Option[Expression] = None
+    Cast(Sum(signed(m, x)).toAggregateExpression(), sumType), countOf(m, masked(input))) ++
+    // Floating point: 0 no input deleted, 1 finite ones only, 2 one that is not finite.
+    (if (floating) {
+       Seq(Max(If(And(LessThan(m, Literal(0)), IsNotNull(x)), If(notFinite(x), Literal(2), Literal(1)),
+             Literal(0))).toAggregateExpression())
+     } else Nil)
+  def needsRecompute(old: Seq[Expression], d: Seq[Expression]): Option[Expression] =
+    if (!floating) None
+    else Some(Or(EqualTo(d(2), Literal(2)), And(EqualTo(d(2), Literal(1)), notFinite(old.head))))
   def merge(old: Seq[Expression], d: Seq[Expression], rec: Option[Expression]): Seq[Expression] = {
     val n = plus(old(1), d(1), LongType)
+    val running = plus(old.head, d.head, sumType)
+    val sum = rec.map(r => If(needsRecompute(old, d).get, r, running)).getOrElse(running)
     // With no inputs left the sum is exactly zero; this also drops floating-point residue.
-    Seq(If(EqualTo(n, Literal(0L)), Literal.default(sumType), plus(old.head, d.head, sumType)), n)
+    Seq(If(EqualTo(n, Literal(0L)), Literal.default(sumType), sum), n)
   }
-  def recompute: Option[Expression] = None
+  def recompute: Option[Expression] = if (floating) Some(sumOfAll) else None
   def finish(state: Seq[Expression]): Expression = avg match {
     case Some(a) =>
       // Spark's own final step of AVG over our buffer, so types and rounding match.
