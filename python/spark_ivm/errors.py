@@ -89,6 +89,13 @@ class RowLocationInQueryError(IvmAnalysisException):
 
 
 @_register
+class UnsupportedColumnTypeError(IvmAnalysisException):
+    """The view would keep a value of a type a Delta table cannot store (a collated string)."""
+
+    condition = "IVM_UNSUPPORTED_COLUMN_TYPE"
+
+
+@_register
 class MaterializedViewObjectError(IvmAnalysisException):
     """Spark's own DDL or DML on a materialized view or its backing table."""
 

@@ -132,9 +132,10 @@ object ViewLifecycle extends Logging {
       }
       // The whole plan is built (and so checked) against the base tables as they are before any
       // of them changes: a refused CREATE turns no change data feed on.
-      new PinnedReader(spark, Map.empty,
+      val validated = new PinnedReader(spark, Map.empty,
         ViewAnalysis.pin(spark, id.quotedString, analyzed, incremental = false,
           autoEnable = false), id.quotedString).fullRows(analyzed.maintenance)
+      ViewAnalysis.requireStorable(spark, id.quotedString, validated.schema, analyzed.maintenance)
       // Validated: from here on, things are written. A backing table name no existing view uses
       // and no concurrent CREATE is writing: the standard one if it is free (or a dead CREATE's
       // orphan) and nothing lies at its location (files of a CREATE killed before its commit, or

@@ -113,6 +113,10 @@ object IvmErrors {
   def rowLocation(view: String, what: String): IvmException =
     of("IVM_ROW_LOCATION_IN_QUERY", "view" -> view, "what" -> what)
 
+  /** A column of a view's backing table whose type Delta cannot store (a collated string). */
+  def unsupportedColumnType(view: String, what: String, dataType: String, hint: String): IvmException =
+    of("IVM_UNSUPPORTED_COLUMN_TYPE", "view" -> view, "what" -> what, "type" -> dataType, "hint" -> hint)
+
   /** Spark's own DDL or DML on an object that is part of a materialized view. */
   def materializedViewObject(name: String, role: String, statement: String, effect: String,
       instead: String): IvmException =

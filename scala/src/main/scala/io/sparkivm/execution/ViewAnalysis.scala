@@ -14,8 +14,9 @@ import org.apache.spark.sql.catalyst.analysis.UnresolvedRelation
 import org.apache.spark.sql.catalyst.expressions.Alias
 import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, Project}
 import org.apache.spark.sql.catalyst.util.DateTimeUtils
+import org.apache.spark.sql.delta.schema.{SchemaUtils => DeltaSchemaUtils}
 import org.apache.spark.sql.ivm.{CapturedSqlConf, SessionInternals, SparkInternals}
-import org.apache.spark.sql.types.{StructField, StructType}
+import org.apache.spark.sql.types.{StringType, StructField, StructType}
 import org.apache.spark.sql.{Row, SparkSession}
 import org.apache.spark.unsafe.types.UTF8String
 
@@ -159,6 +160,37 @@ object ViewAnalysis {
         case NonFatal(_) => None
       }
     }.nextOption()
+
+  /**
+   * IVM_UNSUPPORTED_COLUMN_TYPE for the first column of a backing table's `schema` that Delta
+   * cannot store (by Delta's own check, which its CREATE would fail with, naming spark-ivm's
+   * internal columns): the view column, grouping key or aggregate that needs it, and what to write
+   * instead. Strings under a collation are the case a query can produce.
+   */
+  def requireStorable(spark: SparkSession, view: String, schema: StructType, maintenance: ViewMaintenance): Unit =
+    if (spark.conf.get("spark.databricks.delta.schema.typeCheck.enabled", "true").toBoolean) {
+      // Delta names a nested field by its path (`c.x`, `c[]`): the top-level column holds it.
+      val unstorable = DeltaSchemaUtils.findUnsupportedDataTypes(schema).map { u =>
+        val column = schema.fieldNames.filter(n =>
+          u.column == n || u.column.startsWith(n + ".") ||
+            u.column.startsWith(n + "[")).maxByOption(_.length).getOrElse(u.column)
+        (column, schema.fields.find(_.name == column).map(_.dataType).getOrElse(u.dataType))
+      }
+      // The view column the user wrote first, then what the view keeps for it.
+      val shown = unstorable.filter(u => maintenance.outputStorage.contains(u._1))
+      (shown ++ unstorable).headOption.foreach { case (column, dataType) =>
+        val collated = SparkInternals.existsNested(dataType) {
+          case s: StringType => s != StringType
+          case _ => false
+        }
+        val hint = if (collated) {
+          "A Delta table keeps strings without a collation: cast the value to STRING in the query " +
+            "(CAST(... AS STRING), or lower(...) for a case-insensitive key), and apply the collation " +
+            "where the view is read."
+        } else "Convert the value in the query to a type Delta stores."
+        throw IvmErrors.unsupportedColumnType(view, maintenance.keptIn(column), dataType.sql, hint)
+      }
+    }
 
   /** IVM_ROW_LOCATION_IN_QUERY if the query reads where rows are stored ([[PlanValidator.rowLocation]]). */
   def requireRowData(view: String, plan: LogicalPlan): Unit =

@@ -291,6 +291,18 @@ class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String], val to
     case other => throw IvmErrors.internal(s"unexpected ${other.nodeName} above an aggregate")
   }
 
+  /**
+   * What a backing table column keeps, in the user's terms: the view column stored there, or the
+   * grouping key or aggregate whose state it holds.
+   */
+  def keptIn(name: String): String =
+    outputStorage.indexOf(name) match {
+      case i if i >= 0 => s"column ${quote(viewColumns(i))}"
+      case _ if keyNames.contains(name) => s"the grouping key ${keyExprs(keyNames.indexOf(name)).sql}"
+      case _ => states.find(_.columns.exists(_._1 == name))
+          .map(s => s"the state of ${s.expr.sql}").getOrElse(s"the internal column $name")
+    }
+
   /** The backing table's columns a refresh folds its delta into: keys, count and aggregate states. */
   def foldColumns: Seq[String] = keyNames ++ (CountColumn +: states.flatMap(_.columns.map(_._1)))
 

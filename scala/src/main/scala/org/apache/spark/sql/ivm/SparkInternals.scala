@@ -30,14 +30,14 @@ object SparkInternals {
   def isolated(spark: SparkSession): SparkSession =
     spark.asInstanceOf[classic.SparkSession].cloneSession()
 
-  /**
-   * True if a Delta schema's JSON declares a CHAR or VARCHAR column (Delta's parsed schema may
-   * not carry the metadata that says so).
-   */
   /** Whether `t` or a type nested in it (array elements, struct fields ...) satisfies `f`. */
   def existsNested(t: org.apache.spark.sql.types.DataType)(f: org.apache.spark.sql.types.DataType => Boolean)
       : Boolean = t.existsRecursively(f)
 
+  /**
+   * True if a Delta schema's JSON declares a CHAR or VARCHAR column (Delta's parsed schema may
+   * not carry the metadata that says so).
+   */
   def declaresCharVarchar(schemaJson: String): Boolean =
     schemaJson.contains(org.apache.spark.sql.catalyst.util.CharVarcharUtils.CHAR_VARCHAR_TYPE_STRING_METADATA_KEY)
 
