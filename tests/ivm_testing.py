@@ -15,7 +15,7 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from decimal import Decimal
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 import pytest
 from pyspark.errors import AnalysisException
@@ -69,12 +69,13 @@ def make_session(master: str = "local[2]", warehouse: Optional[str] = None,
         # Views are maintained incrementally unless a test asks for AUTO, which on tables of a
         # few rows may rightly choose to recompute (its own tests set it).
         .config("spark.ivm.refreshPolicy.default", "incremental")
-        # The tests' tables hold a few rows, where compiling each query's whole-stage code
+        # The tests' tables hold a few rows, where generating and compiling each query's code
         # costs more than running it; spark-ivm's refreshes run interpreted on such inputs
-        # anyway (spark.ivm.refresh.interpretedMaxBytes). One test turns code generation on
-        # (test_refresh_engine). Expressions keep Spark's default factory mode: interpreted
-        # everywhere, Spark cannot decode its own catalog.Table (spark.catalog.listTables()).
+        # anyway (spark.ivm.refresh.interpretedMaxBytes), and so do the tests' own queries, DML
+        # and checks (a sixth less CPU). One test turns code generation on (test_refresh_engine).
+        # Interpreted, Spark cannot decode its own catalog.Table: list tables with table_names.
         .config("spark.sql.codegen.wholeStage", "false")
+        .config("spark.sql.codegen.factoryMode", "NO_CODEGEN")
         # One session runs every test: IVM^eps runs thousands of small queries, whose plans the
         # SQL status store keeps (1000 by default), so keep fewer and give the driver room.
         .config("spark.sql.ui.retainedExecutions", "50")
@@ -198,6 +199,13 @@ def drop_behind_spark_ivm(spark: SparkSession, database: str, name: str) -> None
     jvm = spark._jvm  # type: ignore[attr-defined]
     ident = jvm.org.apache.spark.sql.catalyst.TableIdentifier(name, jvm.scala.Some(database))
     spark._jsparkSession.sessionState().catalog().dropTable(ident, False, False)  # type: ignore[attr-defined]
+
+
+def table_names(spark: SparkSession, database: Optional[str] = None) -> Set[str]:
+    """The names of the tables and views in `database` (the current one by default): SHOW
+    TABLES, as spark.catalog.listTables() fails with interpreted expressions (make_session)."""
+    return {r.tableName for r in spark.sql(f"SHOW TABLES{f' IN {database}' if database else ''}").collect()
+            if not r.isTemporary}
 
 
 def condition(e: BaseException) -> str:

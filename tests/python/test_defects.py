@@ -13,6 +13,7 @@ from ivm_testing import (
     follow_changes,
     refused,
     session_confs,
+    table_names,
 )
 from pyspark.sql import SparkSession
 from spark_ivm import MaterializedView
@@ -111,7 +112,7 @@ def test_queries_reading_where_rows_are_stored_are_refused(spark: SparkSession, 
             assert condition(e) == "IVM_ROW_LOCATION_IN_QUERY", (query, policy, str(e)[:500])
             assert "_metadata" in str(e) or "input_file" in str(e), (query, str(e)[:300])
     assert {x: spark.sql(f"DESCRIBE HISTORY {x}").count() for x in ("t", "u")} == history
-    assert not [r for r in spark.catalog.listTables() if r.name.startswith(("bad", "__ivm_backing_bad"))]
+    assert not [t for t in table_names(spark) if t.startswith(("bad", "__ivm_backing_bad"))]
 
 
 def test_non_deterministic_and_context_functions(spark: SparkSession, db: str) -> None:
@@ -186,7 +187,7 @@ def test_spark_ddl_on_a_materialized_views_objects_is_refused(spark: SparkSessio
     spark.sql("DROP MATERIALIZED VIEW v")
     assert not spark.catalog.tableExists("__ivm_backing_v")
     MaterializedView.create(spark, "v", query)
-    assert {t.name for t in spark.catalog.listTables() if t.name.startswith("__ivm_backing_v")} == {
+    assert {t for t in table_names(spark) if t.startswith("__ivm_backing_v")} == {
         "__ivm_backing_v"}
 
 

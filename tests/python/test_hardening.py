@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from ivm_testing import assert_matches_query, condition, drop_behind_spark_ivm, refused
+from ivm_testing import assert_matches_query, condition, drop_behind_spark_ivm, refused, table_names
 from pyspark.sql import SparkSession
 from spark_ivm import MaterializedView
 
@@ -47,12 +47,12 @@ def test_create_or_replace_failing_midway_keeps_the_view(spark: SparkSession, vi
     with pytest.raises(Exception, match="create-after-backing"):
         spark.sql("CREATE OR REPLACE MATERIALIZED VIEW mv AS SELECT k, max(v) AS m FROM base GROUP BY k")
     still_works(spark, view)
-    tables = {t.name for t in spark.catalog.listTables()}
+    tables = table_names(spark)
     assert {t for t in tables if t.startswith("__ivm_backing_mv")} == {"__ivm_backing_mv"}, tables
     # and a replace that succeeds switches to the new query, dropping the old backing table
     spark.sql("CREATE OR REPLACE MATERIALIZED VIEW mv AS SELECT k, max(v) AS m FROM base GROUP BY k")
     still_works(spark, view, "SELECT k, max(v) AS m FROM base GROUP BY k")
-    tables = {t.name for t in spark.catalog.listTables()}
+    tables = table_names(spark)
     assert len([t for t in tables if t.startswith("__ivm_backing_mv")]) == 1, tables
 
 

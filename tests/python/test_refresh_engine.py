@@ -66,7 +66,7 @@ def test_refresh_runs_few_jobs_and_reports_them_per_phase(spark: SparkSession, t
             assert_matches_query(spark, name, q)
 
 
-CODEGEN = {"spark.sql.codegen.wholeStage": "true"}
+CODEGEN = {"spark.sql.codegen.wholeStage": "true", "spark.sql.codegen.factoryMode": "FALLBACK"}
 
 
 def test_small_refreshes_run_without_generated_code_and_larger_ones_with_it(spark: SparkSession,

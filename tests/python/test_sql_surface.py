@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from ivm_testing import assert_matches_query, condition, refused
+from ivm_testing import assert_matches_query, condition, refused, table_names
 from pyspark.errors import ParseException
 from pyspark.sql import SparkSession
 from spark_ivm import MaterializedView
@@ -39,7 +39,7 @@ def test_keywords_case_names_quotes_and_comments(spark: SparkSession, sales: str
     spark.sql("DROP MATERIALIZED VIEW `By_Region`")
     spark.sql("DROP MATERIALIZED VIEW IF EXISTS `By_Region`")
     assert spark.sql("SHOW MATERIALIZED VIEWS").count() == 0
-    assert not [t for t in spark.catalog.listTables(sales) if t.name.startswith("__ivm")]
+    assert not [t for t in table_names(spark, sales) if t.startswith("__ivm")]
 
 
 def test_column_list_and_or_replace(spark: SparkSession, sales: str) -> None:
