@@ -41,7 +41,9 @@ def test_a_wheel_in_a_fresh_environment_starts_sessions_without_ivys_report(tmp_
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     python = str(venv / "bin" / "python")
-    install = subprocess.run([python, "-m", "pip", "install", "--quiet", *map(str, wheels.glob("*.whl"))],
+    # --no-compile: pyspark's thousands of modules are byte-compiled when imported, not all up front.
+    install = subprocess.run([python, "-m", "pip", "install", "--quiet", "--no-compile",
+                              *map(str, wheels.glob("*.whl"))],
                              capture_output=True, text=True, timeout=900)
     assert install.returncode == 0, install.stderr[-3000:]
     # A cache of its own: nothing fetched before, as on a machine where only pip ran.
