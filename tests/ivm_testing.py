@@ -167,12 +167,14 @@ def assert_matches_query(spark: SparkSession, view: str, query: str) -> int:
 
 
 def follow_changes(spark: SparkSession, queries: Dict[str, str], changes: List[List[str]],
-                   clause: str = "", reports: Optional[Dict[str, List[Any]]] = None
-                   ) -> Dict[str, MaterializedView]:
+                   clause: str = "", reports: Optional[Dict[str, List[Any]]] = None,
+                   settle_state: bool = False) -> Dict[str, MaterializedView]:
     """Creates one view per query (with `clause` before AS), then, after each step of changes,
     refreshes every view and checks that it ran incrementally exactly when a table it reads
     changed (a no-op otherwise) and that it then equals its query; returns the views (and
-    appends each view's refresh reports to `reports[name]` if given)."""
+    appends each view's refresh reports to `reports[name]` if given). With `settle_state`, each
+    refresh starts once the state earlier ones asked for is made (a refresh cancels a build that
+    is running, so which refresh finds it otherwise depends on the machine's speed)."""
     views = {}
     for name, query in sorted(queries.items()):
         spark.sql(f"CREATE MATERIALIZED VIEW {name} {clause} AS {query}")
@@ -183,6 +185,8 @@ def follow_changes(spark: SparkSession, queries: Dict[str, str], changes: List[L
             spark.sql(stmt)
         touched = {m for stmt in step for m in re.findall(r"(?:INTO|FROM|UPDATE)\s+(\w+)", stmt)}
         for name, mv in views.items():
+            if settle_state:
+                assert await_state_builds(spark)
             report = mv.refresh()
             if reports is not None:
                 reports.setdefault(name, []).append(report)

@@ -439,7 +439,7 @@ def test_views_kept_in_memory_by_key_follow_random_changes(spark: SparkSession, 
 
     reports: Dict[str, List[Any]] = {}
     with confs(spark, {HELD_MAX_ROWS: "0", "spark.ivm.apply.rewriteWithoutSearchBytes": "0"}):
-        follow_changes(spark, queries, [step(i) for i in range(6)], reports=reports)
+        follow_changes(spark, queries, [step(i) for i in range(6)], reports=reports, settle_state=True)
     for name, rs in reports.items():
         looked_up = ["looked up in the view's rows kept in memory" in " ".join(r.plan_notes) for r in rs]
         assert looked_up[2:] == [True] * (len(rs) - 2), (name, [r.plan_notes for r in rs])

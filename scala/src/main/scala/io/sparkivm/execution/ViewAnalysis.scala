@@ -15,6 +15,7 @@ import org.apache.spark.sql.catalyst.expressions.Alias
 import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, Project}
 import org.apache.spark.sql.catalyst.util.DateTimeUtils
 import org.apache.spark.sql.delta.schema.{SchemaUtils => DeltaSchemaUtils}
+import org.apache.spark.sql.delta.sources.DeltaSQLConf
 import org.apache.spark.sql.ivm.{CapturedSqlConf, SessionInternals, SparkInternals}
 import org.apache.spark.sql.types.{StringType, StructField, StructType}
 import org.apache.spark.sql.{Row, SparkSession}
@@ -168,7 +169,7 @@ object ViewAnalysis {
    * instead. Strings under a collation are the case a query can produce.
    */
   def requireStorable(spark: SparkSession, view: String, schema: StructType, maintenance: ViewMaintenance): Unit =
-    if (spark.conf.get("spark.databricks.delta.schema.typeCheck.enabled", "true").toBoolean) {
+    if (spark.sessionState.conf.getConf(DeltaSQLConf.DELTA_SCHEMA_TYPE_CHECK)) {
       // Delta names a nested field by its path (`c.x`, `c[]`): the top-level column holds it.
       val unstorable = DeltaSchemaUtils.findUnsupportedDataTypes(schema).map { u =>
         val column = schema.fieldNames.filter(n =>
