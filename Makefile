@@ -14,7 +14,8 @@ PACKAGES  := $(VENV)/.packages
 CLASS_DATA := $(VENV)/.class-data
 
 .PHONY: install jar demo docs test lint lint-python fmt test-scala test-python test-cluster bench bench-fk bench-triangles \
-	bench-auto bench-lag bench-lookups bench-reads bench-compile-cache bench-first-refresh clean
+	bench-auto bench-lag bench-lookups bench-reads bench-compile-cache bench-first-refresh compat-tpcds \
+	compat-pg-ivm clean
 
 install: $(STAMP) $(JAR) $(PACKAGES) $(CLASS_DATA)
 
@@ -91,6 +92,15 @@ test-python: install lint-python
 
 test-cluster: install
 	$(BG) $(VENV)/bin/pytest -q tests/cluster
+
+# Other projects' queries as differential checks, outside make test (20-30 minutes each):
+# TPC-DS's 99 (data and queries from DuckDB's TPC-DS extension) and pg_ivm's regression queries.
+compat-tpcds: install
+	$(PIP) install --quiet -e '.[dev,compat]'
+	$(PY) tests/compat/tpcds_queries.py
+
+compat-pg-ivm: install
+	$(PY) tests/compat/pg_ivm_queries.py
 
 bench: install
 	$(PY) benchmarks/run.py q10 --sf 1 --rounds 3

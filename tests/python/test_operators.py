@@ -240,6 +240,15 @@ TOP_K_QUERIES = {
     "top_rows_offset": "SELECT a, b, x FROM r ORDER BY x DESC NULLS FIRST, a, b NULLS LAST LIMIT 3 OFFSET 1",
     "top_join": "SELECT t.c, r.a FROM r JOIN t ON r.b = t.b ORDER BY c DESC, a LIMIT 2",
     "offset_only": "SELECT s, count(*) AS n FROM r GROUP BY s ORDER BY n, s OFFSET 1",
+    # Ordered by what the view's columns give: an expression of them, a column under its old
+    # name, an expression the SELECT computes.
+    "top_by_expression": "SELECT b, sum(x) AS sx, count(*) AS n FROM r GROUP BY b "
+                         "ORDER BY sx / n DESC NULLS LAST, b NULLS FIRST LIMIT 2",
+    "top_by_old_name": "SELECT a AS id, b, x FROM r ORDER BY a DESC, b, x LIMIT 3",
+    "top_by_computed": "SELECT upper(s) AS us, count(*) AS n FROM r GROUP BY upper(s) "
+                       "ORDER BY upper(s) DESC NULLS LAST LIMIT 2",
+    # A LIMIT no smaller than the one row of a global aggregate changes nothing.
+    "one_row_limit": "SELECT sum(x) AS total, count(*) AS n FROM r LIMIT 5",
 }
 
 
@@ -253,6 +262,10 @@ def test_top_k_views_follow_changes(spark: SparkSession, db: str) -> None:
     plan = "\n".join(r[0] for r in spark.sql("EXPLAIN REFRESH MATERIALIZED VIEW top_groups").collect())
     assert ("Top rows: ORDER BY sx DESC NULLS LAST, b ASC NULLS FIRST LIMIT 2, applied when the view "
             "is read") in plan
+    described = MaterializedView.for_name(spark, "top_by_expression").describe()["info"]
+    assert described["Top rows"].startswith(
+        "ORDER BY (sx / CAST(n AS DOUBLE)) DESC NULLS LAST, b ASC NULLS FIRST LIMIT 2"), described
+    assert "Top rows" not in MaterializedView.for_name(spark, "one_row_limit").describe()["info"]
     described = MaterializedView.for_name(spark, "top_rows_offset").describe()["info"]
     assert described["Top rows"].startswith(
         "ORDER BY x DESC NULLS FIRST, a ASC NULLS FIRST, b ASC NULLS LAST LIMIT 3 OFFSET 1"), described

@@ -1,6 +1,9 @@
 package io.sparkivm.planner
 
 import io.sparkivm.errors.IvmErrors
+import scala.collection.mutable.ArrayBuffer
+
+import org.apache.spark.sql.catalyst.analysis.UnresolvedAttribute
 import org.apache.spark.sql.catalyst.expressions.{Alias, Ascending, Attribute, Expression, NullsFirst, RowOrdering}
 import org.apache.spark.sql.catalyst.plans.logical._
 
@@ -15,12 +18,20 @@ import org.apache.spark.sql.catalyst.plans.logical._
  * in Spark's answer as in the view's; the view's read breaks the ties by its other columns, so
  * that every read gives the same rows.
  *
- * @param order    per sort key: the view column's position, ascending, nulls first
+ * An ORDER BY of a value the view does not select is kept where that value is computed from the
+ * view's columns (`ORDER BY c_customer_id` of a view selecting it `AS customer_id`, or
+ * `ORDER BY sum_sales - avg_sales`): the read orders by the expression over its columns.
+ *
+ * @param order    per sort key: the view column's position, ascending, nulls first; a position
+ *                 past the view's columns names the expression of `computed` at that index less
+ *                 the number of columns
  * @param limit    LIMIT, if any
  * @param offset   OFFSET (0 if none)
  * @param tieBreak how many of the last keys of `order` are the view's, added to break ties
+ * @param computed sort keys computed from the view's columns, over the view's output attributes
  */
-case class TopRows(order: Seq[(Int, Boolean, Boolean)], limit: Option[Int], offset: Int, tieBreak: Int = 0) {
+case class TopRows(order: Seq[(Int, Boolean, Boolean)], limit: Option[Int], offset: Int, tieBreak: Int = 0,
+    computed: Seq[(Expression, Seq[Attribute])] = Nil) {
 
   /** LIMIT + OFFSET: how many rows a read reaches down to. */
   def reach: Option[Int] = limit.map(_ + offset)
@@ -28,9 +39,9 @@ case class TopRows(order: Seq[(Int, Boolean, Boolean)], limit: Option[Int], offs
   /**
    * True if the backing table marks its first rows for the read ([[ViewMaintenance.markedTop]]):
    * a LIMIT of at most [[TopRows.MaxMarked]] rows with OFFSET (a larger one keeps only unmarked
-   * rows, read whole).
+   * rows, read whole), ordered by columns alone (marks compare stored values).
    */
-  def marks: Boolean = reach.exists(n => n > 0 && n <= TopRows.MaxMarked)
+  def marks: Boolean = computed.isEmpty && reach.exists(n => n > 0 && n <= TopRows.MaxMarked)
 
   /** The clause the catalog view ends with, over the view's column names. */
   def sql(columns: Seq[String], quote: String => String): String = clause(order, columns, quote)
@@ -47,11 +58,18 @@ case class TopRows(order: Seq[(Int, Boolean, Boolean)], limit: Option[Int], offs
 
   private def clause(keys: Seq[(Int, Boolean, Boolean)], columns: Seq[String], quote: String => String) = {
     val sorted = keys.map { case (i, asc, nullsFirst) =>
-      s"${quote(columns(i))} ${if (asc) "ASC" else "DESC"} NULLS ${if (nullsFirst) "FIRST" else "LAST"}"
+      val key = if (i < columns.size) quote(columns(i)) else computedSql(computed(i - columns.size), columns)
+      s"$key ${if (asc) "ASC" else "DESC"} NULLS ${if (nullsFirst) "FIRST" else "LAST"}"
     }
     s" ORDER BY ${sorted.mkString(", ")}" + limit.map(k => s" LIMIT $k").getOrElse("") +
       (if (offset > 0) s" OFFSET $offset" else "")
   }
+
+  /** A computed sort key as SQL over the view's column names (a read resolves them by name). */
+  private def computedSql(key: (Expression, Seq[Attribute]), columns: Seq[String]): String =
+    key._1.transform { case a: Attribute =>
+      UnresolvedAttribute(Seq(columns(key._2.indexWhere(_.exprId == a.exprId))))
+    }.sql
 }
 
 object TopRows {
@@ -61,8 +79,9 @@ object TopRows {
 
   /**
    * The query under its top-level ORDER BY with LIMIT or OFFSET, and those; the query itself
-   * and None where it has neither. Refuses a LIMIT without ORDER BY (any k rows would do, so a
-   * refresh could not say which to keep) and an ORDER BY of a value the view does not select.
+   * and None where it has neither (or a LIMIT no row can reach). Refuses a LIMIT without ORDER BY
+   * (any k rows would do, so a refresh could not say which to keep) and an ORDER BY of a value
+   * the view's columns do not give.
    */
   def split(plan: LogicalPlan): (LogicalPlan, Option[TopRows]) = {
     val top = unwrap(plan)
@@ -77,6 +96,9 @@ object TopRows {
       case other => (0, other)
     }
     if (limit.isEmpty && offset == 0) return (plan, None)
+    // A LIMIT no smaller than the most rows its input can have (a global aggregate's one row,
+    // TPC-DS's `SELECT sum(...) ... LIMIT 100`) changes nothing: Spark's EliminateLimits.
+    if (offset == 0 && underOffset.maxRows.exists(m => limit.exists(_ >= m))) return (underOffset, None)
     val (project, sort) = underOffset match {
       case p @ Project(_, s: Sort) if s.global => (Some(p), s)
       case s: Sort if s.global => (None, s)
@@ -86,15 +108,18 @@ object TopRows {
             "add an ORDER BY whose columns order the rows completely, or apply LIMIT when reading the view.")
     }
     val output = project.getOrElse(sort).output
+    val computed = ArrayBuffer.empty[(Expression, Seq[Attribute])]
     val order = sort.order.map { o =>
-      val at = o.child match {
-        case a: Attribute => output.indexWhere(_.exprId == a.exprId)
-        case _ => -1
-      }
-      if (at < 0) {
-        throw IvmErrors.unsupported(s"ORDER BY ${o.child.sql} under LIMIT, a value the view does not select",
-          "Select it as a column of the view: the view then keeps the query's rows and applies ORDER BY " +
-            "... LIMIT when it is read.")
+      val key = overOutput(o.child, project, sort.child, output)
+      val at = key match {
+        case Some(a: Attribute) => output.indexWhere(_.exprId == a.exprId)
+        case Some(e) =>
+          computed += ((e, output))
+          output.size + computed.size - 1
+        case None =>
+          throw IvmErrors.unsupported(s"ORDER BY ${o.child.sql} under LIMIT, a value the view does not select",
+            "Select it as a column of the view, or order by an expression of the view's columns: the view " +
+              "then keeps the query's rows and applies ORDER BY ... LIMIT when it is read.")
       }
       (at, o.direction == Ascending, o.nullOrdering == NullsFirst)
     }
@@ -103,7 +128,33 @@ object TopRows {
     else
       output.indices.filter(i => !order.exists(_._1 == i) && RowOrdering.isOrderable(output(i).dataType))
         .map(i => (i, true, true))
-    (inner, Some(TopRows(order ++ tieBreak, limit, offset, tieBreak.size)))
+    (inner, Some(TopRows(order ++ tieBreak, limit, offset, tieBreak.size, computed.toSeq)))
+  }
+
+  /**
+   * A sort key over the view's output attributes: the key itself where it is one, else the key
+   * with each part the view's SELECT computes replaced by that column. A key of columns the
+   * SELECT does not keep (Spark adds them below the sort, `ORDER BY a` of `SELECT a AS id`) is
+   * first expanded to what they are. None where a part is neither (a column the view does not
+   * select) or the key is not deterministic.
+   */
+  private def overOutput(key: Expression, project: Option[Project], sortChild: LogicalPlan,
+      output: Seq[Attribute]): Option[Expression] = {
+    val outputIds = output.map(_.exprId).toSet
+    val below = sortChild match {
+      case p: Project if project.isDefined => p.projectList.collect { case a: Alias => a }
+      case _ => Nil
+    }
+    val selected = project.toSeq.flatMap(_.projectList).collect { case a: Alias => a } ++
+      below.filter(a => outputIds.contains(a.exprId))
+    val expanded = key.transform {
+      case a: Attribute if !outputIds.contains(a.exprId) => below.find(_.exprId == a.exprId).map(_.child).getOrElse(a)
+    }
+    val rewritten = expanded.transformDown {
+      case a: Attribute if outputIds.contains(a.exprId) => a
+      case e if !e.foldable => selected.find(_.child.semanticEquals(e)).map(_.toAttribute).getOrElse(e)
+    }
+    Some(rewritten).filter(r => r.deterministic && r.references.forall(a => outputIds.contains(a.exprId)))
   }
 
   /**
