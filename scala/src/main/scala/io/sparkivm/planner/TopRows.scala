@@ -1,8 +1,8 @@
 package io.sparkivm.planner
 
-import io.sparkivm.errors.IvmErrors
 import scala.collection.mutable.ArrayBuffer
 
+import io.sparkivm.errors.IvmErrors
 import org.apache.spark.sql.catalyst.analysis.UnresolvedAttribute
 import org.apache.spark.sql.catalyst.expressions.{Alias, Ascending, Attribute, Expression, NullsFirst, RowOrdering}
 import org.apache.spark.sql.catalyst.plans.logical._

@@ -148,12 +148,13 @@ class PlannerSuite extends AnyFunSuite with BeforeAndAfterAll {
     assert(split("SELECT sum(x) AS sx FROM r LIMIT 3")._2.isEmpty)
     assert(split("SELECT sum(x) AS sx FROM r ORDER BY sx LIMIT 0")._2.isDefined)
     // A key the view's columns give: an expression of them, or a column under its old name.
-    val byShare = split("SELECT b, sum(x) AS sx, count(*) AS n FROM r GROUP BY b ORDER BY sx / n DESC, b LIMIT 2")._2.get
+    val byShare =
+      split("SELECT b, sum(x) AS sx, count(*) AS n FROM r GROUP BY b ORDER BY sx / n DESC, b LIMIT 2")._2.get
     assert(byShare.sql(Seq("b", "sx", "n"), ViewMaintenance.quote) ==
       " ORDER BY (sx / CAST(n AS DOUBLE)) DESC NULLS LAST, `b` ASC NULLS FIRST LIMIT 2")
     assert(!byShare.marks, "marks compare stored columns")
     assert(split("SELECT a AS id, x FROM r ORDER BY a, x LIMIT 2")._2.contains(
-      TopRows(Seq((0, true, true), (1, true, true)), Some(2), 0)))
+        TopRows(Seq((0, true, true), (1, true, true)), Some(2), 0)))
     assert(split("SELECT a FROM r ORDER BY a")._2.isEmpty)
     assert(refused("SELECT a FROM r LIMIT 2").contains("Without ORDER BY"))
     assert(refused("SELECT b FROM r GROUP BY b ORDER BY sum(x) LIMIT 2").contains("does not select"))
