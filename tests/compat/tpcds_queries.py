@@ -24,7 +24,7 @@ import re
 import sys
 import tempfile
 import time
-from typing import Dict, List, Tuple
+from typing import Any, Dict, List, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -74,29 +74,29 @@ DIMENSION_CHANGES = [
 ]
 
 
-def queries() -> Dict[int, str]:
-    """TPC-DS's queries as DuckDB's extension gives them, in Spark's dialect: without their final
-    semicolon, and double-quoted names (``AS "30 days"``) quoted with backticks."""
+def tpcds() -> Any:
+    """A DuckDB connection with the TPC-DS extension loaded (from the `compat` extra's wheel)."""
     import duckdb
     import duckdb_extensions
 
     duckdb_extensions.import_extension("tpcds")
     con = duckdb.connect()
     con.sql("LOAD tpcds")
-    return {n: re.sub(r'"([^"]*)"', r"`\1`", q.strip().rstrip(";")) for n, q in con.sql("SELECT query_nr, query FROM tpcds_queries()").fetchall()}
+    return con
+
+
+def queries() -> Dict[int, str]:
+    """TPC-DS's queries as DuckDB's extension gives them, in Spark's dialect: without their final
+    semicolon, and double-quoted names (``AS "30 days"``) quoted with backticks."""
+    return {n: re.sub(r'"([^"]*)"', r"`\1`", q.strip().rstrip(";")) for n, q in tpcds().sql("SELECT query_nr, query FROM tpcds_queries()").fetchall()}
 
 
 def generate(sf: float) -> str:
     """Parquet files of the TPC-DS tables at this scale factor, written once into a cache folder."""
     out = os.path.join(tempfile.gettempdir(), "spark-ivm-tpcds", f"sf{sf:g}")
     if not os.path.exists(os.path.join(out, "done")):
-        import duckdb
-        import duckdb_extensions
-
-        duckdb_extensions.import_extension("tpcds")
         os.makedirs(out, exist_ok=True)
-        con = duckdb.connect()
-        con.sql("LOAD tpcds")
+        con = tpcds()
         con.sql(f"CALL dsdgen(sf={sf})")
         for (t,) in con.sql("SHOW TABLES").fetchall():
             con.sql(f"COPY {t} TO '{os.path.join(out, t)}.parquet' (FORMAT parquet)")
