@@ -4,7 +4,9 @@ import scala.collection.mutable.ArrayBuffer
 
 import io.sparkivm.errors.IvmErrors
 import org.apache.spark.sql.catalyst.analysis.UnresolvedAttribute
-import org.apache.spark.sql.catalyst.expressions.{Alias, Ascending, Attribute, Expression, NullsFirst, RowOrdering}
+import org.apache.spark.sql.catalyst.expressions.{
+  Alias, Ascending, Attribute, BindReferences, BoundReference, Expression, NullsFirst, RowOrdering
+}
 import org.apache.spark.sql.catalyst.plans.logical._
 
 /**
@@ -28,10 +30,10 @@ import org.apache.spark.sql.catalyst.plans.logical._
  * @param limit    LIMIT, if any
  * @param offset   OFFSET (0 if none)
  * @param tieBreak how many of the last keys of `order` are the view's, added to break ties
- * @param computed sort keys computed from the view's columns, over the view's output attributes
+ * @param computed sort keys computed from the view's columns, each column bound to its position
  */
 case class TopRows(order: Seq[(Int, Boolean, Boolean)], limit: Option[Int], offset: Int, tieBreak: Int = 0,
-    computed: Seq[(Expression, Seq[Attribute])] = Nil) {
+    computed: Seq[Expression] = Nil) {
 
   /** LIMIT + OFFSET: how many rows a read reaches down to. */
   def reach: Option[Int] = limit.map(_ + offset)
@@ -66,10 +68,8 @@ case class TopRows(order: Seq[(Int, Boolean, Boolean)], limit: Option[Int], offs
   }
 
   /** A computed sort key as SQL over the view's column names (a read resolves them by name). */
-  private def computedSql(key: (Expression, Seq[Attribute]), columns: Seq[String]): String =
-    key._1.transform { case a: Attribute =>
-      UnresolvedAttribute(Seq(columns(key._2.indexWhere(_.exprId == a.exprId))))
-    }.sql
+  private def computedSql(key: Expression, columns: Seq[String]): String =
+    key.transform { case b: BoundReference => UnresolvedAttribute(Seq(columns(b.ordinal))) }.sql
 }
 
 object TopRows {
@@ -108,13 +108,13 @@ object TopRows {
             "add an ORDER BY whose columns order the rows completely, or apply LIMIT when reading the view.")
     }
     val output = project.getOrElse(sort).output
-    val computed = ArrayBuffer.empty[(Expression, Seq[Attribute])]
+    val computed = ArrayBuffer.empty[Expression]
     val order = sort.order.map { o =>
       val key = overOutput(o.child, project, sort.child, output)
       val at = key match {
         case Some(a: Attribute) => output.indexWhere(_.exprId == a.exprId)
         case Some(e) =>
-          computed += ((e, output))
+          computed += BindReferences.bindReference(e, output)
           output.size + computed.size - 1
         case None =>
           throw IvmErrors.unsupported(s"ORDER BY ${o.child.sql} under LIMIT, a value the view does not select",
