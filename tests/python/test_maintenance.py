@@ -81,6 +81,29 @@ def test_joined_aggregates_meet_the_other_units_once_per_change(spark: SparkSess
     assert all("-Pre(" in b and "+Post(" in b for b in on_groups), on_groups
 
 
+# Written with r1 and r2 first, which share no condition: t joins both.
+COMMA_JOINS = {
+    "comma_rows": "SELECT r1.s, r2.a, t.c FROM r r1, r r2, t WHERE r1.b = t.b AND r2.b = t.b AND t.c > 10",
+    "comma_agg": "SELECT r1.s, count(*) AS n, sum(r2.x) AS sx FROM r r1, r r2, t "
+                 "WHERE r1.b = t.b AND t.b = r2.b GROUP BY r1.s",
+}
+
+
+def test_comma_joins_meet_each_table_by_a_condition(spark: SparkSession, db: str) -> None:
+    """A FROM list whose first tables share no condition: each change is joined along the
+    conditions (r1, then t, then r2), never with all of a table it shares nothing with."""
+    for stmt in BASE:
+        spark.sql(stmt)
+    reports: Dict[str, List[Any]] = {}
+    follow_changes(spark, COMMA_JOINS, CHANGES, reports=reports)
+    for name, rs in reports.items():
+        branches = [b for r in rs for b in r.branches]
+        assert branches, name
+        for b in branches:
+            terms = b.split(" x ")
+            assert len(terms) == 3 and terms[1].endswith(".t)"), (name, b)
+
+
 def test_min_recomputes_only_groups_whose_extreme_was_deleted(spark: SparkSession, db: str) -> None:
     spark.sql("CREATE TABLE m (g INT, v INT) USING delta")
     spark.sql("INSERT INTO m VALUES (1, 1), (1, 5), (2, 2), (2, 9), (3, 3)")

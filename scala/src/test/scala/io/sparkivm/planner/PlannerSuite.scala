@@ -4,16 +4,19 @@ import io.sparkivm.TestSpark
 import io.sparkivm.errors.IvmException
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.expressions.{
-  Alias, Attribute, AttributeReference, EvalMode, IsNull, Literal, Multiply, OuterReference, UnaryMinus
+  Alias, Attribute, AttributeReference, EvalMode, IsNull, Literal, Multiply, OuterReference, PredicateHelper, UnaryMinus
 }
-import org.apache.spark.sql.catalyst.plans.logical.{Aggregate, Join, LocalRelation, LogicalPlan, OneRowRelation, Project}
+import org.apache.spark.sql.catalyst.plans.Inner
+import org.apache.spark.sql.catalyst.plans.logical.{
+  Aggregate, Filter, Join, LocalRelation, LogicalPlan, OneRowRelation, Project
+}
 import org.apache.spark.sql.ivm.SparkInternals
 import org.apache.spark.sql.types.IntegerType
 import org.scalatest.BeforeAndAfterAll
 import org.scalatest.funsuite.AnyFunSuite
 
 /** Classification, validation and delta rules on analyzed plans of real Delta tables. */
-class PlannerSuite extends AnyFunSuite with BeforeAndAfterAll {
+class PlannerSuite extends AnyFunSuite with BeforeAndAfterAll with PredicateHelper {
   private lazy val spark: SparkSession = TestSpark.session("planner")
 
   override def beforeAll(): Unit = {
@@ -88,6 +91,38 @@ class PlannerSuite extends AnyFunSuite with BeforeAndAfterAll {
   }
 
   private def joinTypes(plan: LogicalPlan): Seq[String] = plan.collect { case j: Join => j.joinType.sql }
+
+  /** The inner joins of `plan` whose two sides share no condition (of a join or a WHERE). */
+  private def crossJoins(plan: LogicalPlan): Int = {
+    val conditions = plan.flatMap {
+      case j: Join => j.condition.toSeq
+      case f: Filter => Seq(f.condition)
+      case _ => Nil
+    }.flatMap(splitConjunctivePredicates)
+    plan.collect { case j: Join if j.joinType == Inner => j }.count { j =>
+      !conditions.exists(c =>
+        c.references.intersect(j.left.outputSet).nonEmpty && c.references.intersect(j.right.outputSet).nonEmpty)
+    }
+  }
+
+  test("inner joins written across tables that share no condition are put in a connected order") {
+    // r and t share a; s shares b with r and c with t. As written, r x s then t would be fine,
+    // but `FROM r, t, s WHERE r.b = s.b AND s.c = t.c` crosses r with t.
+    val q = "SELECT r.x, t.a FROM r, t, s WHERE r.b = s.b AND s.c = t.c AND r.x > 0"
+    assert(crossJoins(analyzed(q)) == 1, "as written: r crossed with t")
+    val plan = rewritten(q)
+    assert(crossJoins(plan) == 0, plan)
+    assert(plan.output.map(_.name) == Seq("x", "a"))
+    // The one-table conjunct filters its table, below the joins.
+    assert(plan.collect { case f: Filter => f }.exists(f =>
+        f.condition.references.map(_.name).toSet == Set("x") && f.child.output.map(_.name) == Seq("a", "b", "x")), plan)
+    // Joins written in a connected order, and a cross join no order avoids, stay as written.
+    Seq("SELECT r.x FROM r JOIN s ON r.b = s.b JOIN t ON s.c = t.c", "SELECT r.x FROM r, s, t WHERE r.b = s.b")
+      .map(analyzed).foreach(p => assert(QueryRewrites(p) eq p))
+    // The delta joins a change of t with s before r.
+    assert(new DeltaRules(new MarkingReader(Set("t")), m).delta(plan).map(_.describe) ==
+      Seq("Pre(spark_catalog.default.r) x Pre(spark_catalog.default.s) x D(spark_catalog.default.t)"))
+  }
 
   test("subquery expressions become joins, the innermost first; CTEs are inlined") {
     assert(joinTypes(rewritten("SELECT a FROM r WHERE EXISTS (SELECT 1 FROM s WHERE s.b = r.b)")) == Seq("LEFT SEMI"))
