@@ -144,6 +144,33 @@ def test_auto_chooses_by_the_size_of_the_change(spark: SparkSession, db: str,
     assert [e.mode for e in mv.history(limit=3)] == ["full", "incremental", "full"]
 
 
+def test_auto_stops_an_incremental_refresh_past_its_time_and_recomputes(spark: SparkSession, base: str) -> None:
+    """AUTO gives an incremental refresh a multiple of the recomputation it estimates; past it,
+    the attempt stops before it writes anything and the same refresh recomputes the view. The
+    attempt's time is kept in the history, where the next choice weighs it."""
+    q = ("SELECT b1.k % 5 AS g, count(*) AS n, sum(b2.v) AS s FROM base b1 JOIN base b2 ON b1.k = b2.v "
+         "GROUP BY b1.k % 5")
+    mv = MaterializedView.create(spark, "stopv", q)
+    spark.sql("INSERT INTO base VALUES (7, 14), (100, 7)")
+    # A time no incremental refresh keeps to, and a pause where the changes are read.
+    with session_confs(spark, {"spark.ivm.refreshPolicy.autoStopFactor": "0.000001",
+                               "spark.ivm.refreshPolicy.autoStopMinMs": "1",
+                               "spark.ivm.testing.sqlAt":
+                                   "after-changes:SELECT java_method('java.lang.Thread', 'sleep', 50L)"}):
+        stopped = mv.refresh()
+    assert stopped.mode == "full", stopped
+    assert stopped.reason.startswith("AUTO stopped the incremental refresh after"), stopped.reason
+    assert_matches_query(spark, "stopv", q)
+    last = mv.history(limit=1)[0]
+    assert last.mode == "full" and last.reason == stopped.reason
+    # The next small change: AUTO's incremental estimate now rests on the stopped attempt.
+    spark.sql("DELETE FROM base WHERE k = 100")
+    after = mv.refresh()
+    basis = {c.mode: c.basis for c in after.candidates}
+    assert "fitted to 1 incremental refreshes" in basis["incremental"], basis
+    assert_matches_query(spark, "stopv", q)
+
+
 def test_strict_refresh_that_must_recompute_fails_and_changes_nothing(spark: SparkSession, db: str) -> None:
     spark.sql("CREATE TABLE e (a INT, b INT) USING delta")
     spark.sql("INSERT INTO e SELECT id % 7, (id * 3) % 7 FROM range(40)")

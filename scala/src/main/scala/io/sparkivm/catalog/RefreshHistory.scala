@@ -22,7 +22,9 @@ case class HistoryEntry(
     changeBytes: Long,
     tableBytes: Long,
     trigger: String,
-    error: Option[String] = None) {
+    error: Option[String] = None,
+    /** A recomputation that followed an incremental attempt AUTO stopped: how long that ran. */
+    stoppedMs: Option[Long] = None) {
   def failed: Boolean = error.isDefined
 
   def toJson: JValue = JObject(
@@ -30,7 +32,7 @@ case class HistoryEntry(
     "why" -> JString(reason), "rows" -> JLong(sourceRowsChanged),
     "versions" -> JObject(sourceVersions.toList.sortBy(_._1).map { case (t, v) => t -> JLong(v) }),
     "changeBytes" -> JLong(changeBytes), "tableBytes" -> JLong(tableBytes), "by" -> JString(trigger),
-    "error" -> error.map(JString(_)).getOrElse(JNothing))
+    "error" -> error.map(JString(_)).getOrElse(JNothing), "stoppedMs" -> stoppedMs.map(JLong(_)).getOrElse(JNothing))
 }
 
 /**
@@ -106,6 +108,7 @@ object RefreshHistory {
             case _ => Map.empty
           },
           long("changeBytes"), long("tableBytes"), str("by"),
-          v \ "error" match { case JString(e) => Some(e); case _ => None }))
+          v \ "error" match { case JString(e) => Some(e); case _ => None },
+          Some(long("stoppedMs")).filter(_ >= 0)))
     } catch { case NonFatal(_) => None }
 }

@@ -316,6 +316,16 @@ object IvmConf {
       "(and 10%) over an incremental refresh: where both cost about the same, the refresh stays " +
       "incremental.", internal = true)
 
+  val RefreshPolicyAutoStopFactor: IvmConfEntry[Double] = double("spark.ivm.refreshPolicy.autoStopFactor", 4.0,
+    "Under REFRESH POLICY AUTO, an incremental refresh still computing its changed rows after this " +
+      "many times the recomputation AUTO estimated (and spark.ivm.refreshPolicy.autoStopMinMs) is " +
+      "stopped before it writes anything, and the view is recomputed in the same refresh; the view's " +
+      "history keeps how long the attempt ran, so AUTO weighs it next time. 0 turns this off.", min = 0.0)
+
+  val RefreshPolicyAutoStopMinMs: IvmConfEntry[Long] = millis("spark.ivm.refreshPolicy.autoStopMinMs", 30000L,
+    "The least time spark.ivm.refreshPolicy.autoStopFactor gives an incremental refresh before it " +
+      "may stop it: a cold start's fixed costs are not taken for a dear change.", internal = true)
+
   val RefreshInstant: IvmConfEntry[String] = entry("spark.ivm.refresh.instant", "", "string",
     "The instant at which a refresh (and CREATE) reads current_timestamp(), now(), current_date() " +
       "and localtimestamp() in a view's filters, as a timestamp in the session time zone " +

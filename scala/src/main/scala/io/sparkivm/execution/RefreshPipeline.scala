@@ -330,14 +330,17 @@ object RefreshPipeline extends Logging {
     val codegen = RefreshSession.forSmallInputs(spark, user, pinned.values.map(_.sizeInBytes).sum + backingBytes,
       perQuery = decision.incremental && strategy.sizesQueries)
 
-    if (!decision.incremental) {
-      timer.mark("pin")
+    // `stopped`: an incremental attempt of this refresh that AUTO stopped, and its change's bytes.
+    def recomputeAll(decision: PolicyDecision, stopped: Option[(AutoStop.Stopped, Long)]): RefreshReport = {
+      timer.mark(if (stopped.isDefined) "stopped" else "pin")
       phase("recomputing the query")
       val reader = new PinnedReader(spark, Map.empty, pinned, meta.viewName)
       val rows = reader.fullRows(analyzed.maintenance)
       val epsilon = strategy.build(context(reader))
+      val tableBytes = pinned.values.map(_.sizeInBytes).sum
       val record = RefreshRecord(number, "full", versions, attemptId, -1, 0, epsilon,
-        entry("full", decision, -1, -1, pinned.values.map(_.sizeInBytes).sum), analyzed.instant)
+        entry("full", decision, -1, stopped.fold(-1L)(_._2), tableBytes).map(_.copy(stoppedMs =
+            stopped.map(_._1.elapsedMs))), analyzed.instant)
       FaultInjection.point(user, "before-commit")
       // The base tables' shape as read now, in the same commit.
       BackingTable.overwrite(spark, meta.copy(sources = pinned.values.toSeq.sortBy(_.name).map(_.info)), rows, record,
@@ -345,10 +348,11 @@ object RefreshPipeline extends Logging {
       CatalogViews.matchTypes(spark, meta, analyzed)
       timer.mark("recompute")
       FaultInjection.point(user, "after-commit")
-      return report(spark, meta, number, attemptId, "full", last, pinned, Map.empty, Nil,
+      report(spark, meta, number, attemptId, "full", last, pinned, Map.empty, Nil,
         epsilon.map(e => s"IVM^eps state rebuilt: eps = ${e.eps}, N = ${e.n}").toSeq ++ codegen.note,
         ApplyMetrics(-1, -1, -1), timer, decision)
     }
+    if (!decision.incremental) return recomputeAll(decision, None)
 
     if (IvmConf.KnownFilesEnabled.get(spark)) {
       changed.foreach(p => KnownFiles.listFirst(spark, p.table, last.sourceVersions(p.name), p.version))
@@ -358,10 +362,11 @@ object RefreshPipeline extends Logging {
     val changes = ChangeFeed.read(spark, meta.viewName, changed.map(request(_, last)),
       IvmConf.ChangesLocalMaxBytes.get(spark), sizes)
     val probe = PlanningConf.probe(spark)
+    val stop = RefreshPolicies.stopAfterMs(spark, decision).map(new AutoStop(spark.sparkContext, _, attemptId))
     val steps = new RefreshSteps(spark,
       // The backing table's size is read only when probing is on at all.
       probe.copy(enabled = probe.enabled && probe.worth(backingBytes)),
-      IvmConf.LocalMaxRows.get(spark), codegen)
+      IvmConf.LocalMaxRows.get(spark), codegen, stop)
     // Small changes (held on the driver) make small queries: run them for latency.
     if (changes.values.forall(_.isInstanceOf[DriverChange])) RefreshSession.forSmallWork(spark)
     // The backing table's version, read once for every way of reading its old rows.
@@ -371,28 +376,32 @@ object RefreshPipeline extends Logging {
       Some(BackingTable.stateRoot(spark, meta.backing)), last.instant,
       analyzed.maintenance.recursiveRows(_, BackingTable.at(spark, meta, backingNow, positions = false)))
     try {
-      val counts = reader.changeCounts()
-      timer.mark("changes")
-      FaultInjection.point(user, "after-changes")
-      phase("computing the changed rows")
-      val run = strategy.begin(context(reader))
-      val rules = run.rules
-      val branches = analyzed.maintenance.branches(rules).map(_.describe)
-      timer.mark("delta-plan")
-      var lookedUp = Option.empty[String]
-      val rows = analyzed.maintenance.mergeSource(rules, old, steps, markExisting = true,
-        keys => {
-          var made = false
-          val kept = BackingTable.oldOfKeys(spark, meta, backingNow, analyzed.maintenance, keys, attemptId,
-            () => made = true)
-          kept.map { plan =>
-            lookedUp = Some(s"old rows of the ${keys.size} changed groups looked up in the view's rows kept in " +
-              "memory by key (spark.ivm.state.executorMaxBytes)" +
-              (if (made) ", read from the table now to be kept" else ", not read from the table"))
-            plan
-          }
-        }).map(steps.materialize)
-      timer.mark("delta")
+      // Nothing is written until the changed rows are computed: AUTO may stop that and recompute.
+      val (counts, run, branches, rows, lookedUp) = AutoStop.guard(stop) {
+        val counts = reader.changeCounts()
+        timer.mark("changes")
+        FaultInjection.point(user, "after-changes")
+        phase("computing the changed rows")
+        val run = strategy.begin(context(reader))
+        val rules = run.rules
+        val branches = analyzed.maintenance.branches(rules).map(_.describe)
+        timer.mark("delta-plan")
+        var lookedUp = Option.empty[String]
+        val rows = analyzed.maintenance.mergeSource(rules, old, steps, markExisting = true,
+          keys => {
+            var made = false
+            val kept = BackingTable.oldOfKeys(spark, meta, backingNow, analyzed.maintenance, keys, attemptId,
+              () => made = true)
+            kept.map { plan =>
+              lookedUp = Some(s"old rows of the ${keys.size} changed groups looked up in the view's rows kept in " +
+                "memory by key (spark.ivm.state.executorMaxBytes)" +
+                (if (made) ", read from the table now to be kept" else ", not read from the table"))
+              plan
+            }
+          }).map(steps.materialize)
+        timer.mark("delta")
+        (counts, run, branches, rows, lookedUp)
+      }
       // Only the clock moved, and no row crossed a time filter's bound: nothing to commit. The
       // view stays at its recorded instant, and the next refresh moves it from there.
       if (changed.isEmpty && rows.forall(steps.isEmpty)) {
@@ -443,6 +452,14 @@ object RefreshPipeline extends Logging {
         done.copy(verify = verified, planNotes = done.planNotes ++ verified.map(_.describe),
           phasesMs = timer.result)
       }
+    } catch {
+      case stopped: AutoStop.Stopped =>
+        val why = s"AUTO stopped the incremental refresh after ${CostModel.seconds(stopped.elapsedMs)}, " +
+          s"past spark.ivm.refreshPolicy.autoStopFactor times the recomputation it estimated " +
+          s"(${decision.candidates.find(_.mode == "full").map(e => CostModel.seconds(e.ms)).getOrElse("?")}), " +
+          "before it wrote anything, and recomputed the view"
+        logWarning(s"spark-ivm: ${meta.viewName}: $why")
+        recomputeAll(decision.copy(mode = "full", reason = why), Some((stopped, sizes.values.sum)))
     } finally {
       reader.release()
       codegen.release()

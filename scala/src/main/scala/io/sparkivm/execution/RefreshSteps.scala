@@ -17,13 +17,15 @@ import org.apache.spark.sql.ivm.{DriverRows, SessionInternals, SparkInternals}
  * How a refresh computes its intermediate results: each once, on the driver when it has at
  * most `maxLocalRows` rows (every later use is then free of Spark jobs, and a decision such as
  * "is it empty" is a look at the rows), else as a local checkpoint on the executors. Each query
- * that runs a job generates code or not as `codegen` decides for it.
+ * that runs a job generates code or not as `codegen` decides for it, and none starts once `stop`
+ * has run out of time.
  */
 class RefreshSteps(spark: SparkSession, override val probe: ProbeSettings, maxLocalRows: Int,
-    codegen: QueryCodegen = QueryCodegen.Generated)
+    codegen: QueryCodegen = QueryCodegen.Generated, stop: Option[AutoStop] = None)
     extends PlanSteps {
 
   def materialize(plan: LogicalPlan): LogicalPlan = {
+    stop.foreach(_.check())
     val df = SparkInternals.dataFrame(spark, recursionsOnDriver(plan))
     // Rows on the driver are evaluated there (DriverEval): no job. The analyzed plan first: Spark's
     // optimizer costs more than evaluating a few rows; the optimized one where an expression
@@ -66,7 +68,9 @@ class RefreshSteps(spark: SparkSession, override val probe: ProbeSettings, maxLo
 
   def isEmpty(plan: LogicalPlan): Boolean = RefreshSteps.rowsOnDriver(plan) match {
     case Some(rows) => rows.isEmpty
-    case None => codegen(plan)(SparkInternals.dataFrame(spark, plan).isEmpty)
+    case None =>
+      stop.foreach(_.check())
+      codegen(plan)(SparkInternals.dataFrame(spark, plan).isEmpty)
   }
 
   override def materializeVersioned(plan: LogicalPlan, definition: String, stamp: String): LogicalPlan =
@@ -99,6 +103,7 @@ class RefreshSteps(spark: SparkSession, override val probe: ProbeSettings, maxLo
         else Some(values.toSeq.sorted(TypeUtils.getInterpretedOrdering(key.dataType))
             .map(CatalystTypeConverters.convertToScala(_, key.dataType)))
       case None =>
+        stop.foreach(_.check())
         codegen(plan) {
           BackingTable.distinctValues(SparkInternals.dataFrame(spark, Project(Seq(key), Filter(IsNotNull(key), plan))),
             max)

@@ -27,6 +27,9 @@ case class PolicyDecision(mode: String, reason: String, candidates: Seq[Estimate
  *    F = a small query, c = `factor` times what a base-table byte costs a recomputation beyond
  *    its fixed part (a changed byte goes through the view's joins, the apply and the commit).
  *
+ * An incremental attempt AUTO stopped ([[RefreshPolicies.stopAfterMs]]) counts as an incremental
+ * refresh as long as it ran, and the recomputation after it as one without that time.
+ *
  * Measured estimates decide: a recomputation runs when it is estimated at least 10% and
  * `minGainMs` cheaper. The prior alone does not overrule a small change (under `minChangeBytes`),
  * whose first incremental refresh is tried and measured, and the reason says so; but a change
@@ -55,9 +58,15 @@ object CostModel {
   def decide(history: Seq[HistoryEntry], changeBytes: Long, tableBytes: Long, factor: Double,
       minGainMs: Long, minChangeBytes: Long): PolicyDecision = {
     val ok = history.filter(e => !e.failed && e.durationMs > 0)
+    // A recomputation that followed a stopped incremental attempt took its time less the attempt's,
+    // and the attempt counts as an incremental refresh at least that long for its change.
     val recomputations = ok.filter(e => e.mode == "full" && e.tableBytes > 0).takeRight(Recent)
+      .map(e => e.copy(durationMs = math.max(1L, e.durationMs - e.stoppedMs.getOrElse(0L))))
     val creates = ok.filter(e => e.mode == "create" && e.tableBytes > 0).takeRight(1)
-    val incs = ok.filter(e => e.mode == "incremental" && e.changeBytes >= 0).takeRight(Recent)
+    val incs = ok.flatMap { e =>
+      if (e.mode == "incremental") Some(e)
+      else e.stoppedMs.map(ms => e.copy(mode = "incremental", durationMs = ms))
+    }.filter(_.changeBytes >= 0).takeRight(Recent)
     val y = math.max(1L, tableBytes).toDouble
     val x = math.max(0L, changeBytes).toDouble
 

@@ -37,6 +37,20 @@ object RefreshPolicies {
       case p => PolicyDecision("incremental", s"REFRESH POLICY $p")
     }
 
+  /**
+   * How long an incremental refresh AUTO chose may compute its changed rows before it is
+   * stopped and the view recomputed instead: the estimated recomputation times
+   * `spark.ivm.refreshPolicy.autoStopFactor`, and at least `autoStopMinMs`. None where AUTO did
+   * not weigh the two (another policy, or a mode fixed by the request) or the setting is 0.
+   */
+  def stopAfterMs(spark: SparkSession, decision: PolicyDecision): Option[Long] = {
+    val factor = IvmConf.RefreshPolicyAutoStopFactor.get(spark)
+    if (!decision.incremental || factor <= 0) None
+    else decision.candidates.find(_.mode == "full").map { full =>
+      math.max(math.round(factor * full.ms), IvmConf.RefreshPolicyAutoStopMinMs.get(spark))
+    }
+  }
+
   /** The policy of a view created without REFRESH POLICY (nor the legacy `ivm.refresh`). */
   def default(spark: SparkSession): RefreshPolicy = RefreshPolicy.parse(IvmConf.RefreshPolicyDefault.get(spark))
     .getOrElse(RefreshPolicy.Default)

@@ -46,6 +46,22 @@ class CostModelSuite extends AnyFunSuite {
     assert(decide(mid, 50000, 24 * MB).mode == "incremental")
   }
 
+  test("an incremental attempt AUTO stopped counts as one at least that long; the recomputation without it") {
+    // The first refresh of a small change ran 20 s before AUTO stopped it and recomputed in 1 s.
+    val stopped = entry("full", 21000, change = 5000, table = 10000).copy(stoppedMs = Some(20000))
+    val h = Seq(entry("create", 1500, table = 10000), stopped)
+    val d = decide(h, 5000, 10000)
+    val est = d.candidates.map(c => c.mode -> c.ms).toMap
+    assert(d.mode == "full", d)
+    assert(est("full") == 1000 && est("incremental") >= 20000, est)
+    assert(d.candidates.find(_.mode == "incremental").get.basis.startsWith("4.9 KiB of changes; fitted to 1"), d)
+    // Kept in the history as written.
+    val json = RefreshHistory.render(Seq(stopped))
+    assert(RefreshHistory.read(Map(RefreshHistory.Property -> json)).map(_.stoppedMs) == Seq(Some(20000L)))
+    assert(RefreshHistory.read(Map(RefreshHistory.Property -> RefreshHistory.render(h.take(1))))
+      .map(_.stoppedMs) == Seq(None))
+  }
+
   test("the estimates never contradict the choice unless the reason says what overruled them") {
     val histories = Seq(
       Seq(entry("create", 1500, table = 10000)),
