@@ -39,6 +39,10 @@ final class AutoStop private[execution] (sc: SparkContext, val afterMs: Long, at
   def guard[T](body: => T): T = {
     startedNs = System.nanoTime()
     sc.addJobTag(tag)
+    // Cancelled tasks are interrupted, not left running beside the recomputation that follows
+    // (the guarded work reads and checkpoints; it writes no table).
+    val interrupt = sc.getLocalProperty(AutoStop.InterruptOnCancel)
+    sc.setInterruptOnCancel(true)
     armed = true
     watchdog = Some(AutoStop.timer.scheduleAtFixedRate(() => {
         if (armed) {
@@ -54,11 +58,15 @@ final class AutoStop private[execution] (sc: SparkContext, val afterMs: Long, at
       armed = false
       watchdog.foreach(_.cancel(false))
       sc.removeJobTag(tag)
+      sc.setLocalProperty(AutoStop.InterruptOnCancel, interrupt)
     }
   }
 }
 
 object AutoStop {
+
+  /** The local property `SparkContext.setInterruptOnCancel` sets. */
+  private val InterruptOnCancel = "spark.job.interruptOnCancel"
 
   /** The guarded work ran out of time after `elapsedMs`. */
   final case class Stopped(elapsedMs: Long) extends RuntimeException(s"stopped after $elapsedMs ms") with NoStackTrace
