@@ -144,7 +144,7 @@ def test_auto_chooses_by_the_size_of_the_change(spark: SparkSession, db: str,
     assert [e.mode for e in mv.history(limit=3)] == ["full", "incremental", "full"]
 
 
-def test_auto_stops_an_incremental_refresh_past_its_time_and_recomputes(spark: SparkSession, base: str) -> None:
+def test_auto_stops_a_refresh_past_its_time_and_recomputes(spark: SparkSession, base: str) -> None:
     """AUTO gives an incremental refresh a multiple of the recomputation it estimates; past it,
     the attempt stops before it writes anything and the same refresh recomputes the view. The
     attempt's time is kept in the history, where the next choice weighs it."""
