@@ -17,10 +17,10 @@ import org.apache.spark.sql.catalyst.plans.logical.{
 }
 import org.apache.spark.sql.catalyst.types.DataTypeUtils
 import org.apache.spark.sql.delta.Snapshot
+import org.apache.spark.sql.execution.LogicalRDD
 import org.apache.spark.sql.functions.col
 import org.apache.spark.sql.ivm.{DriverRows, SparkInternals}
 import org.apache.spark.sql.{DataFrame, SparkSession}
-import org.apache.spark.storage.StorageLevel
 
 /**
  * The bounded state of a top-k view (`ORDER BY ... LIMIT k OFFSET o`). Its backing table keeps
@@ -62,9 +62,10 @@ object TopMarks {
     case None => (BackingLayout.full(rows, layout), () => ())
     case Some(top) =>
       val b = bounds(spark, top)
-      // The query runs once: its rows are ranked, then written.
-      val cached = rows.persist(StorageLevel.MEMORY_AND_DISK)
-      val plan = SparkInternals.analyzed(cached)
+      // The query runs once: its rows are held (a local checkpoint, which every later plan reads;
+      // a cache was not found by the write's plan, which ran the query again), ranked, then written.
+      val held = rows.localCheckpoint(eager = true)
+      val plan = SparkInternals.analyzed(held)
       val order = ViewOrder(maintenance, top)
       val shown = Filter(visible(maintenance, plan), plan)
       val first = collect(spark, firstRows(shown, order, b.target))
@@ -72,7 +73,7 @@ object TopMarks {
       val marked = SparkInternals.dataFrame(spark, Project(plan.output :+ mark, plan))
       val topRows = marked.where(col(TopColumn) === 1).repartition(1)
       val rest = BackingLayout.full(marked.where(col(TopColumn) === 0), layout)
-      (topRows.unionByName(rest), () => cached.unpersist())
+      (topRows.unionByName(rest), () => plan.collectFirst { case r: LogicalRDD => r.rdd.unpersist(blocking = false) })
   }
 
   /**
