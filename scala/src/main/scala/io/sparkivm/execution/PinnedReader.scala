@@ -58,11 +58,11 @@ class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
 
   /**
    * The occurrence `leaf` of its table at `version`, under its own attribute ids (plans built
-   * here join occurrences of one table at one version: self-joins). Rows held here, in the occurrence's own
-   * column order, are a relation with its attributes: under a renaming projection, Spark's
-   * optimizer would evaluate that projection over every held row each time it plans a query that
-   * reads them (ConvertToLocalRelation; TPC-DS query 4 reads its held tables 30 times, 7 s of
-   * each recomputation).
+   * here join occurrences of one table at one version: self-joins). Rows held here, in the
+   * occurrence's own column order, are a relation with its attributes: under a renaming
+   * projection, Spark's optimizer would evaluate that projection over every held row each time
+   * it plans a query that reads them (ConvertToLocalRelation; TPC-DS query 4 reads its held
+   * tables 30 times, 7 s of each recomputation).
    */
   private def read(leaf: SourceLeaf, version: Long): LogicalPlan = heldRows(leaf, version) match {
     case Some(held: LocalRelation) if sameAttributes(leaf, held.output) => LocalRelation(leaf.output, held.data)
