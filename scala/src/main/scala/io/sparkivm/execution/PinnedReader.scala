@@ -20,7 +20,7 @@ import org.apache.spark.sql.catalyst.plans.logical.{Filter, LocalRelation, Logic
 import org.apache.spark.sql.catalyst.types.DataTypeUtils
 import org.apache.spark.sql.catalyst.util.CharVarcharUtils
 import org.apache.spark.sql.ivm.SparkInternals
-import org.apache.spark.sql.types.{IntegerType, StructField, StructType}
+import org.apache.spark.sql.types.{DataType, IntegerType, StructField, StructType}
 import org.apache.spark.sql.{DataFrame, SparkSession}
 
 /**
@@ -65,7 +65,8 @@ class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
    * tables 30 times, 7 s of each recomputation).
    */
   private def read(leaf: SourceLeaf, version: Long): LogicalPlan = heldRows(leaf, version) match {
-    case Some(held: LocalRelation) if sameAttributes(leaf, held.output) => LocalRelation(leaf.output, held.data)
+    case Some(held: LocalRelation) if sameColumns(leaf, held.output.map(a => a.name -> a.dataType)) =>
+      LocalRelation(leaf.output, held.data)
     case Some(held) => bind(leaf, SparkInternals.dataFrame(spark, held), None)
     case None => bind(leaf, DeltaSources.snapshot(spark, leaf.table, version), None)
   }
@@ -134,18 +135,17 @@ class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
     // Rows held here in the occurrence's own column order: a relation with its attributes. Under
     // a renaming projection instead, Spark's optimizer would evaluate that projection over every
     // row each time it plans a query that reads the change (ConvertToLocalRelation).
-    case DriverChange(schema, data) if sameColumns(leaf, schema) => LocalRelation(leaf.output :+ sign, data)
+    case DriverChange(schema, data)
+        if schema.length == leaf.output.length + 1 && sameColumns(leaf,
+          schema.fields.toSeq.init.map(f => f.name -> f.dataType)) =>
+      LocalRelation(leaf.output :+ sign, data)
     case c => bind(leaf, c.frame(spark), Some(sign))
   }
 
-  private def sameAttributes(leaf: SourceLeaf, columns: Seq[Attribute]): Boolean =
-    columns.length == leaf.output.length && leaf.output.zip(columns).forall { case (a, c) =>
-      a.name.equalsIgnoreCase(c.name) && a.dataType == c.dataType
-    }
-
-  private def sameColumns(leaf: SourceLeaf, schema: StructType): Boolean =
-    schema.length == leaf.output.length + 1 && leaf.output.zip(schema.fields).forall { case (a, f) =>
-      a.name.equalsIgnoreCase(f.name) && a.dataType == f.dataType
+  /** Whether `columns` (name, type) are the occurrence's columns, in its order. */
+  private def sameColumns(leaf: SourceLeaf, columns: Seq[(String, DataType)]): Boolean =
+    columns.length == leaf.output.length && leaf.output.zip(columns).forall { case (a, (name, dataType)) =>
+      a.name.equalsIgnoreCase(name) && a.dataType == dataType
     }
 
   override def deltaOnDriver(leaf: SourceLeaf): Option[DriverDeltaRows] =

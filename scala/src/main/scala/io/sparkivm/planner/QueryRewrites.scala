@@ -57,18 +57,21 @@ object QueryRewrites {
     case p @ ExtractFiltersAndInnerJoins(inputs, conditions)
         if inputs.size > 2 && inputs.forall(_._2 == Inner) && conditions.nonEmpty &&
           conditions.forall(c => c.deterministic && !TimeFilters.readsTime(c)) &&
-          !inputs.exists(i => singleRow(i._1)) && crossings(p, conditions) > 0 =>
-      val (local, joining) = conditions.partition(c =>
-        c.references.nonEmpty &&
-          inputs.exists(i => c.references.subsetOf(i._1.outputSet)))
-      val filtered = inputs.map { case (input, t) =>
-        local.filter(_.references.subsetOf(input.outputSet)).reduceOption(And)
-          .map(c => Filter(c, input): LogicalPlan).getOrElse(input) -> t
+          !inputs.exists(i => singleRow(i._1)) =>
+      val crossed = crossings(p, conditions)
+      if (crossed == 0) p
+      else {
+        val (local, joining) = conditions.partition(c =>
+          c.references.nonEmpty && inputs.exists(i => c.references.subsetOf(i._1.outputSet)))
+        val filtered = inputs.map { case (input, t) =>
+          local.filter(_.references.subsetOf(input.outputSet)).reduceOption(And)
+            .map(c => Filter(c, input): LogicalPlan).getOrElse(input) -> t
+        }
+        val ordered = ReorderJoin.createOrderedJoin(filtered, joining)
+        if (crossings(ordered, joining) >= crossed) p
+        else if (ordered.output == p.output) ordered
+        else Project(p.output, ordered)
       }
-      val ordered = ReorderJoin.createOrderedJoin(filtered, joining)
-      if (crossings(ordered, joining) >= crossings(p, conditions)) p
-      else if (ordered.output == p.output) ordered
-      else Project(p.output, ordered)
   }
 
   /** The inner joins of `p`'s tree (as [[ExtractFiltersAndInnerJoins]] walks it) whose two sides
