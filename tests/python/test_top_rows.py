@@ -128,6 +128,28 @@ def test_a_top_k_read_reads_only_the_marked_rows_files(spark: SparkSession, db: 
         spark.conf.unset("spark.ivm.layout.rowsPerFile")
 
 
+def test_an_order_by_repeating_a_selected_rollup_level_follows_changes(spark: SparkSession, db: str) -> None:
+    """TPC-DS q70's and q86's shape: a rollup ranked within each level, ordered by an expression
+    that repeats the selected level (``grouping(a) + grouping(b)``) instead of naming it."""
+    spark.sql("CREATE TABLE sales (id INT, region STRING, amount INT) USING delta")
+    ids = list(range(24))
+    spark.sql("INSERT INTO sales VALUES " + ", ".join(
+        f"({i}, 'r{i % 5}', {'NULL' if i % 7 == 3 else i % 8})" for i in ids))
+    query = ("SELECT region, amount, sum(id) AS total, grouping(region) + grouping(amount) AS level, "
+             "rank() OVER (PARTITION BY grouping(region) + grouping(amount), "
+             "CASE WHEN grouping(amount) = 0 THEN region END ORDER BY sum(id) DESC) AS ranked "
+             "FROM sales GROUP BY rollup(region, amount) "
+             "ORDER BY level DESC, CASE WHEN grouping(region) + grouping(amount) = 0 THEN region END, "
+             "ranked LIMIT 7")
+    mv = MaterializedView.create(spark, "top_levels", query, refresh_policy="INCREMENTAL STRICT")
+    assert "CASE WHEN" in mv.describe()["info"]["Top rows"]
+    for step in _steps(random.Random(20261205), ids, 5):
+        for stmt in step:
+            spark.sql(stmt)
+        assert mv.refresh().mode == "incremental"
+        assert_matches_query(spark, "top_levels", query)
+
+
 def _leaves(plan):  # type: ignore[no-untyped-def]
     """The nodes of a Java SparkPlan, through adaptive plans."""
     out = []

@@ -4,8 +4,10 @@ import scala.collection.mutable.ArrayBuffer
 
 import io.sparkivm.errors.IvmErrors
 import org.apache.spark.sql.catalyst.analysis.UnresolvedAttribute
+import org.apache.spark.sql.catalyst.expressions.aggregate.AggregateExpression
 import org.apache.spark.sql.catalyst.expressions.{
-  Alias, Ascending, Attribute, BindReferences, BoundReference, Expression, NullsFirst, RowOrdering
+  Alias, Ascending, Attribute, BindReferences, BoundReference, ExprId, Expression, NullsFirst, RowOrdering,
+  WindowExpression
 }
 import org.apache.spark.sql.catalyst.plans.logical._
 
@@ -146,7 +148,7 @@ object TopRows {
       case _ => Nil
     }
     val selected = project.toSeq.flatMap(_.projectList).collect { case a: Alias => a } ++
-      below.filter(a => outputIds.contains(a.exprId))
+      below.filter(a => outputIds.contains(a.exprId)) ++ computedBelow(sortChild, outputIds)
     val expanded = key.transform {
       case a: Attribute if !outputIds.contains(a.exprId) => below.find(_.exprId == a.exprId).map(_.child).getOrElse(a)
     }
@@ -155,6 +157,27 @@ object TopRows {
       case e if !e.foldable => selected.find(_.child.semanticEquals(e)).map(_.toAttribute).getOrElse(e)
     }
     Some(rewritten).filter(r => r.deterministic && r.references.forall(a => outputIds.contains(a.exprId)))
+  }
+
+  /**
+   * The view's columns that nodes further below the sort compute, down to the aggregate. An
+   * ORDER BY that repeats a selected expression instead of naming its alias (TPC-DS q70's
+   * `CASE WHEN grouping(s_state) + grouping(s_county) = 0 ...` beside `... AS lochierarchy`)
+   * reaches the sort as that expression over columns Spark passes up for it (the grouping id).
+   * Attributes are unique in a plan, so an expression over them is the same value at the sort
+   * as where the alias computes it: neither can hold an aggregate or a window function.
+   */
+  private def computedBelow(plan: LogicalPlan, outputIds: Set[ExprId]): Seq[Alias] = {
+    def named(p: LogicalPlan): Seq[Alias] =
+      p.expressions.collect { case a: Alias if outputIds.contains(a.exprId) => a }
+        .filterNot(a =>
+          a.child.exists(_.isInstanceOf[AggregateExpression]) ||
+            a.child.exists(_.isInstanceOf[WindowExpression]))
+    plan match {
+      case p @ (_: Project | _: Window | _: Filter) => named(p) ++ computedBelow(p.children.head, outputIds)
+      case a: Aggregate => named(a)
+      case _ => Nil
+    }
   }
 
   /**

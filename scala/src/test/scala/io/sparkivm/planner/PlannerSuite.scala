@@ -190,6 +190,12 @@ class PlannerSuite extends AnyFunSuite with BeforeAndAfterAll with PredicateHelp
     assert(!byShare.marks, "marks compare stored columns")
     assert(split("SELECT a AS id, x FROM r ORDER BY a, x LIMIT 2")._2.contains(
         TopRows(Seq((0, true, true), (1, true, true)), Some(2), 0)))
+    // A key repeating a selected expression of the grouping id instead of its alias (TPC-DS q70).
+    val byLevel = split("SELECT b, a, grouping(b) + grouping(a) AS lvl, sum(x) AS sx FROM r GROUP BY rollup(b, a) " +
+      "ORDER BY lvl DESC, CASE WHEN grouping(b) + grouping(a) = 0 THEN b END, sx LIMIT 2")._2.get
+    assert(byLevel.sql(Seq("b", "a", "lvl", "sx"), ViewMaintenance.quote) ==
+      " ORDER BY `lvl` DESC NULLS LAST, CASE WHEN (CAST(lvl AS INT) = 0) THEN b END ASC NULLS FIRST, " +
+      "`sx` ASC NULLS FIRST, `b` ASC NULLS FIRST, `a` ASC NULLS FIRST LIMIT 2")
     assert(split("SELECT a FROM r ORDER BY a")._2.isEmpty)
     assert(refused("SELECT a FROM r LIMIT 2").contains("Without ORDER BY"))
     assert(refused("SELECT b FROM r GROUP BY b ORDER BY sum(x) LIMIT 2").contains("does not select"))
