@@ -260,4 +260,15 @@ class SkippingFileIndex(spark: SparkSession, log: DeltaLog, snapshot: Snapshot, 
     else new TahoeBatchFileIndex(spark, "read", kept, log, log.dataPath, snapshot)
       .matchingFiles(partitionFilters, dataFilters)
   }
+
+  // Equal where they list the same files of the same table version, so that two reads of a table
+  // at one version are one plan to Spark's canonical comparison (a refresh runs such a step once).
+  override def equals(other: Any): Boolean = other match {
+    case o: SkippingFileIndex =>
+      (this eq o) || (o.deltaLog.dataPath == deltaLog.dataPath && o.snapshot.version == snapshot.version &&
+        o.addFiles.size == addFiles.size && o.addFiles == addFiles)
+    case _ => false
+  }
+
+  override def hashCode(): Int = (deltaLog.dataPath, snapshot.version, addFiles.size).hashCode()
 }

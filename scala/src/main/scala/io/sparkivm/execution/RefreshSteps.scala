@@ -1,10 +1,12 @@
 package io.sparkivm.execution
 
 import scala.collection.mutable
+import scala.util.Try
 
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.planner.{PlanSteps, ProbeSettings}
 import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.catalyst.analysis.MultiInstanceRelation
 import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, IsNotNull}
 import org.apache.spark.sql.catalyst.plans.logical.{Filter, LocalRelation, LogicalPlan, Project, UnionLoop}
 import org.apache.spark.sql.catalyst.types.DataTypeUtils
@@ -24,7 +26,31 @@ class RefreshSteps(spark: SparkSession, override val probe: ProbeSettings, maxLo
     codegen: QueryCodegen = QueryCodegen.Generated, stop: Option[AutoStop] = None)
     extends PlanSteps {
 
+  /**
+   * Each step's result by the step's canonical plan: Spark's canonical form equates plans that
+   * differ only in their attributes' ids, so a step repeated under other ids (each occurrence of
+   * a CTE the query reads several times, TPC-DS q4's `year_total` six times, has the same changed
+   * keys and the same restricted joins) runs once. A list, not a hash map: hashing a plan hashes
+   * every row of the rows it holds, where comparing two plans stops at their first difference.
+   */
+  private val results = mutable.ArrayBuffer.empty[(LogicalPlan, MultiInstanceRelation with LogicalPlan)]
+
   def materialize(plan: LogicalPlan): LogicalPlan = {
+    val canonical = Some(plan).filter(_.deterministic).flatMap(p => Try(p.canonicalized).toOption)
+    canonical.flatMap(c => results.collectFirst { case (k, rows) if k == c => rows }) match {
+      // Under attributes of its own: the plan may join it with the first use.
+      case Some(rows) => return RefreshSteps.renamed(plan.output, rows.newInstance())
+      case None =>
+    }
+    val done = computed(plan)
+    (canonical, done) match {
+      case (Some(c), Project(_, rows: MultiInstanceRelation)) => results += ((c, rows))
+      case _ =>
+    }
+    done
+  }
+
+  private def computed(plan: LogicalPlan): LogicalPlan = {
     stop.foreach(_.check())
     val df = SparkInternals.dataFrame(spark, recursionsOnDriver(plan))
     // Rows on the driver are evaluated there (DriverEval): no job. The analyzed plan first: Spark's
@@ -40,8 +66,7 @@ class RefreshSteps(spark: SparkSession, override val probe: ProbeSettings, maxLo
       DriverRows.collect(spark, Seq(df), maxLocalRows) match {
         case Some(Seq(rows)) if rows.size <= maxLocalRows => RefreshSteps.onDriver(plan.output, rows)
         case _ =>
-          val done = SparkInternals.analyzed(df.localCheckpoint(eager = true))
-          Project(plan.output.zip(done.output).map { case (o, n) => Alias(n, o.name)(exprId = o.exprId) }, done)
+          RefreshSteps.renamed(plan.output, SparkInternals.analyzed(df.localCheckpoint(eager = true)))
       }
     }
   }
@@ -114,10 +139,12 @@ class RefreshSteps(spark: SparkSession, override val probe: ProbeSettings, maxLo
 object RefreshSteps {
 
   /** Rows held on the driver, under the attributes of the plan they were computed from. */
-  def onDriver(output: Seq[Attribute], rows: Seq[InternalRow]): LogicalPlan = {
-    val fresh = DataTypeUtils.toAttributes(DataTypeUtils.fromAttributes(output))
-    Project(output.zip(fresh).map { case (o, n) => Alias(n, o.name)(exprId = o.exprId) }, LocalRelation(fresh, rows))
-  }
+  def onDriver(output: Seq[Attribute], rows: Seq[InternalRow]): LogicalPlan =
+    renamed(output, LocalRelation(DataTypeUtils.toAttributes(DataTypeUtils.fromAttributes(output)), rows))
+
+  /** `rows` under the attributes of the plan they were computed from, column by column. */
+  private def renamed(output: Seq[Attribute], rows: LogicalPlan): LogicalPlan =
+    Project(output.zip(rows.output).map { case (o, n) => Alias(n, o.name)(exprId = o.exprId) }, rows)
 
   /** The rows of a plan made by [[onDriver]]. */
   def rowsOnDriver(plan: LogicalPlan): Option[Seq[InternalRow]] = plan match {
