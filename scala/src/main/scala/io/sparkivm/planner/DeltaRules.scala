@@ -455,6 +455,24 @@ class DeltaRules(reader: LeafReader, val multiplicity: Attribute, fkSettings: Fk
     // GROUPING SETS / ROLLUP / CUBE: each input row once per grouping set, with its sign.
     case e: Expand => delta(e.child).map(b =>
         b.copy(plan = Expand(e.projections.map(_ :+ multiplicity), e.output :+ multiplicity, b.plan)))
+    // A left outer, semi, anti or existence join gives each left row its output from that row
+    // and the right side alone: it is linear in its left side. Where only the left side changed,
+    // D(L op R) = D(L) op R (Griffin & Kumar 1998 derive such rules), where recomputing the
+    // changed keys would read every left row of a key a change touched, at Pre and at Post (a
+    // fact table LEFT JOIN a dimension on a key of a few values, TPC-DS q72's promotion). The
+    // keys of the left side's change are the join's changed keys for an operator above it that
+    // is recomputed by the same keys, as on the keyed path; computed only if it asks.
+    case j: Join if leftLinear(j) && delta(j.right).isEmpty && delta(j.left).nonEmpty =>
+      j match {
+        case ExtractEquiJoinKeys(_, lk, rk, _, _, _, _, _) =>
+          lazy val affected = fkSettings.steps.materialize(changedKeys(j, Seq(lk, rk), Seq(delta(j.left), Nil)))
+          changedKeysOf(j) = (Seq(lk, rk), () => affected)
+        case _ =>
+      }
+      delta(j.left).map { b =>
+        Branch(Project(j.output :+ multiplicity, j.copy(left = b.plan, right = post(j.right))),
+          b.terms ++ leafNames(j.right).map(n => s"Post($n)"))
+      }
     // Outer, semi, anti and existence joins: the output for an equi-join key depends only on
     // the rows of both sides with that key (Larson & Zhou 2007 maintain outer joins by key the
     // same way); with no equi-join key, on all of them.
@@ -596,6 +614,24 @@ class DeltaRules(reader: LeafReader, val multiplicity: Attribute, fkSettings: Fk
       case Some(values) => large.map(_.map(a => Or(IsNull(a), KeyProbe.filter(a, values, p.maxRanges))))
       case None => large.map(_ => None)
     }
+  }
+
+  /**
+   * A join linear in its left side whose delta is taken as such: a left outer join, and a semi,
+   * anti or existence join unless its right side is one table whose counts per key a refresh
+   * may read instead of the table ([[matchedKeys]]: TPC-H Q22's NOT EXISTS reads no row of
+   * `orders` for its changed customers).
+   */
+  private def leftLinear(j: Join): Boolean = j.joinType match {
+    case LeftOuter => true
+    case LeftSemi | LeftAnti | ExistenceJoin(_) =>
+      j match {
+        case ExtractEquiJoinKeys(_, _, Seq(rk: Attribute), None, _, _, right, _)
+            if fkSettings.steps.collects && j.right.output.exists(_.exprId == rk.exprId) =>
+          CountedTable.of(right, rk).isEmpty
+        case _ => true
+      }
+    case _ => false
   }
 
   /**

@@ -211,7 +211,14 @@ class PlannerSuite extends AnyFunSuite with BeforeAndAfterAll with PredicateHelp
     val window = keyed("SELECT a, rank() OVER (PARTITION BY b ORDER BY x) AS k FROM r", Set("r"))
     assert(window.forall(_.contains("on changed partitions")), window)
     // No equality to split by: the whole join is recomputed.
-    assert(keyed("SELECT r.a, s.c FROM r LEFT JOIN s ON r.b < s.b", Set("r")).forall(_.contains("all of it")))
+    assert(keyed("SELECT r.a, s.c FROM r LEFT JOIN s ON r.b < s.b", Set("s")).forall(_.contains("all of it")))
+    // Only the left side changed: its changed rows meet the right side, keyed or not, as an inner
+    // join's do (a left outer, semi, anti or existence join is linear in its left side).
+    for (sql <- Seq("SELECT r.a, s.c FROM r LEFT JOIN s ON r.b = s.b", "SELECT r.a, s.c FROM r LEFT JOIN s ON r.b < s.b",
+        "SELECT a FROM r WHERE b NOT IN (SELECT b FROM s)",
+        "SELECT a FROM r WHERE EXISTS (SELECT 1 FROM s WHERE s.b = r.b)"))
+      assert(keyed(sql, Set("r")) == Seq("D(spark_catalog.default.r) x Post(spark_catalog.default.s)"), sql)
+    assert(keyed("SELECT r.a, s.c FROM r LEFT JOIN s ON r.b = s.b", Set("r", "s")).forall(_.endsWith("on changed keys")))
     assert(keyed("SELECT a FROM r WHERE b NOT IN (SELECT b FROM s)", Set.empty).isEmpty)
     val e = intercept[IvmException](PlanValidator.validate(rewritten("SELECT a, rank() OVER (ORDER BY x) AS k FROM r")))
     assert(e.getMessage.contains("window function without PARTITION BY"))
