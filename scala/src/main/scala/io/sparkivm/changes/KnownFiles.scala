@@ -266,7 +266,7 @@ class SkippingFileIndex(spark: SparkSession, log: DeltaLog, snapshot: Snapshot, 
   override def equals(other: Any): Boolean = other match {
     case o: SkippingFileIndex =>
       (this eq o) || (o.deltaLog.dataPath == deltaLog.dataPath && o.snapshot.version == snapshot.version &&
-        o.addFiles.size == addFiles.size && o.addFiles == addFiles)
+        o.addFiles == addFiles)
     case _ => false
   }
 

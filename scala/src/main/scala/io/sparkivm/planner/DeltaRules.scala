@@ -578,11 +578,9 @@ class DeltaRules(reader: LeafReader, val multiplicity: Attribute, fkSettings: Fk
    */
   private def matchedKeys(node: LogicalPlan, affected: => LogicalPlan): Option[(LogicalPlan, LogicalPlan, String)] =
     node match {
-      case j @ ExtractEquiJoinKeys(jt, _, Seq(rk: Attribute), None, _, _, right, _)
-          if (jt == LeftSemi || jt == LeftAnti || jt.isInstanceOf[ExistenceJoin]) && fkSettings.steps.collects &&
-            j.right.output.exists(_.exprId == rk.exprId) =>
+      case j: Join if j.joinType == LeftSemi || j.joinType == LeftAnti || j.joinType.isInstanceOf[ExistenceJoin] =>
         for {
-          table <- CountedTable.of(right, rk)
+          (table, rk) <- countedRight(j)
           keys <- fkSettings.steps.distinctValues(affected, affected.output.head, fkSettings.probe.maxKeys)
           counts <- reader.keyCounts(table, keys)
         } yield {
@@ -624,14 +622,19 @@ class DeltaRules(reader: LeafReader, val multiplicity: Attribute, fkSettings: Fk
    */
   private def leftLinear(j: Join): Boolean = j.joinType match {
     case LeftOuter => true
-    case LeftSemi | LeftAnti | ExistenceJoin(_) =>
-      j match {
-        case ExtractEquiJoinKeys(_, _, Seq(rk: Attribute), None, _, _, right, _)
-            if fkSettings.steps.collects && j.right.output.exists(_.exprId == rk.exprId) =>
-          CountedTable.of(right, rk).isEmpty
-        case _ => true
-      }
+    case LeftSemi | LeftAnti | ExistenceJoin(_) => countedRight(j).isEmpty
     case _ => false
+  }
+
+  /**
+   * The right side of a join on one equi-join key and nothing else, as one table under filters
+   * whose counts per key a refresh may read ([[CountedTable]]), with that key.
+   */
+  private def countedRight(j: Join): Option[(CountedTable, Attribute)] = j match {
+    case ExtractEquiJoinKeys(_, _, Seq(rk: Attribute), None, _, _, right, _)
+        if fkSettings.steps.collects && j.right.output.exists(_.exprId == rk.exprId) =>
+      CountedTable.of(right, rk).map(_ -> rk)
+    case _ => None
   }
 
   /**
