@@ -3,9 +3,11 @@ package io.sparkivm.changes
 import io.sparkivm.conf.IvmConf
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.QueryPlanningTracker
+import org.apache.spark.sql.catalyst.expressions.SubqueryExpression
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.catalyst.rules.Rule
 import org.apache.spark.sql.catalyst.trees.TreeNodeTag
+import org.apache.spark.sql.catalyst.trees.TreePattern.PLAN_EXPRESSION
 import org.apache.spark.sql.delta.OptimisticTransaction
 import org.apache.spark.sql.delta.files.TahoeLogFileIndex
 import org.apache.spark.sql.execution.datasources.{HadoopFsRelation, LogicalRelation}
@@ -35,23 +37,33 @@ case class KnownFileScans(spark: SparkSession) extends Rule[LogicalPlan] {
   override def apply(plan: LogicalPlan): LogicalPlan = {
     val maxBytes = IvmConf.KnownFilesQueryMaxBytes.get(spark)
     if (!IvmConf.KnownFilesEnabled.get(spark) || maxBytes <= 0 || OptimisticTransaction.getActive().isDefined) plan
-    else {
-      plan.transformWithSubqueries {
-        case l @ LogicalRelation(r: HadoopFsRelation, _, _, _, _) => r.location match {
-            // The batch runs to a fixed point: ask Delta for the version once per relation and
-            // planning (a DataFrame planned again, by a new tracker, may read a newer version).
-            case index: TahoeLogFileIndex if index.partitionFilters.isEmpty && !triedNow(l) =>
-              val snapshot = index.getSnapshot
-              KnownFiles.withoutJob(index.deltaLog, snapshot)
-                .filter(_.sizeInBytes <= maxBytes).map { held =>
-                  val files = new SkippingFileIndex(spark, index.deltaLog, snapshot, held.files.values.toSeq)
-                  l.copy(relation = r.copy(location = files)(r.sparkSession))
-                }.getOrElse(l)
-            case _ => l
-          }
+    else withHeldFiles(plan, maxBytes)
+  }
+
+  /**
+   * `plan` with its Delta scans and those of its subqueries planned from held file lists. Only
+   * nodes that hold a subquery have their expressions walked: walking a local relation's would
+   * map every one of its rows, in every run of the batch.
+   */
+  private def withHeldFiles(plan: LogicalPlan, maxBytes: Long): LogicalPlan =
+    plan.transform {
+      case l @ LogicalRelation(r: HadoopFsRelation, _, _, _, _) => r.location match {
+          // The batch runs to a fixed point: ask Delta for the version once per relation and
+          // planning (a DataFrame planned again, by a new tracker, may read a newer version).
+          case index: TahoeLogFileIndex if index.partitionFilters.isEmpty && !triedNow(l) =>
+            val snapshot = index.getSnapshot
+            KnownFiles.withoutJob(index.deltaLog, snapshot)
+              .filter(_.sizeInBytes <= maxBytes).map { held =>
+                val files = new SkippingFileIndex(spark, index.deltaLog, snapshot, held.files.values.toSeq)
+                l.copy(relation = r.copy(location = files)(r.sparkSession))
+              }.getOrElse(l)
+          case _ => l
+        }
+    }.transformWithPruning(_.containsPattern(PLAN_EXPRESSION)) { case p =>
+      p.transformExpressionsWithPruning(_.containsPattern(PLAN_EXPRESSION)) {
+        case s: SubqueryExpression => s.withNewPlan(withHeldFiles(s.plan, maxBytes))
       }
     }
-  }
 }
 
 object KnownFileScans {
