@@ -4,7 +4,7 @@ import io.sparkivm.changes.KnownFileScans
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.parser.IvmSqlParser
 import org.apache.spark.sql.SparkSessionExtensions
-import org.apache.spark.sql.ivm.{DriverBroadcast, SparkInternals}
+import org.apache.spark.sql.ivm.{DriverBroadcast, HeldRelation, SparkInternals}
 
 /**
  * Entry point: `spark.sql.extensions=io.sparkivm.IvmSparkSessionExtensions` (next to Delta's
@@ -23,5 +23,6 @@ class IvmSparkSessionExtensions extends (SparkSessionExtensions => Unit) {
     extensions.injectParser { (session, delegate) => new IvmSqlParser(session, delegate) }
     extensions.injectColumnar(_ => DriverBroadcast.columnarRule(IvmConf.BroadcastDriverReadMaxBytes.get))
     extensions.injectOptimizerRule(KnownFileScans(_))
+    extensions.injectPlannerStrategy(_ => HeldRelation.Planning)
   }
 }

@@ -15,11 +15,11 @@ import org.apache.spark.sql.catalyst.expressions.{
 import org.apache.spark.sql.catalyst.optimizer.PushDownPredicates
 import org.apache.spark.sql.catalyst.planning.ExtractEquiJoinKeys
 import org.apache.spark.sql.catalyst.plans.logical.{
-  Aggregate, Distinct, Filter, Generate, Join, LocalRelation, LogicalPlan, Project, SubqueryAlias, Union, View
+  Aggregate, Distinct, Filter, Generate, Join, LogicalPlan, Project, SubqueryAlias, Union, View
 }
 import org.apache.spark.sql.catalyst.plans.{ExistenceJoin, Inner, LeftAnti, LeftOuter, LeftSemi}
 import org.apache.spark.sql.catalyst.util.UnsafeRowUtils
-import org.apache.spark.sql.ivm.SparkInternals
+import org.apache.spark.sql.ivm.{OnDriver, SparkInternals}
 import org.apache.spark.sql.types.{DoubleType, FloatType}
 
 /**
@@ -75,7 +75,7 @@ object DriverEval {
   def rows(plan: LogicalPlan, maxRows: Int, fixed: FixedRows = NoFixedRows): Option[Seq[InternalRow]] =
     // A plan that reads anything but rows held here, or whose expressions need the optimizer's
     // rewriting first (an analyzed plan's BETWEEN), is not evaluated at all (not even in part).
-    if (!plan.collectLeaves().forall(_.isInstanceOf[LocalRelation]) ||
+    if (!plan.collectLeaves().forall(OnDriver.unapply(_).isDefined) ||
       plan.exists(_.expressions.exists(_.exists(_.isInstanceOf[RuntimeReplaceable])))) None
     else
       // An analyzed plan keeps a WHERE above the joins it filters (`FROM a, b WHERE a.k = b.k`):
@@ -98,7 +98,7 @@ object DriverEval {
 
   private final class Evaluation(maxRows: Int, fixed: FixedRows) {
     def eval(plan: LogicalPlan): Option[Seq[InternalRow]] = plan match {
-      case l: LocalRelation => Some(l.data).filter(d => d.size <= maxRows || fixed.contains(d))
+      case OnDriver(data) => Some(data).filter(d => d.size <= maxRows || fixed.contains(d))
       case Project(list, child) if list.forall(_.deterministic) =>
         eval(child).map(project(list, child.output, _))
       case Filter(cond, child) if cond.deterministic =>

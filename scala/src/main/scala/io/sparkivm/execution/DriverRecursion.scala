@@ -6,6 +6,7 @@ import org.apache.spark.SparkException
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.plans.logical.{LocalRelation, LogicalPlan, Union, UnionLoop, UnionLoopRef}
 import org.apache.spark.sql.catalyst.types.DataTypeUtils
+import org.apache.spark.sql.ivm.OnDriver
 
 /**
  * A recursion stepped on the driver: the delta of a recursive CTE (D = S0 + B'(D), built by
@@ -67,7 +68,7 @@ object DriverRecursion {
       def fixedBy(rowsOf: LogicalPlan => Option[Seq[InternalRow]]): Option[LogicalPlan] = {
         var fits = true
         val done = u.recursion.transformDown {
-          case sub if fits && !reads(sub, u.id) && !sub.isInstanceOf[LocalRelation] =>
+          case sub if fits && !reads(sub, u.id) && OnDriver.unapply(sub).isEmpty =>
             rowsOf(sub).map(LocalRelation(sub.output, _)).getOrElse { fits = false; sub }
         }
         Some(done).filter(_ => fits)
@@ -87,7 +88,7 @@ object DriverRecursion {
     }
 
     private def steps(seedRows: Seq[InternalRow], recursion: LogicalPlan): LogicalPlan = {
-      val fixed = recursion.collect { case l: LocalRelation => l.data }
+      val fixed = recursion.collect { case OnDriver(data) => data }
       val fixedRows = new DriverEval.FixedRows(fixed)
       val steps = mutable.ArrayBuffer[Seq[InternalRow]]()
       var last = seedRows

@@ -19,7 +19,7 @@ import org.apache.spark.sql.catalyst.expressions.{
 import org.apache.spark.sql.catalyst.plans.logical.{Filter, LocalRelation, LogicalPlan, Project, Union, UnionLoop}
 import org.apache.spark.sql.catalyst.types.DataTypeUtils
 import org.apache.spark.sql.catalyst.util.CharVarcharUtils
-import org.apache.spark.sql.ivm.SparkInternals
+import org.apache.spark.sql.ivm.{HeldRelation, SparkInternals}
 import org.apache.spark.sql.types.{DataType, IntegerType, StructField, StructType}
 import org.apache.spark.sql.{DataFrame, SparkSession}
 
@@ -66,7 +66,7 @@ class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
    */
   private def read(leaf: SourceLeaf, version: Long): LogicalPlan = heldRows(leaf, version) match {
     case Some(held: LocalRelation) if sameColumns(leaf, held.output.map(a => a.name -> a.dataType)) =>
-      LocalRelation(leaf.output, held.data)
+      HeldRelation.of(spark, leaf.output, held.data)
     case Some(held) => bind(leaf, SparkInternals.dataFrame(spark, held), None)
     case None => bind(leaf, DeltaSources.snapshot(spark, leaf.table, version), None)
   }
@@ -122,7 +122,7 @@ class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
       else DriverTableRead.rows(spark, snap, files).map { rows =>
         val holds =
           Predicate.createInterpreted(BindReferences.bindReference(TimeFilters.evaluable(where), leaf.output))
-        LocalRelation(leaf.output, rows.filter(holds.eval))
+        HeldRelation.of(spark, leaf.output, rows.filter(holds.eval))
       }
     }
 
@@ -138,7 +138,7 @@ class PinnedReader(spark: SparkSession, consumed: Map[String, Long],
     case DriverChange(schema, data)
         if schema.length == leaf.output.length + 1 && sameColumns(leaf,
           schema.fields.toSeq.init.map(f => f.name -> f.dataType)) =>
-      LocalRelation(leaf.output :+ sign, data)
+      HeldRelation.of(spark, leaf.output :+ sign, data)
     case c => bind(leaf, c.frame(spark), Some(sign))
   }
 

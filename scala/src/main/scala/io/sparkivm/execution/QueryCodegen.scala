@@ -5,9 +5,9 @@ import java.util.concurrent.atomic.AtomicInteger
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.policy.CostModel
 import org.apache.spark.sql.SparkSession
-import org.apache.spark.sql.catalyst.plans.logical.{LeafNode, LocalRelation, LogicalPlan}
+import org.apache.spark.sql.catalyst.plans.logical.{LeafNode, LogicalPlan}
 import org.apache.spark.sql.execution.datasources.LogicalRelation
-import org.apache.spark.sql.ivm.SessionInternals
+import org.apache.spark.sql.ivm.{OnDriver, SessionInternals}
 
 /**
  * Which of a refresh's queries run with generated code. Generating and compiling a query's code
@@ -90,7 +90,7 @@ object QueryCodegen {
    */
   def scannedBytes(plan: LogicalPlan): Long = {
     val sizes = plan.collectWithSubqueries {
-      case _: LocalRelation => BigInt(0)
+      case OnDriver(_) => BigInt(0)
       case r: LogicalRelation => BigInt(r.relation.sizeInBytes)
       case leaf: LeafNode => leaf.stats.sizeInBytes
     }

@@ -13,7 +13,7 @@ import org.apache.spark.sql.catalyst.types.DataTypeUtils
 import org.apache.spark.sql.catalyst.util.TypeUtils
 import org.apache.spark.sql.catalyst.{CatalystTypeConverters, InternalRow}
 import org.apache.spark.sql.internal.SQLConf
-import org.apache.spark.sql.ivm.{DriverRows, SessionInternals, SparkInternals}
+import org.apache.spark.sql.ivm.{DriverRows, HeldRelation, OnDriver, SessionInternals, SparkInternals}
 
 /**
  * How a refresh computes its intermediate results: each once, on the driver when it has at
@@ -59,12 +59,12 @@ class RefreshSteps(spark: SparkSession, override val probe: ProbeSettings, maxLo
     val evaluated = DriverEval.rows(df.queryExecution.analyzed, maxLocalRows)
       .orElse(DriverEval.rows(df.queryExecution.optimizedPlan, maxLocalRows))
     evaluated match {
-      case Some(rows) => return RefreshSteps.onDriver(plan.output, rows)
+      case Some(rows) => return RefreshSteps.heldOnDriver(spark, plan.output, rows)
       case None =>
     }
     codegen(plan) {
       DriverRows.collect(spark, Seq(df), maxLocalRows) match {
-        case Some(Seq(rows)) if rows.size <= maxLocalRows => RefreshSteps.onDriver(plan.output, rows)
+        case Some(Seq(rows)) if rows.size <= maxLocalRows => RefreshSteps.heldOnDriver(spark, plan.output, rows)
         case _ =>
           RefreshSteps.renamed(plan.output, SparkInternals.analyzed(df.localCheckpoint(eager = true)))
       }
@@ -100,7 +100,7 @@ class RefreshSteps(spark: SparkSession, override val probe: ProbeSettings, maxLo
 
   override def materializeVersioned(plan: LogicalPlan, definition: String, stamp: String): LogicalPlan =
     VersionedResults.get(definition, stamp) match {
-      case Some(rows) => RefreshSteps.onDriver(plan.output, rows)
+      case Some(rows) => RefreshSteps.heldOnDriver(spark, plan.output, rows)
       case None =>
         val done = materialize(plan)
         RefreshSteps.rowsOnDriver(done).foreach(rows => VersionedResults.put(definition, stamp, rows))
@@ -142,14 +142,22 @@ object RefreshSteps {
   def onDriver(output: Seq[Attribute], rows: Seq[InternalRow]): LogicalPlan =
     renamed(output, LocalRelation(DataTypeUtils.toAttributes(DataTypeUtils.fromAttributes(output)), rows))
 
+  /**
+   * Rows held on the driver as [[onDriver]], many of them as a [[HeldRelation]]: a step's
+   * result is read by the plans of later steps, each optimized by rules that would walk every
+   * row of a local relation.
+   */
+  def heldOnDriver(spark: SparkSession, output: Seq[Attribute], rows: Seq[InternalRow]): LogicalPlan =
+    renamed(output, HeldRelation.of(spark, DataTypeUtils.toAttributes(DataTypeUtils.fromAttributes(output)), rows))
+
   /** `rows` under the attributes of the plan they were computed from, column by column. */
   private def renamed(output: Seq[Attribute], rows: LogicalPlan): LogicalPlan =
     Project(output.zip(rows.output).map { case (o, n) => Alias(n, o.name)(exprId = o.exprId) }, rows)
 
   /** The rows of a plan made by [[onDriver]]. */
   def rowsOnDriver(plan: LogicalPlan): Option[Seq[InternalRow]] = plan match {
-    case Project(_, l: LocalRelation) => Some(l.data)
-    case l: LocalRelation => Some(l.data)
+    case Project(_, OnDriver(data)) => Some(data)
+    case OnDriver(data) => Some(data)
     case _ => None
   }
 }

@@ -2,6 +2,7 @@ package io.sparkivm.planner
 
 import org.apache.spark.sql.catalyst.expressions._
 import org.apache.spark.sql.catalyst.plans.logical._
+import org.apache.spark.sql.ivm.OnDriver
 
 /**
  * The rows of one table, under filters over its own columns, counted per value of one column:
@@ -70,7 +71,7 @@ object CountedTable {
     // A plan's text leaves out the rows of a VALUES list: such plans get no name either.
     if (plan.exists(p =>
         p.expressions.exists(e => !plain(e)) || (p match {
-          case l: LocalRelation => l.data.nonEmpty
+          case OnDriver(data) => data.nonEmpty
           case _ => false
         }))) None
     else {

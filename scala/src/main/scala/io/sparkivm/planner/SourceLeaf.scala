@@ -3,10 +3,11 @@ package io.sparkivm.planner
 import org.apache.spark.sql.catalyst.TableIdentifier
 import org.apache.spark.sql.catalyst.catalog.CatalogTable
 import org.apache.spark.sql.catalyst.expressions.Attribute
-import org.apache.spark.sql.catalyst.plans.logical.{LocalRelation, LogicalPlan, OneRowRelation, Range}
+import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, OneRowRelation, Range}
 import org.apache.spark.sql.delta.catalog.DeltaTableV2
 import org.apache.spark.sql.execution.datasources.LogicalRelation
 import org.apache.spark.sql.execution.datasources.v2.DataSourceV2Relation
+import org.apache.spark.sql.ivm.OnDriver
 
 /** One occurrence of a catalog table in a view's plan (a self-join has two). */
 case class SourceLeaf(table: TableIdentifier, provider: Option[String], output: Seq[Attribute],
@@ -34,7 +35,7 @@ object SourceLeaf {
 
   /** Leaves whose rows never change: VALUES, SELECT without FROM, range(). */
   def isConstant(plan: LogicalPlan): Boolean = plan match {
-    case _: LocalRelation | _: OneRowRelation | _: Range => true
+    case OnDriver(_) | _: OneRowRelation | _: Range => true
     case _ => false
   }
 }
