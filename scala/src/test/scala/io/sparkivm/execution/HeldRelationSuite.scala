@@ -70,6 +70,17 @@ class HeldRelationSuite extends AnyFunSuite {
     planning(stepRows())
   }
 
+  test("two reads of the same held rows are one plan to Spark's canonical comparison; other rows are not") {
+    planning {
+      val data = (0 until HeldRelation.MaxLocalRows * 2).map(i => InternalRow(i))
+      val copy = data.map(_.copy())
+      def read(rows: Seq[InternalRow]) = HeldRelation.of(spark, Seq(AttributeReference("v", IntegerType)()), rows)
+      assert(read(data).isInstanceOf[HeldRelation])
+      assert(read(data).canonicalized == read(data).canonicalized, "a repeated step would run again")
+      assert(read(data).canonicalized != read(copy).canonicalized)
+    }
+  }
+
   test("a session that does not plan held relations gets local ones") {
     val steps = new RefreshSteps(spark, ProbeSettings.Off, maxLocalRows = 100000)
     val many =

@@ -21,9 +21,16 @@ object OnDriver {
  * Rows held on the driver, as one value: not a collection, so Catalyst's generic tree walks
  * (which take a `LocalRelation`'s rows for its expressions, and map or hash every one of them in
  * rule after rule: `ConvertToLocalRelation`, `PropagateEmptyRelation`, canonicalization) pass
- * over them. Equal only to itself.
+ * over them. Equal where they wrap the same rows (the same object): two reads of one held table
+ * or change in a refresh are one plan to Spark's canonical comparison, so a repeated step still
+ * runs once ([[io.sparkivm.execution.RefreshSteps]]).
  */
-final class HeldRows(val rows: IndexedSeq[InternalRow]) {
+final class HeldRows(val rows: Seq[InternalRow]) {
+  override def equals(other: Any): Boolean = other match {
+    case o: HeldRows => o.rows eq rows
+    case _ => false
+  }
+  override def hashCode(): Int = System.identityHashCode(rows)
   override def toString: String = s"${rows.length} rows"
 }
 
@@ -33,7 +40,7 @@ final class HeldRows(val rows: IndexedSeq[InternalRow]) {
  */
 case class HeldRelation(output: Seq[Attribute], held: HeldRows) extends LeafNode with MultiInstanceRelation {
 
-  def rows: IndexedSeq[InternalRow] = held.rows
+  def rows: Seq[InternalRow] = held.rows
 
   override def newInstance(): LogicalPlan = HeldRelation(output.map(_.newInstance()), held)
 
@@ -57,7 +64,7 @@ object HeldRelation {
    */
   def of(spark: SparkSession, output: Seq[Attribute], rows: Seq[InternalRow]): LogicalPlan =
     if (rows.length <= MaxLocalRows || !plans(spark)) LocalRelation(output, rows)
-    else HeldRelation(output, new HeldRows(rows.toIndexedSeq))
+    else HeldRelation(output, new HeldRows(rows))
 
   private def plans(spark: SparkSession): Boolean =
     spark.asInstanceOf[classic.SparkSession].sessionState.planner.strategies.contains(Planning)
