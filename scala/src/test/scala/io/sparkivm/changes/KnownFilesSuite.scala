@@ -2,7 +2,7 @@ package io.sparkivm.changes
 
 import java.time.ZoneOffset
 
-import io.sparkivm.TestSpark
+import io.sparkivm.{MappedRows, TestSpark}
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.expressions._
 import org.apache.spark.sql.catalyst.plans.logical.{LocalRelation, Union}
@@ -126,7 +126,7 @@ class KnownFilesSuite extends AnyFunSuite with BeforeAndAfterAll {
     spark.sql("DROP TABLE IF EXISTS held_sub")
     spark.sql("CREATE TABLE held_sub (k INT) USING delta")
     spark.sql("INSERT INTO held_sub SELECT CAST(id AS INT) FROM range(10)")
-    val rows = new KnownFilesSuite.MappedRows((100 to 199).map(i => InternalRow(i)))
+    val rows = new MappedRows((100 to 199).map(i => InternalRow(i)))
     val local = LocalRelation(Seq(AttributeReference("k", IntegerType)()), rows)
     val query = spark.sql("SELECT k FROM held_sub WHERE k IN (SELECT k + 1 FROM held_sub WHERE k > 5)")
     val planned = KnownFileScans(spark)(Union(Seq(query.queryExecution.analyzed, local)))
@@ -195,20 +195,6 @@ class KnownFilesSuite extends AnyFunSuite with BeforeAndAfterAll {
       // The maximum 12:00:00.500 may stand for up to .500999: a row at .5005 may be there.
       assert(may(GreaterThanOrEqual(a, at("2026-11-01 12:00:00.5005", ntz))))
       assert(!may(And(GreaterThanOrEqual(a, at("2026-11-02 00:00:00", ntz)), LessThan(a, at("2026-11-02 01:00:00", ntz)))))
-    }
-  }
-}
-
-object KnownFilesSuite {
-
-  /** Rows that count how often they are mapped. */
-  final class MappedRows(rows: IndexedSeq[InternalRow]) extends IndexedSeq[InternalRow] {
-    var mapped = 0
-    override def apply(i: Int): InternalRow = rows(i)
-    override def length: Int = rows.length
-    override def map[B](f: InternalRow => B): IndexedSeq[B] = {
-      mapped += 1
-      super.map(f)
     }
   }
 }

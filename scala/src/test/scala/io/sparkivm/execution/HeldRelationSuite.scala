@@ -1,7 +1,7 @@
 package io.sparkivm.execution
 
-import io.sparkivm.TestSpark
 import io.sparkivm.planner.ProbeSettings
+import io.sparkivm.{MappedRows, TestSpark}
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.catalyst.expressions.{AttributeReference, EqualTo, GreaterThan, Literal}
 import org.apache.spark.sql.catalyst.plans.Inner
@@ -25,17 +25,6 @@ class HeldRelationSuite extends AnyFunSuite {
     spark.experimental.extraStrategies = before :+ HeldRelation.Planning
     try body
     finally spark.experimental.extraStrategies = before
-  }
-
-  /** Rows that count how often they are mapped. */
-  private final class MappedRows(rows: IndexedSeq[InternalRow]) extends IndexedSeq[InternalRow] {
-    var mapped = 0
-    override def apply(i: Int): InternalRow = rows(i)
-    override def length: Int = rows.length
-    override def map[B](f: InternalRow => B): IndexedSeq[B] = {
-      mapped += 1
-      super.map(f)
-    }
   }
 
   private def rows(plan: LogicalPlan): Set[Row] = SparkInternals.dataFrame(spark, plan).collect().toSet
