@@ -1,8 +1,9 @@
 """Window functions without PARTITION BY at the top of a view's query (a global rank, a running
 total, ntile, a rank filtered to a top k with its ties): the view keeps the rows under the
-windows, maintained incrementally, and computes the windows when it is read; each view equals its
-query after every refresh of a random stream of inserts, deletes and updates, with ties and NULLs
-in the ordered column."""
+windows, maintained incrementally, and computes the windows when it is read; below the top, over
+a subquery in FROM, the subquery is a helper view and the window is computed again over its rows
+at each refresh. Each view equals its query after every refresh of a random stream of inserts,
+deletes and updates, with ties and NULLs in the ordered column."""
 
 from __future__ import annotations
 
@@ -73,6 +74,65 @@ def test_global_windows_follow_random_changes(spark: SparkSession, db: str) -> N
     explain = "\n".join(r[0] for r in spark.sql("EXPLAIN REFRESH MATERIALIZED VIEW ranked").collect())
     assert "Next refresh: incremental" in explain, explain
     assert "Windows: RANK() OVER (ORDER BY amount DESC" in explain, explain
+
+
+# Windows below the top over a subquery in FROM: the subquery becomes a helper view.
+HELPED = {
+    # TPC-DS q44's shape: one aggregate ranked both ways (one helper), each kept to its top two, joined
+    "best_worst": "SELECT b.rk, b.region AS best, w.region AS worst FROM "
+                  "(SELECT * FROM (SELECT region, rank() OVER (ORDER BY s DESC) AS rk FROM "
+                  "(SELECT region, sum(amount) AS s FROM sales GROUP BY region) v1) WHERE rk <= 2) b JOIN "
+                  "(SELECT * FROM (SELECT region, rank() OVER (ORDER BY s ASC) AS rk FROM "
+                  "(SELECT region, sum(amount) AS s FROM sales GROUP BY region) v2) WHERE rk <= 2) w "
+                  "ON b.rk = w.rk",
+    # an aggregate over a global rank of filtered rows, NULLs among them
+    "rank_counts": "SELECT rk, count(*) AS n FROM (SELECT rank() OVER (ORDER BY amount) AS rk FROM "
+                   "(SELECT amount FROM sales WHERE id > 2) t) GROUP BY rk",
+    # TPC-DS q49's shape: per region its lowest ranks, as a UNION (two helpers)
+    "lowest": "SELECT 'r0' AS k, id, rk FROM (SELECT id, rank() OVER (ORDER BY amount) AS rk FROM "
+              "(SELECT id, amount FROM sales WHERE region = 'r0') x) WHERE rk <= 2 UNION "
+              "SELECT 'r1', id, rk FROM (SELECT id, "
+              "dense_rank() OVER (ORDER BY amount DESC NULLS LAST) AS rk "
+              "FROM (SELECT id, amount FROM sales WHERE region = 'r1') y) WHERE rk <= 2",
+}
+
+
+def _window_helpers(spark: SparkSession) -> List[str]:
+    """The window helper views of the test's database."""
+    tables = spark.sql("SHOW TABLES").collect()
+    return sorted(r.tableName for r in tables if r.tableName.startswith("__ivm_win_"))
+
+
+def test_windows_below_the_top_over_a_subquery_read_a_helper_view(spark: SparkSession, db: str) -> None:
+    """A window without PARTITION BY below the top that reads a subquery in FROM is incremental:
+    the subquery is a helper view, maintained by its changes, and the window is computed again
+    over its rows; each view equals its query after every refresh of a random stream, says so in
+    DESCRIBE, and its helpers are not listed and go with it. So is such a window of a view over
+    a view that computes it when it is read."""
+    rng = random.Random(20261205)
+    spark.sql("CREATE TABLE sales (id INT, region STRING, amount INT) USING delta")
+    ids = list(range(12))
+    spark.sql("INSERT INTO sales VALUES " + ", ".join(
+        f"({i}, 'r{i % 3}', {'NULL' if i == 4 else i % 4})" for i in ids))
+    views = follow_changes(spark, HELPED, _changes(rng, ids, 4), "REFRESH POLICY INCREMENTAL STRICT")
+    assert len(_window_helpers(spark)) == 4, _window_helpers(spark)  # best_worst's two subqueries share one
+    described = views["best_worst"].describe()
+    assert described["refresh_mode"] == "incremental", described
+    assert "window function without PARTITION BY" in described["info"]["Helper view"], described
+    assert not [r for r in spark.sql("SHOW MATERIALIZED VIEWS").collect() if "__ivm_" in str(r)]
+    for name in HELPED:
+        spark.sql(f"DROP MATERIALIZED VIEW {name}")
+    assert _window_helpers(spark) == []
+    # A view over a view that computes a global window when it is read: recomputed over its rows.
+    ranked = MaterializedView.create(spark, "ranked", QUERIES["ranked"], refresh_policy="INCREMENTAL STRICT")
+    counts_query = "SELECT rk, count(*) AS n, max(drk) AS drk FROM ranked GROUP BY rk"
+    counts = MaterializedView.create(spark, "rank_counts_of_view", counts_query,
+                                     refresh_policy="INCREMENTAL STRICT")
+    for step in _changes(rng, ids, 2):
+        for stmt in step:
+            spark.sql(stmt)
+        assert ranked.refresh().mode == "incremental" and counts.refresh().mode == "incremental"
+        assert_matches_query(spark, "rank_counts_of_view", counts_query)
 
 
 def test_windows_below_the_top_stay_refused(spark: SparkSession, db: str) -> None:

@@ -85,8 +85,8 @@ object ViewExplainer {
       ("View", meta.viewName, ""), ("Backing table", meta.backing.quotedString, ""), ("Query", meta.queryText, "")) ++
       meta.helpers.map(h =>
         ("Helper view",
-          s"${h.quotedString}: a recursive CTE of the query, kept with its counts and maintained by counting; " +
-            "refreshed before this view, which reads it in the CTE's place", "")) ++
+          s"${h.quotedString}: ${HelperViews.describe(h)}; refreshed before this view, which reads it in " +
+            "the part's place", "")) ++
       meta.helperOf.map(v => ("Helper of", s"${v.quotedString} (dropped with it)", "")) ++ Seq(
         ("Refresh policy",
           meta.policy.sql + meta.fullBecause.map(w => s" (refreshed by recomputation: $w)")
@@ -216,7 +216,7 @@ object ViewExplainer {
       meta.fullBecause.map(w => s" (the query cannot be maintained incrementally: $w)").getOrElse(""))
     line(s"Backing table: ${meta.backing.quotedString}, after refresh #${last.number}")
     meta.helpers.foreach { h =>
-      line(s"Helper view ${h.quotedString}, refreshed first: a recursive CTE of the query, kept with its counts")
+      line(s"Helper view ${h.quotedString}, refreshed first: ${HelperViews.describe(h)}")
       explain(spark, Seq(h.database.get, h.table), extended).linesIterator.foreach(l => line(s"  $l"))
     }
     if (meta.accessBy.nonEmpty) {

@@ -2,6 +2,8 @@ package io.sparkivm.commands
 
 import java.util.{Locale, UUID}
 
+import scala.util.control.NonFatal
+
 import io.sparkivm.access.AccessPatterns
 import io.sparkivm.catalog.{
   CatalogGuard, DeltaTables, EpsilonState, HistoryEntry, RefreshHistory, RefreshMode, RefreshPolicy, RefreshRecord,
@@ -105,8 +107,8 @@ object ViewLifecycle extends Logging {
           // A source that is not Delta is not one a helper could keep either.
           val helped =
             if (helperOf.isDefined || refused.getCondition == "IVM_SOURCE_NOT_DELTA" ||
-              !RecursionHelpers.recurses(plan)) Left(refused)
-            else withHelpers(spark, id, stmt.queryText, database, columns, instant, refused)
+              !HelperViews.mayHelp(plan)) Left(refused)
+            else withHelpers(spark, id, stmt.queryText, plan, database, columns, instant, refused)
           helped match {
             case Right((a, s)) => (a, RefreshMode.Incremental, None, Some(s))
             case Left(e) =>
@@ -215,11 +217,11 @@ object ViewLifecycle extends Logging {
    */
   private def dropOrphanHelpers(spark: SparkSession, id: TableIdentifier, keep: Seq[TableIdentifier],
       madeBefore: Long): Unit = {
-    val mine = RecursionHelpers.prefixOf(id)
+    val mine = HelperViews.prefixesOf(id)
     def of(h: TableIdentifier) = scala.util.Try(ViewCatalog.lookup(spark, Seq(id.database.get, h.table)).helperOf)
       .toOption.flatten.exists(_.unquotedString.equalsIgnoreCase(id.unquotedString))
     val catalog = SessionInternals.catalog(spark)
-    catalog.listTables(id.database.get, s"$mine*").filter { h =>
+    mine.flatMap(prefix => catalog.listTables(id.database.get, s"$prefix*")).filter { h =>
       // Metastores keep creation times in whole seconds.
       !keep.exists(_.table.equalsIgnoreCase(h.table)) &&
       scala.util.Try(catalog.getTableMetadata(h).createTime < madeBefore - 1000).getOrElse(false) && of(h)
@@ -227,15 +229,16 @@ object ViewLifecycle extends Logging {
   }
 
   /**
-   * The view maintained through helper views of its recursive CTEs ([[RecursionHelpers]]): each
-   * helper is created (INCREMENTAL STRICT: a helper recomputed would gain nothing), then the
-   * query over them is laid out. Left: why not (the first refusal, or a helper's or the
-   * query's own), with nothing left behind.
+   * The view maintained through helper views ([[HelperViews]]): each helper is created
+   * (INCREMENTAL STRICT: a helper recomputed would gain nothing), then the query over them is
+   * laid out. Left: why not (the first refusal, or a helper's or the query's own), with nothing
+   * left behind. A window's helper that fails otherwise (a subquery's column a Delta table
+   * cannot name) leaves the first refusal too: the view is then laid out as it says.
    */
-  private def withHelpers(spark: SparkSession, id: TableIdentifier, queryText: String, database: String,
-      columns: Seq[String], instant: Long, refused: IvmException)
-      : Either[IvmException, (AnalyzedView, RecursionHelpers.Split)] =
-    RecursionHelpers.split(spark, id, queryText) match {
+  private def withHelpers(spark: SparkSession, id: TableIdentifier, queryText: String, plan: LogicalPlan,
+      database: String, columns: Seq[String], instant: Long, refused: IvmException)
+      : Either[IvmException, (AnalyzedView, HelperViews.Split)] =
+    HelperViews.split(spark, id, queryText, plan) match {
       case None => Left(refused)
       case Some(split) =>
         val made = scala.collection.mutable.ArrayBuffer[TableIdentifier]()
@@ -256,6 +259,7 @@ object ViewLifecycle extends Logging {
             undo(IvmErrors.unsupported(e.parameters("operator"), e.parameters("hint")))
           // A helper is INCREMENTAL STRICT, which refuses a source that is not Delta as it is.
           case e: IvmException if ViewAnalysis.NotIncrementalizable.contains(e.getCondition) => undo(e)
+          case NonFatal(_) if !RecursionHelpers.recurses(plan) => undo(refused)
           case e: Throwable => dropHelpers(spark, made.toSeq); throw e
         }
     }
@@ -454,7 +458,7 @@ object ViewLifecycle extends Logging {
     val plan = ViewAnalysis.analyze(spark, meta.analyzedQuery, meta.database)
     val instant = ViewAnalysis.instant(spark)
     // A recursive CTE not kept by helpers yet: the rebuild decides (it makes them where it can).
-    val rebuild = policy != RefreshPolicy.Full && meta.helpers.isEmpty && RecursionHelpers.recurses(plan) &&
+    val rebuild = policy != RefreshPolicy.Full && meta.helpers.isEmpty && HelperViews.mayHelp(plan) &&
       incrementalLayout(spark, plan, meta.columns, instant).isLeft
     lazy val (_, mode, fullBecause) = layout(spark, meta.viewName, plan, meta.columns, policy, instant)
     if (rebuild || mode != meta.mode) {
@@ -541,7 +545,7 @@ object ViewLifecycle extends Logging {
   def show(spark: SparkSession, namespace: Option[Seq[String]])
       : Seq[(String, String, String, String, String, String)] = {
     val db = namespace.map(_.last).getOrElse(spark.catalog.currentDatabase)
-    ViewCatalog.list(spark, db).filterNot(v => RecursionHelpers.isHelperName(v._1.table)).map { case (id, _) =>
+    ViewCatalog.list(spark, db).filterNot(v => HelperViews.isHelperName(v._1.table)).map { case (id, _) =>
       try {
         val meta = ViewCatalog.lookup(spark, Seq(db, id.table))
         (db, id.table, meta.mode.name, meta.policy.sql, meta.schedule.map(_.sql).orNull,

@@ -482,6 +482,8 @@ class DeltaRules(reader: LeafReader, val multiplicity: Attribute, fkSettings: Fk
           case _ => None
         }, "keys")
     case w: Window if w.partitionSpec.nonEmpty => onChangedKeys(w, Some(Seq(w.partitionSpec)), "partitions")
+    // Without PARTITION BY, over a materialized view's rows (PlanValidator): all of it, at Pre and at Post.
+    case w: Window => onChangedKeys(w, None, "partitions")
     case other => throw IvmErrors.internal(s"no delta rule for ${other.nodeName}")
   }
 

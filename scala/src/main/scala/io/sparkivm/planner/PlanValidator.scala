@@ -1,5 +1,6 @@
 package io.sparkivm.planner
 
+import io.sparkivm.catalog.ViewCatalog
 import io.sparkivm.changes.DeltaSources
 import io.sparkivm.errors.IvmErrors
 import org.apache.spark.sql.catalyst.expressions._
@@ -10,7 +11,7 @@ import org.apache.spark.sql.types.{ArrayType, DataType, MapType, StructType}
  * Checks that a view's analyzed plan is in the class that counting IVM maintains exactly
  * (docs/architecture.md, "The model"): joins of every type, filters, deterministic projections and
  * generators, aggregates with GROUPING SETS / ROLLUP / CUBE, DISTINCT, UNION ALL, windows with
- * PARTITION BY and subqueries in FROM (subquery expressions, INTERSECT and EXCEPT are joins by
+ * PARTITION BY (without it, over materialized views' rows) and subqueries in FROM (subquery expressions, INTERSECT and EXCEPT are joins by
  * then, see [[QueryRewrites]]), over Delta tables. Anything else is refused with
  * an error that names the operator; only the view's REFRESH POLICY (AUTO, INCREMENTAL) turns
  * that refusal into refreshes by recomputation, and the view says so (DESCRIBE, every report).
@@ -20,7 +21,8 @@ object PlanValidator {
   /** The Delta table occurrences of a valid plan; throws IVM_UNSUPPORTED_OPERATOR otherwise. */
   def validate(plan: LogicalPlan): Seq[SourceLeaf] = {
     val leaves = Seq.newBuilder[SourceLeaf]
-    def visit(p: LogicalPlan): Unit = {
+    // inView: under a materialized view's catalog view, which reads its backing table's rows only.
+    def visit(p: LogicalPlan, inView: Boolean): Unit = {
       p match {
         case SourceLeaf(leaf) =>
           DeltaSources.requireDelta(leaf.table, leaf.provider)
@@ -39,11 +41,14 @@ object PlanValidator {
             _: Aggregate | _: Sort =>
         case _: Join =>
         case w: Window if w.partitionSpec.nonEmpty =>
+        // Computed again at Pre and at Post over rows a materialized view keeps: what they are costs.
+        case w: Window if inView || overViews(w.child) =>
         case _: Window => throw IvmErrors.unsupported(
             "A window function without PARTITION BY below the top of the query",
             "Its every row depends on every input row, so any change would recompute the whole view; " +
-              "add PARTITION BY (a refresh then recomputes only the partitions that changed), or move the " +
-              "window to the top of the view's query (the view then computes it when it is read).")
+              "add PARTITION BY (a refresh then recomputes only the partitions that changed), move the " +
+              "window to the top of the view's query (the view then computes it when it is read), or have it " +
+              "read a subquery in FROM or a materialized view (the view then recomputes it over that one's rows).")
         case g: Generate if g.generator.deterministic =>
         case _: GlobalLimit | _: LocalLimit | _: Tail | _: Offset =>
           throw IvmErrors.unsupported("LIMIT / OFFSET",
@@ -61,11 +66,23 @@ object PlanValidator {
       p.expressions.foreach(checkExpression)
       p match {
         case SourceLeaf(_) =>
-        case _ => p.children.foreach(visit)
+        case v: View => v.children.foreach(visit(_, inView || ViewCatalog.isMaterializedView(v.desc)))
+        case _ => p.children.foreach(visit(_, inView))
       }
     }
-    visit(plan)
+    visit(plan, inView = false)
     leaves.result()
+  }
+
+  /**
+   * True if every table under `plan` is read through a materialized view (its catalog view):
+   * rows kept in a backing table, as many as the view has, not as its tables have.
+   */
+  private def overViews(plan: LogicalPlan): Boolean = plan match {
+    case v: View => ViewCatalog.isMaterializedView(v.desc)
+    case SourceLeaf(_) => false
+    case leaf: LeafNode => SourceLeaf.isConstant(leaf)
+    case other => other.children.forall(overViews)
   }
 
   /**

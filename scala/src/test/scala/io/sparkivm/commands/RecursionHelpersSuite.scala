@@ -29,7 +29,7 @@ class RecursionHelpersSuite extends AnyFunSuite {
   test("each recursive CTE gets a helper; the maintained query reads them and keeps the rest") {
     val split = RecursionHelpers.split(spark, view, twoRecursions).get
     assert(split.helpers.map(_.cte) == Seq("r", "far"))
-    split.helpers.foreach(h => assert(RecursionHelpers.isHelperName(h.name.table) && h.name.database == view.database))
+    split.helpers.foreach(h => assert(HelperViews.isHelperName(h.name.table) && h.name.database == view.database))
     val Seq(r, far) = split.helpers
     assert(r.query.startsWith("WITH RECURSIVE r(src, dst) AS (") && r.query.endsWith("SELECT * FROM `r`"), r.query)
     // the later helper reads the earlier one where its CTE would run the recursion again

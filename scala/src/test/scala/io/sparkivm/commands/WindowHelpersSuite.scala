@@ -1,0 +1,67 @@
+package io.sparkivm.commands
+
+import io.sparkivm.TestSpark
+import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.catalyst.TableIdentifier
+import org.scalatest.funsuite.AnyFunSuite
+
+/**
+ * WindowHelpers.split: the derived table that a window without PARTITION BY below the top of a
+ * query reads becomes a helper query (one per distinct text), and the maintained query reads the
+ * helpers in its place, keeping the rest as written; windows at the top, over a table, over a
+ * CTE or over a derived table with a column list are not split. The helpers and the maintained
+ * query compute the query's rows: checked by running them, with the helpers as temporary views.
+ */
+class WindowHelpersSuite extends AnyFunSuite {
+  private lazy val spark: SparkSession = TestSpark.session("window-helpers")
+  private val view = TableIdentifier("v", Some("default"), Some("spark_catalog"))
+
+  private def ranked(order: String, alias: String) =
+    s"""(SELECT * FROM (SELECT item, rank() OVER (ORDER BY total $order) AS rk
+       |  FROM (SELECT item, sum(qty) AS total FROM wh_sales -- the ) of a comment
+       |        GROUP BY item HAVING sum(qty) > (SELECT min(qty) FROM wh_sales)) AS $alias) WHERE rk <= 2)""".stripMargin
+
+  // TPC-DS q44's shape: one aggregate ranked both ways, each kept to its top two, joined.
+  private val bestAndWorst =
+    s"""SELECT b.rk, b.item AS best, w.item AS worst, ')' AS paren
+       |FROM ${ranked("DESC", "v1")} b JOIN ${ranked("ASC", "`v 2`")} w ON b.rk = w.rk""".stripMargin
+
+  test("the derived table under each window becomes a helper, one per text; the rest is kept") {
+    val split = WindowHelpers.split(spark, view, bestAndWorst).get
+    val Seq(helper) = split.helpers
+    assert(helper.cte == "v1" && HelperViews.isHelperName(helper.name.table) && helper.name.database == view.database)
+    assert(helper.name.table.startsWith(HelperViews.prefixesOf(view)(1)), helper.name)
+    assert(helper.query.startsWith("SELECT item, sum(qty) AS total FROM wh_sales -- the ) of a comment"), helper.query)
+    assert(helper.query.endsWith("(SELECT min(qty) FROM wh_sales)"), helper.query)
+    val read = s"(SELECT * FROM ${helper.name.quotedString})"
+    assert(split.maintainedQuery.contains(s"$read AS v1)") && split.maintainedQuery.contains(s"$read AS `v 2`)"),
+      split.maintainedQuery)
+    assert(!split.maintainedQuery.contains("GROUP BY"), split.maintainedQuery)
+    assert(split.maintainedQuery.startsWith("SELECT b.rk, b.item AS best, w.item AS worst, ')' AS paren"))
+  }
+
+  test("the helpers and the maintained query compute the query's rows") {
+    spark.sql("CREATE OR REPLACE TEMPORARY VIEW wh_sales AS SELECT * FROM VALUES " +
+      "(1, 5), (1, 2), (2, 9), (3, 1), (3, 3), (4, 4), (5, 8), (5, 1) AS t(item, qty)")
+    val split = WindowHelpers.split(spark, view, bestAndWorst).get
+    def local(sql: String) = split.helpers.foldLeft(sql)((s, h) => s.replace(h.name.quotedString, s"`${h.name.table}`"))
+    split.helpers.foreach(h => spark.sql(s"CREATE OR REPLACE TEMPORARY VIEW `${h.name.table}` AS ${local(h.query)}"))
+    val expected = spark.sql(bestAndWorst).collect().map(_.toString).sorted.toSeq
+    assert(expected.nonEmpty)
+    assert(spark.sql(local(split.maintainedQuery)).collect().map(_.toString).sorted.toSeq == expected)
+  }
+
+  test("windows at the top, over a table, a CTE or a derived table with a column list are not split") {
+    Seq(
+      "SELECT item, rank() OVER (ORDER BY qty) AS rk FROM (SELECT item, qty FROM wh_sales) t",
+      "SELECT * FROM (SELECT item, rank() OVER (ORDER BY qty) AS rk FROM (SELECT item, qty FROM wh_sales) t) " +
+        "WHERE rk < 3 ORDER BY rk LIMIT 2",
+      "SELECT rk, count(*) FROM (SELECT rank() OVER (ORDER BY qty) AS rk FROM wh_sales) GROUP BY rk",
+      "WITH s AS (SELECT item, qty FROM wh_sales) " +
+        "SELECT rk, count(*) FROM (SELECT rank() OVER (ORDER BY qty) AS rk FROM (SELECT qty FROM s) t) GROUP BY rk",
+      "SELECT rk, count(*) FROM (SELECT rank() OVER (ORDER BY q) AS rk FROM (SELECT qty FROM wh_sales) t(q)) GROUP BY rk",
+      "SELECT rk, count(*) FROM (SELECT rank() OVER (PARTITION BY item ORDER BY qty) AS rk " +
+        "FROM (SELECT item, qty FROM wh_sales) t) GROUP BY rk"
+    ).foreach(q => assert(WindowHelpers.split(spark, view, q).isEmpty, q))
+  }
+}
