@@ -5,7 +5,9 @@ import java.util.Locale
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.TableIdentifier
 import org.apache.spark.sql.catalyst.analysis.{UnresolvedRelation, UnresolvedSubqueryColumnAliases}
-import org.apache.spark.sql.catalyst.expressions.{Expression, WindowExpression, WindowSpecDefinition}
+import org.apache.spark.sql.catalyst.expressions.{
+  Expression, UnresolvedWindowExpression, WindowExpression, WindowSpecDefinition, WindowSpecReference
+}
 import org.apache.spark.sql.catalyst.plans.logical._
 import org.apache.spark.sql.ivm.SessionInternals
 
@@ -33,52 +35,77 @@ object WindowHelpers {
   /** An alias after a derived table's closing parenthesis: ` v1`, ` AS v1`, `` AS `v 1` ``. */
   private val AliasAfter = """(?is)\)\s*(?:AS\s+)?(?:`(?:[^`]|``)+`|[\p{L}_][\p{L}\p{N}_]*)\s*""".r
 
+  /** A CTE's definition up to its body's opening parenthesis: `s AS (`, `` `s 1`(a, b) AS ( ``. */
+  private val CteHead = """(?is)(?:`(?:[^`]|``)+`|[\p{L}_][\p{L}\p{N}_]*)\s*(?:\([^)]*\))?\s*AS\s*\(""".r
+
   /** The split of `queryText` for view `view`, or None where no window below its top reads a
-   * derived table that a helper can hold. */
+   * derived table or CTE that a helper can hold. */
   def split(spark: SparkSession, view: TableIdentifier, queryText: String): Option[Split] = {
     val parsed = SessionInternals.parser(spark).parsePlan(queryText)
-    val ctes = parsed.collectWithSubqueries { case w: UnresolvedWith =>
-      w.cteRelations.map(_._1.toLowerCase(Locale.ROOT))
-    }.flatten.toSet
+    val cteNames = parsed.collectWithSubqueries { case w: UnresolvedWith => w }
+      .flatMap(_.cteRelations.map(_._1.toLowerCase(Locale.ROOT)))
+    val ctes = cteNames.toSet
+    // The top-level WITH's CTEs, unless a nested WITH reuses one of their names.
+    val topCtes = parsed match {
+      case w: UnresolvedWith if cteNames.size == ctes.size => w.cteRelations
+      case _ => Nil
+    }
     val top = topChain(parsed)
-    val derived = parsed.collectWithSubqueries {
-      case p: Project if !top.exists(_ eq p) && p.projectList.exists(globalWindow) => input(p.child)
-    }.flatten.flatMap { alias =>
-      for {
-        (start, stop) <- span(queryText, alias)
-        close = queryText.lastIndexOf(')', stop)
-        if queryText.charAt(start) == '(' && close > start &&
-          AliasAfter.pattern.matcher(queryText.substring(close, stop + 1)).matches() &&
-          !readsAny(alias.child, ctes)
-      } yield (alias.alias, (start + 1, close - 1))
-    }.sortBy(_._2._1)
-    // A derived table inside another one that is split goes with it.
-    val outer = derived.filterNot { case (_, (s, e)) =>
-      derived.exists { case (_, (s2, e2)) => s2 < s && e <= e2 }
+    // Named windows (`OVER w ... WINDOW w AS (ORDER BY x)`) are defined just above their SELECT.
+    val named = parsed.collectWithSubqueries { case w: WithWindowDefinition => (w.child, w.windowDefinitions) }
+    def definitions(p: Project) = named.find(_._1 eq p).map(_._2).getOrElse(Map.empty[String, WindowSpecDefinition])
+    // Each part a helper holds: its name, the span its text is replaced at, and the helper's query.
+    val parts = parsed.collectWithSubqueries {
+      case p: Project if !top.exists(_ eq p) && p.projectList.exists(globalWindow(_, definitions(p))) => input(p.child)
+    }.flatten.flatMap {
+      case alias: SubqueryAlias =>
+        for {
+          (start, stop) <- span(queryText, alias)
+          close = queryText.lastIndexOf(')', stop)
+          if queryText.charAt(start) == '(' && close > start &&
+            AliasAfter.pattern.matcher(queryText.substring(close, stop + 1)).matches() &&
+            !readsAny(alias.child, ctes)
+        } yield (alias.alias, (start + 1, close - 1), queryText.substring(start + 1, close).trim)
+      case ref: UnresolvedRelation =>
+        // The body's parser span covers only its last clause where it is not a UNION: it is the
+        // text between the parentheses after AS.
+        for {
+          (name, alias, _) <- topCtes.find(_._1.equalsIgnoreCase(ref.multipartIdentifier.head))
+          first <- span(queryText, topCtes.head._2)
+          whole <- span(queryText, alias)
+          open <- CteHead.findPrefixMatchOf(queryText.substring(whole._1, whole._2 + 1)).map(whole._1 + _.end)
+          if queryText.charAt(whole._2) == ')' && open <= whole._2
+        } yield (name, (open, whole._2 - 1),
+          s"WITH ${queryText.substring(first._1, whole._2 + 1)}\nSELECT * FROM ${HelperViews.quote(name)}")
+      case _ => None
+    }.distinctBy(_._2).sortBy(_._2._1)
+    // A part inside another one that is split goes with it.
+    val outer = parts.filterNot { case (_, (s, e), _) =>
+      parts.exists { case (_, (s2, e2), _) => s2 < s && e <= e2 }
     }
     if (outer.isEmpty) return None
     val suffix = HelperViews.suffix()
-    def text(at: (Int, Int)) = queryText.substring(at._1, at._2 + 1).trim
-    val helpers = outer.distinctBy(d => text(d._2)).map { case (alias, at) =>
-      text(at) -> Helper(alias, HelperViews.name(HelperViews.WindowPrefix, view, alias, suffix), text(at))
-    }.toMap
-    val replaced = outer.map { case (alias, at) =>
-      (alias, at, s"SELECT * FROM ${helpers(text(at)).name.quotedString}")
+    val helpers = outer.distinctBy(_._3).map { case (name, _, query) =>
+      query -> Helper(name, HelperViews.name(HelperViews.WindowPrefix, view, name, suffix), query)
     }
-    Some(Split(outer.map(d => text(d._2)).distinct.map(helpers), substitute(queryText, replaced, queryText.length)))
+    val byQuery = helpers.toMap
+    val replaced = outer.map { case (name, at, query) => (name, at, s"SELECT * FROM ${byQuery(query).name.quotedString}") }
+    Some(Split(helpers.map(_._2), substitute(queryText, replaced, queryText.length)))
   }
 
-  private def globalWindow(e: Expression): Boolean = e.exists {
+  private def globalWindow(e: Expression, definitions: Map[String, WindowSpecDefinition]): Boolean = e.exists {
     case WindowExpression(_, spec: WindowSpecDefinition) => spec.partitionSpec.isEmpty
+    case UnresolvedWindowExpression(_, WindowSpecReference(name)) =>
+      definitions.get(name).exists(_.partitionSpec.isEmpty)
     case _ => false
   }
 
-  /** The derived table a window's SELECT reads alone, under filters. */
-  private def input(plan: LogicalPlan): Option[SubqueryAlias] = plan match {
+  /** The derived table or CTE (by name) a window's SELECT reads alone, under filters. */
+  private def input(plan: LogicalPlan): Option[LogicalPlan] = plan match {
     case Filter(_, child) => input(child)
-    case a @ SubqueryAlias(_, child)
-        if !child.isInstanceOf[UnresolvedRelation] &&
-          !child.isInstanceOf[UnresolvedSubqueryColumnAliases] => Some(a)
+    case SubqueryAlias(_, r: UnresolvedRelation) => input(r)
+    case r: UnresolvedRelation if r.multipartIdentifier.size == 1 => Some(r)
+    case a @ SubqueryAlias(_, child) if !child.isInstanceOf[UnresolvedSubqueryColumnAliases] => Some(a)
     case _ => None
   }
 

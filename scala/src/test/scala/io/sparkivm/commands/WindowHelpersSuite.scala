@@ -51,7 +51,33 @@ class WindowHelpersSuite extends AnyFunSuite {
     assert(spark.sql(local(split.maintainedQuery)).collect().map(_.toString).sorted.toSeq == expected)
   }
 
-  test("windows at the top, over a table, a CTE or a derived table with a column list are not split") {
+  test("a named window without PARTITION BY is split like one written in place") {
+    val q = "SELECT rk, count(*) AS n FROM (SELECT rank() OVER w AS rk FROM (SELECT qty FROM wh_sales) t " +
+      "WINDOW w AS (ORDER BY qty)) GROUP BY rk"
+    val Seq(helper) = WindowHelpers.split(spark, view, q).get.helpers
+    assert(helper.query == "SELECT qty FROM wh_sales", helper)
+    assert(WindowHelpers.split(spark, view, q.replace("(ORDER BY qty)", "(PARTITION BY qty ORDER BY qty)")).isEmpty)
+  }
+
+  test("a window over a CTE of the top-level WITH: the helper holds the clause up to it") {
+    val q = "WITH /* c */ s(i, q) AS (SELECT item, sum(qty) FROM wh_sales GROUP BY item), u AS (SELECT 1 AS one) " +
+      "SELECT rk, count(*) AS n FROM (SELECT rank() OVER (ORDER BY q) AS rk FROM s, u WHERE one = 1) GROUP BY rk"
+    assert(WindowHelpers.split(spark, view, q).isEmpty, "a join under the window")
+    val single = q.replace("FROM s, u WHERE one = 1", "FROM s AS t WHERE q > 0")
+    val split = WindowHelpers.split(spark, view, single).get
+    val Seq(helper) = split.helpers
+    assert(helper.cte == "s" && helper.query ==
+        "WITH s(i, q) AS (SELECT item, sum(qty) FROM wh_sales GROUP BY item)\nSELECT * FROM `s`", helper)
+    assert(split.maintainedQuery.startsWith(
+        s"WITH /* c */ s(i, q) AS (SELECT * FROM ${helper.name.quotedString}), u AS"), split.maintainedQuery)
+    spark.sql("CREATE OR REPLACE TEMPORARY VIEW wh_sales AS SELECT * FROM VALUES (1, 5), (2, 9), (3, 5) AS t(item, qty)")
+    spark.sql(s"CREATE OR REPLACE TEMPORARY VIEW `${helper.name.table}` AS ${helper.query}")
+    val local = split.maintainedQuery.replace(helper.name.quotedString, s"`${helper.name.table}`")
+    assert(spark.sql(local).collect().map(_.toString).sorted.toSeq ==
+      spark.sql(single).collect().map(_.toString).sorted.toSeq)
+  }
+
+  test("windows at the top, over a table, a derived table reading a CTE or with a column list are not split") {
     Seq(
       "SELECT item, rank() OVER (ORDER BY qty) AS rk FROM (SELECT item, qty FROM wh_sales) t",
       "SELECT * FROM (SELECT item, rank() OVER (ORDER BY qty) AS rk FROM (SELECT item, qty FROM wh_sales) t) " +
@@ -59,6 +85,8 @@ class WindowHelpersSuite extends AnyFunSuite {
       "SELECT rk, count(*) FROM (SELECT rank() OVER (ORDER BY qty) AS rk FROM wh_sales) GROUP BY rk",
       "WITH s AS (SELECT item, qty FROM wh_sales) " +
         "SELECT rk, count(*) FROM (SELECT rank() OVER (ORDER BY qty) AS rk FROM (SELECT qty FROM s) t) GROUP BY rk",
+      "WITH s AS (SELECT item, qty FROM wh_sales) SELECT rk, count(*) FROM (WITH s AS (SELECT 1 AS qty) " +
+        "SELECT rank() OVER (ORDER BY qty) AS rk FROM s) GROUP BY rk",
       "SELECT rk, count(*) FROM (SELECT rank() OVER (ORDER BY q) AS rk FROM (SELECT qty FROM wh_sales) t(q)) GROUP BY rk",
       "SELECT rk, count(*) FROM (SELECT rank() OVER (PARTITION BY item ORDER BY qty) AS rk " +
         "FROM (SELECT item, qty FROM wh_sales) t) GROUP BY rk"
