@@ -59,14 +59,16 @@ class HeldRelationSuite extends AnyFunSuite {
     planning(stepRows())
   }
 
-  test("two reads of the same held rows are one plan to Spark's canonical comparison; other rows are not") {
+  test("two reads of the same held rows, or of equal copies, are one plan to Spark's canonical comparison") {
     planning {
       val data = (0 until HeldRelation.MaxLocalRows * 2).map(i => InternalRow(i))
-      val copy = data.map(_.copy())
+      val copy = data.filter(_ => true).map(_.copy())
+      val other = data.updated(7, InternalRow(-7))
       def read(rows: Seq[InternalRow]) = HeldRelation.of(spark, Seq(AttributeReference("v", IntegerType)()), rows)
       assert(read(data).isInstanceOf[HeldRelation])
       assert(read(data).canonicalized == read(data).canonicalized, "a repeated step would run again")
-      assert(read(data).canonicalized != read(copy).canonicalized)
+      assert(read(data).canonicalized == read(copy).canonicalized, "a repeated filter of a held table too")
+      assert(read(data).canonicalized != read(other).canonicalized)
     }
   }
 

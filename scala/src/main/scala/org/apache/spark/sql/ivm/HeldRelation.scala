@@ -21,16 +21,18 @@ object OnDriver {
  * Rows held on the driver, as one value: not a collection, so Catalyst's generic tree walks
  * (which take a `LocalRelation`'s rows for its expressions, and map or hash every one of them in
  * rule after rule: `ConvertToLocalRelation`, `PropagateEmptyRelation`, canonicalization) pass
- * over them. Equal where they wrap the same rows (the same object): two reads of one held table
- * or change in a refresh are one plan to Spark's canonical comparison, so a repeated step still
- * runs once ([[io.sparkivm.execution.RefreshSteps]]).
+ * over them. Equal where they hold equal rows, as local relations are: two reads of one held
+ * table, change or filter of them in a refresh are one plan to Spark's canonical comparison, so
+ * a repeated step still runs once ([[io.sparkivm.execution.RefreshSteps]]). The rows are hashed
+ * once, and compared only where the hashes are equal and the rows not the same object.
  */
 final class HeldRows(val rows: Seq[InternalRow]) {
+  private lazy val hash = rows.hashCode()
   override def equals(other: Any): Boolean = other match {
-    case o: HeldRows => o.rows eq rows
+    case o: HeldRows => (o.rows eq rows) || (o.hashCode == hashCode && o.rows == rows)
     case _ => false
   }
-  override def hashCode(): Int = System.identityHashCode(rows)
+  override def hashCode(): Int = hash
   override def toString: String = s"${rows.length} rows"
 }
 
