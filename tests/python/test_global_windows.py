@@ -120,6 +120,9 @@ def test_windows_below_the_top_over_a_subquery_read_a_helper_view(spark: SparkSe
     assert described["refresh_mode"] == "incremental", described
     assert "window function without PARTITION BY" in described["info"]["Helper view"], described
     assert not [r for r in spark.sql("SHOW MATERIALIZED VIEWS").collect() if "__ivm_" in str(r)]
+    spark.sql("INSERT INTO sales VALUES (500, 'r2', 3)")
+    explain = "\n".join(r[0] for r in spark.sql("EXPLAIN REFRESH MATERIALIZED VIEW best_worst").collect())
+    assert "Next refresh: incremental, because base tables of its helper views changed" in explain, explain
     for name in HELPED:
         spark.sql(f"DROP MATERIALIZED VIEW {name}")
     assert _window_helpers(spark) == []

@@ -191,6 +191,9 @@ object ViewExplainer {
       val changed = pinned.values.filter(p => last.sourceVersions.get(p.name).exists(_ != p.version)).toSeq
       if (changed.isEmpty && last.instant.nonEmpty && last.instant != TimeFilters.instantOf(analyzed.plan)) {
         PolicyDecision("incremental", "no base table changed, and the view's time filters move to a new instant")
+      } else if (changed.isEmpty && meta.helpers.nonEmpty && Freshness.of(spark, meta, last).pendingCommits > 0) {
+        PolicyDecision("incremental",
+          "base tables of its helper views changed: the helpers refresh first, and the view applies their changes")
       } else if (changed.isEmpty) PolicyDecision("noop", "no base table changed since the last refresh")
       else RefreshPolicies.choose(spark, meta,
         changed.map(p =>
