@@ -44,13 +44,9 @@ class RecursionHelpersSuite extends AnyFunSuite {
   test("the helpers and the maintained query compute the query's rows") {
     spark.sql(
       "CREATE OR REPLACE TEMPORARY VIEW rh_edges AS SELECT * FROM VALUES (0, 1), (1, 2), (0, 2), (2, 3) AS t(src, dst)")
-    val split = RecursionHelpers.split(spark, view, twoRecursions).get
-    // Temporary views stand in for the helpers: the split's SQL, with their names unqualified.
-    def local(sql: String) = split.helpers.foldLeft(sql)((s, h) => s.replace(h.name.quotedString, s"`${h.name.table}`"))
-    split.helpers.foreach(h => spark.sql(s"CREATE OR REPLACE TEMPORARY VIEW `${h.name.table}` AS ${local(h.query)}"))
-    val expected = spark.sql(twoRecursions).collect().map(_.toString).sorted.toSeq
-    assert(expected.nonEmpty)
-    assert(spark.sql(local(split.maintainedQuery)).collect().map(_.toString).sorted.toSeq == expected)
+    val (expected, maintained) =
+      SplitRows.of(spark, RecursionHelpers.split(spark, view, twoRecursions).get, twoRecursions)
+    assert(expected.nonEmpty && maintained == expected)
   }
 
   test("queries without a top-level recursive CTE are not split") {
