@@ -8,9 +8,9 @@ import io.sparkivm.execution.{DriverEval, PartitionedState}
 import io.sparkivm.planner.{DeltaRules, KeyProbe, TriangleQuery}
 import org.apache.spark.sql.catalyst.CatalystTypeConverters
 import org.apache.spark.sql.catalyst.expressions.{Alias, Attribute, Cast, Literal}
-import org.apache.spark.sql.catalyst.plans.logical.{LocalRelation, LogicalPlan, Project, Union}
+import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, Project, Union}
 import org.apache.spark.sql.functions.{broadcast, col, sum}
-import org.apache.spark.sql.ivm.{DriverRows, JoinMetrics, PartitionedRows, SparkInternals}
+import org.apache.spark.sql.ivm.{DriverRows, JoinMetrics, OnDriver, PartitionedRows, SparkInternals}
 import org.apache.spark.sql.types._
 import org.apache.spark.sql.{DataFrame, Row, SparkSession}
 
@@ -102,7 +102,7 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
   /**
    * `df`'s rows, as `collect` returns them, when they are computed on the driver without a job:
    * its analyzed plan reads only rows held here through operators [[DriverEval]] computes (no
-   * optimizer run), or its optimized plan is a local relation (Spark folds filters and
+   * optimizer run), or its optimized plan is rows held here (Spark folds filters and
    * projections over rows held here into one) or a union of them, which Spark would run as a job.
    */
   private def rowsOnDriver(df: DataFrame): Option[Seq[Row]] = {
@@ -112,15 +112,15 @@ class TriangleMaintenance(spark: SparkSession, q: TriangleQuery, rules: DeltaRul
   }
 
   private def optimizedRows(df: DataFrame): Option[Seq[Row]] = {
-    val relations = df.queryExecution.optimizedPlan match {
-      case l: LocalRelation => Some(Seq(l))
-      case u: Union if u.children.forall(_.isInstanceOf[LocalRelation]) =>
-        Some(u.children.collect { case l: LocalRelation => l })
+    val held = df.queryExecution.optimizedPlan match {
+      case OnDriver(data) => Some(data)
+      case u: Union if u.children.forall(OnDriver.unapply(_).isDefined) =>
+        Some(u.children.flatMap(OnDriver.unapply(_).get))
       case _ => None
     }
-    relations.map { ls =>
+    held.map { rows =>
       val toRow = CatalystTypeConverters.createToScalaConverter(df.schema)
-      ls.flatMap(_.data).map(r => toRow(r).asInstanceOf[Row])
+      rows.map(r => toRow(r).asInstanceOf[Row])
     }
   }
 
