@@ -25,9 +25,12 @@ import org.apache.spark.sql.ivm.SessionInternals
  *
  * A derived table is split where the window's SELECT reads it alone (under WHERE filters at
  * most), it has no column list (`AS v(a, b)`), and it reads no CTE of the query (its helper
- * could not). Windows in the query's top chain of projections and filters are not split: the
- * view computes those when it is read ([[io.sparkivm.planner.ComputedAtRead]]). Derived tables of
- * the same text share one helper (q44 ranks the same aggregate ascending and descending).
+ * could not). A CTE of the top-level WITH that the window's SELECT reads so is split too: its
+ * helper holds the WITH clause up to it, and the maintained query reads the helper in its body's
+ * place (every reference to it then reads the helper). Windows in the query's top chain of
+ * projections and filters are not split: the view computes those when it is read
+ * ([[io.sparkivm.planner.ComputedAtRead]]). Derived tables of the same text share one helper
+ * (q44 ranks the same aggregate ascending and descending).
  */
 object WindowHelpers {
   import HelperViews.{Helper, Split, span, substitute}
