@@ -11,8 +11,9 @@ import org.apache.spark.sql.types.{ArrayType, DataType, MapType, StructType}
  * Checks that a view's analyzed plan is in the class that counting IVM maintains exactly
  * (docs/architecture.md, "The model"): joins of every type, filters, deterministic projections and
  * generators, aggregates with GROUPING SETS / ROLLUP / CUBE, DISTINCT, UNION ALL, windows with
- * PARTITION BY (without it, over materialized views' rows) and subqueries in FROM (subquery expressions, INTERSECT and EXCEPT are joins by
- * then, see [[QueryRewrites]]), over Delta tables. Anything else is refused with
+ * PARTITION BY (without it, over materialized views' rows) and subqueries in FROM (subquery
+ * expressions, INTERSECT and EXCEPT are joins by then, see [[QueryRewrites]]), over Delta
+ * tables. Anything else is refused with
  * an error that names the operator; only the view's REFRESH POLICY (AUTO, INCREMENTAL) turns
  * that refusal into refreshes by recomputation, and the view says so (DESCRIBE, every report).
  */
@@ -41,7 +42,7 @@ object PlanValidator {
             _: Aggregate | _: Sort =>
         case _: Join =>
         case w: Window if w.partitionSpec.nonEmpty =>
-        // Computed again at Pre and at Post over rows a materialized view keeps: what they are costs.
+        // Computed again at Pre and at Post over the rows a materialized view keeps: it costs those rows.
         case w: Window if inView || overViews(w.child) =>
         case _: Window => throw IvmErrors.unsupported(
             "A window function without PARTITION BY below the top of the query",
