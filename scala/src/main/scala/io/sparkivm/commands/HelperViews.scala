@@ -26,7 +26,7 @@ object HelperViews {
   val WindowPrefix = "__ivm_win_"
 
   /** One helper: the part of the query it holds (a CTE's or a subquery's name), its name, and its query. */
-  case class Helper(cte: String, name: TableIdentifier, query: String)
+  case class Helper(part: String, name: TableIdentifier, query: String)
 
   /** The helpers of a view, and the query that reads them in place of the parts they hold. */
   case class Split(helpers: Seq[Helper], maintainedQuery: String)
@@ -52,9 +52,12 @@ object HelperViews {
   def prefixesOf(view: TableIdentifier): Seq[String] =
     Seq(RecursionPrefix, WindowPrefix).map(p => s"$p${safe(view.table)}_")
 
+  /** True if a helper holds the rows under a window ([[WindowHelpers]]), by its name. */
+  def holdsWindowRows(helper: TableIdentifier): Boolean = helper.table.toLowerCase(Locale.ROOT).startsWith(WindowPrefix)
+
   /** What a helper holds, for DESCRIBE and EXPLAIN. */
   def describe(helper: TableIdentifier): String =
-    if (helper.table.toLowerCase(Locale.ROOT).startsWith(WindowPrefix)) {
+    if (holdsWindowRows(helper)) {
       "the rows under a window function without PARTITION BY, maintained by their changes; the window " +
         "is computed again over them before and after each refresh"
     } else "a recursive CTE of the query, kept with its counts and maintained by counting"

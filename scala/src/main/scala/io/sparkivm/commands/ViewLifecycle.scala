@@ -251,15 +251,15 @@ object ViewLifecycle extends Logging {
               database, Nil, helperOf = Some(id))
             made += h.name
           }
-          val plan = ViewAnalysis.analyze(spark, split.maintainedQuery, database)
-          if (plan.output.size != columns.size) undo(refused)
-          else incrementalLayout(spark, plan, columns, instant).fold(undo, a => Right((a, split)))
+          val maintained = ViewAnalysis.analyze(spark, split.maintainedQuery, database)
+          if (maintained.output.size != columns.size) undo(refused)
+          else incrementalLayout(spark, maintained, columns, instant).fold(undo, a => Right((a, split)))
         } catch {
           case e: IvmException if e.getCondition == "IVM_NOT_INCREMENTALIZABLE" =>
             undo(IvmErrors.unsupported(e.parameters("operator"), e.parameters("hint")))
           // A helper is INCREMENTAL STRICT, which refuses a source that is not Delta as it is.
           case e: IvmException if ViewAnalysis.NotIncrementalizable.contains(e.getCondition) => undo(e)
-          case NonFatal(_) if !RecursionHelpers.recurses(plan) => undo(refused)
+          case NonFatal(_) if split.helpers.forall(h => HelperViews.holdsWindowRows(h.name)) => undo(refused)
           case e: Throwable => dropHelpers(spark, made.toSeq); throw e
         }
     }

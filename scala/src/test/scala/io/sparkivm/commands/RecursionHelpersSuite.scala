@@ -28,7 +28,7 @@ class RecursionHelpersSuite extends AnyFunSuite {
 
   test("each recursive CTE gets a helper; the maintained query reads them and keeps the rest") {
     val split = RecursionHelpers.split(spark, view, twoRecursions).get
-    assert(split.helpers.map(_.cte) == Seq("r", "far"))
+    assert(split.helpers.map(_.part) == Seq("r", "far"))
     split.helpers.foreach(h => assert(HelperViews.isHelperName(h.name.table) && h.name.database == view.database))
     val Seq(r, far) = split.helpers
     assert(r.query.startsWith("WITH RECURSIVE r(src, dst) AS (") && r.query.endsWith("SELECT * FROM `r`"), r.query)

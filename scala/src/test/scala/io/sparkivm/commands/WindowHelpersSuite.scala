@@ -29,7 +29,7 @@ class WindowHelpersSuite extends AnyFunSuite {
   test("the derived table under each window becomes a helper, one per text; the rest is kept") {
     val split = WindowHelpers.split(spark, view, bestAndWorst).get
     val Seq(helper) = split.helpers
-    assert(helper.cte == "v1" && HelperViews.isHelperName(helper.name.table) && helper.name.database == view.database)
+    assert(helper.part == "v1" && HelperViews.isHelperName(helper.name.table) && helper.name.database == view.database)
     assert(helper.name.table.startsWith(HelperViews.prefixesOf(view)(1)), helper.name)
     assert(helper.query.startsWith("SELECT item, sum(qty) AS total FROM wh_sales -- the ) of a comment"), helper.query)
     assert(helper.query.endsWith("(SELECT min(qty) FROM wh_sales)"), helper.query)
@@ -62,7 +62,7 @@ class WindowHelpersSuite extends AnyFunSuite {
     val single = q.replace("FROM s, u WHERE one = 1", "FROM s AS t WHERE q > 0")
     val split = WindowHelpers.split(spark, view, single).get
     val Seq(helper) = split.helpers
-    assert(helper.cte == "s" && helper.query ==
+    assert(helper.part == "s" && helper.query ==
         "WITH s(i, q) AS (SELECT item, sum(qty) FROM wh_sales GROUP BY item)\nSELECT * FROM `s`", helper)
     assert(split.maintainedQuery.startsWith(
         s"WITH /* c */ s(i, q) AS (SELECT * FROM ${helper.name.quotedString}), u AS"), split.maintainedQuery)
