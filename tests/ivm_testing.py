@@ -40,6 +40,30 @@ def resolved_jars() -> List[str]:
     return jars if any("/io.delta_" in j for j in jars) else []
 
 
+def make_cluster_session(warehouse: str, master: str = "local-cluster[2,1,1024]",
+                         extra: Optional[dict] = None) -> SparkSession:
+    """A session on a local-cluster master (executors in JVMs of their own), so that nothing
+    relies on state that only exists in the driver."""
+    import pyspark
+
+    # local-cluster starts its workers from SPARK_HOME; pyspark's wheel is a Spark home.
+    os.environ.setdefault("SPARK_HOME", os.path.dirname(os.path.abspath(pyspark.__file__)))
+    # Executors must load Delta and spark-ivm from their launch classpath: jars added at run
+    # time live in a child classloader, where Scala collections fail to deserialize. The jars
+    # are those `make install` resolved (a short local session resolves them where it has not).
+    jars = resolved_jars()
+    if not jars:
+        probe = make_session(master="local[1]", warehouse=tempfile.mkdtemp(prefix="ivm-probe-"))
+        jars = (probe.sparkContext.getConf().get("spark.repl.local.jars") or "").split(",")
+        probe.stop()
+    # Only Delta's and ours: the Hadoop and Parquet jars Delta's kernel pulls in would shadow
+    # Spark's own versions.
+    wanted = [j.replace("file://", "") for j in jars if "spark-ivm" in j or "/io.delta_" in j]
+    return make_session(master=master, warehouse=warehouse,
+                        extra={"spark.executor.extraClassPath": os.pathsep.join(wanted),
+                               "spark.executor.extraJavaOptions": SESSION_JIT_OPTIONS, **(extra or {})})
+
+
 def short_jvm_env() -> Dict[str, str]:
     """The environment for a process a test starts that runs a JVM briefly (``SPARK_SUBMIT_OPTS``
     reaches every driver JVM that ``spark-submit`` starts, PySpark's included)."""

@@ -8,7 +8,7 @@ after it is created and after each step of changes: rows of every fact table ins
 keys, deleted and updated, then dimension rows updated and deleted. Not part of `make test`
 (about 20 minutes at the default scale; `make compat-tpcds` installs what it needs and runs it):
 
-    .venv/bin/python tests/compat/tpcds_queries.py [--sf 0.01] [--strict] [N ...]
+    .venv/bin/python tests/compat/tpcds_queries.py [--sf 0.01] [--strict] [--master M] [N ...]
 
 With ``--strict`` every view is created ``REFRESH POLICY INCREMENTAL STRICT``, so that a query
 spark-ivm cannot maintain is listed with the error that names why. Each line gives a query's
@@ -28,7 +28,7 @@ from typing import Any, Dict, List, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from ivm_testing import assert_matches_query, make_session  # noqa: E402
+from ivm_testing import assert_matches_query, make_cluster_session, make_session  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 from spark_ivm import MaterializedView  # noqa: E402
 
@@ -114,12 +114,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sf", type=float, default=0.01)
     parser.add_argument("--strict", action="store_true")
+    parser.add_argument("--master", default="local[2]",
+                        help="e.g. 'local-cluster[2,1,2048]': executors in JVMs of their own")
     parser.add_argument("only", nargs="*", type=int)
     args = parser.parse_args()
     texts = queries()
     chosen = {n: q for n, q in texts.items() if not args.only or n in args.only}
-    spark = make_session(extra={"spark.ui.showConsoleProgress": "false",
-                                "spark.ivm.refreshPolicy.default": "incremental_strict" if args.strict else "auto"})
+    settings = {"spark.ui.showConsoleProgress": "false",
+                "spark.ivm.refreshPolicy.default": "incremental_strict" if args.strict else "auto"}
+    spark = (make_cluster_session(tempfile.mkdtemp(prefix="ivm-warehouse-"), args.master, settings)
+             if args.master.startswith("local-cluster") else make_session(master=args.master, extra=settings))
     load(spark, generate(args.sf))
     failed: Dict[int, str] = {}
     views: Dict[int, MaterializedView] = {}
