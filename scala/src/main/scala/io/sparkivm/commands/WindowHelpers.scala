@@ -24,8 +24,8 @@ import org.apache.spark.sql.ivm.SessionInternals
  * ([[io.sparkivm.planner.PlanValidator]]), and everything above it is maintained as usual.
  *
  * A derived table is split where the window's SELECT reads it alone (under WHERE filters at
- * most), it has no column list (`AS v(a, b)`), and it reads no CTE of the query (its helper
- * could not). A CTE of the top-level WITH that the window's SELECT reads so is split too: its
+ * most) and it reads no CTE of the query (its helper could not); with a column list
+ * (`AS v(a, b)`), its helper's columns are those names. A CTE of the top-level WITH that the window's SELECT reads so is split too: its
  * helper holds the WITH clause up to it, and the maintained query reads the helper in its body's
  * place (every reference to it then reads the helper). Windows in the query's top chain of
  * projections and filters are not split: the view computes those when it is read
@@ -37,6 +37,10 @@ object WindowHelpers {
 
   /** An alias after a derived table's closing parenthesis: ` v1`, ` AS v1`, `` AS `v 1` ``. */
   private val AliasAfter = """(?is)\)\s*(?:AS\s+)?(?:`(?:[^`]|``)+`|[\p{L}_][\p{L}\p{N}_]*)\s*""".r
+
+  /** The same with a column list: ` AS v1(a, b)`. */
+  private val AliasWithColumnsAfter =
+    """(?is)\)\s*(?:AS\s+)?(?:`(?:[^`]|``)+`|[\p{L}_][\p{L}\p{N}_]*)\s*\([^()]*\)\s*""".r
 
   /** A CTE's definition up to its body's opening parenthesis: `s AS (`, `` `s 1`(a, b) AS ( ``. */
   private val CteHead = """(?is)(?:`(?:[^`]|``)+`|[\p{L}_][\p{L}\p{N}_]*)\s*(?:\([^)]*\))?\s*AS\s*\(""".r
@@ -62,13 +66,20 @@ object WindowHelpers {
       case p: Project if !top.exists(_ eq p) && p.projectList.exists(globalWindow(_, definitions(p))) => input(p.child)
     }.flatten.flatMap {
       case alias: SubqueryAlias =>
+        val columns = alias.child.isInstanceOf[UnresolvedSubqueryColumnAliases]
         for {
           (start, stop) <- span(queryText, alias)
-          close = queryText.lastIndexOf(')', stop)
+          // The derived table's closing parenthesis, before its column list if it has one.
+          close = queryText.lastIndexOf(')', if (columns) queryText.lastIndexOf('(', stop) else stop)
           if queryText.charAt(start) == '(' && close > start &&
-            AliasAfter.pattern.matcher(queryText.substring(close, stop + 1)).matches() &&
-            !readsAny(alias.child, ctes)
-        } yield (alias.alias, (start + 1, close - 1), queryText.substring(start + 1, close).trim)
+            (if (columns) AliasWithColumnsAfter else AliasAfter).pattern.matcher(queryText.substring(close, stop + 1))
+              .matches() && !readsAny(alias.child, ctes)
+          body = queryText.substring(start + 1, close).trim
+        } yield (alias.alias, (start + 1, close - 1),
+          // Its columns as the list names them: the body's own names may be an expression's text
+          // (`sum(qty)`), which a Delta table's column cannot be. The newline ends a line comment.
+          if (columns) s"SELECT * FROM (\n$body\n)${queryText.substring(close + 1, stop + 1).stripTrailing()}"
+          else body)
       case ref: UnresolvedRelation =>
         // The body's parser span covers only its last clause where it is not a UNION: it is the
         // text between the parentheses after AS.
@@ -108,7 +119,7 @@ object WindowHelpers {
     case Filter(_, child) => input(child)
     case SubqueryAlias(_, r: UnresolvedRelation) => input(r)
     case r: UnresolvedRelation if r.multipartIdentifier.size == 1 => Some(r)
-    case a @ SubqueryAlias(_, child) if !child.isInstanceOf[UnresolvedSubqueryColumnAliases] => Some(a)
+    case a: SubqueryAlias => Some(a)
     case _ => None
   }
 

@@ -47,6 +47,22 @@ class WindowHelpersSuite extends AnyFunSuite {
     assert(expected.nonEmpty && maintained == expected)
   }
 
+  test("a derived table with a column list: its helper's columns are the list's names") {
+    val q = "SELECT rk, count(*) AS n FROM (SELECT rank() OVER (ORDER BY q DESC) AS rk FROM " +
+      "(SELECT item, sum(qty) FROM wh_sales GROUP BY item -- ) t(x)\n) AS t (i, q) WHERE q > 1) GROUP BY rk"
+    val split = WindowHelpers.split(spark, view, q).get
+    val Seq(helper) = split.helpers
+    assert(helper.query == "SELECT * FROM (\nSELECT item, sum(qty) FROM wh_sales GROUP BY item -- ) t(x)\n) AS t (i, q)",
+      helper)
+    assert(split.maintainedQuery.contains(s"(SELECT * FROM ${helper.name.quotedString}) AS t (i, q) WHERE"),
+      split.maintainedQuery)
+    spark.sql(
+      "CREATE OR REPLACE TEMPORARY VIEW wh_sales AS SELECT * FROM VALUES (1, 5), (2, 9), (3, 5), (4, 1) AS t(item, qty)")
+    assert(spark.sql(helper.query).columns.toSeq == Seq("i", "q"))
+    val (expected, maintained) = SplitRows.of(spark, split, q)
+    assert(expected.nonEmpty && maintained == expected)
+  }
+
   test("a named window without PARTITION BY is split like one written in place") {
     val q = "SELECT rk, count(*) AS n FROM (SELECT rank() OVER w AS rk FROM (SELECT qty FROM wh_sales) t " +
       "WINDOW w AS (ORDER BY qty)) GROUP BY rk"
@@ -71,7 +87,7 @@ class WindowHelpersSuite extends AnyFunSuite {
     assert(expected.nonEmpty && maintained == expected)
   }
 
-  test("windows at the top, over a table, a derived table reading a CTE or with a column list are not split") {
+  test("windows at the top, over a table or over a derived table reading a CTE are not split") {
     Seq(
       "SELECT item, rank() OVER (ORDER BY qty) AS rk FROM (SELECT item, qty FROM wh_sales) t",
       "SELECT * FROM (SELECT item, rank() OVER (ORDER BY qty) AS rk FROM (SELECT item, qty FROM wh_sales) t) " +
@@ -81,7 +97,6 @@ class WindowHelpersSuite extends AnyFunSuite {
         "SELECT rk, count(*) FROM (SELECT rank() OVER (ORDER BY qty) AS rk FROM (SELECT qty FROM s) t) GROUP BY rk",
       "WITH s AS (SELECT item, qty FROM wh_sales) SELECT rk, count(*) FROM (WITH s AS (SELECT 1 AS qty) " +
         "SELECT rank() OVER (ORDER BY qty) AS rk FROM s) GROUP BY rk",
-      "SELECT rk, count(*) FROM (SELECT rank() OVER (ORDER BY q) AS rk FROM (SELECT qty FROM wh_sales) t(q)) GROUP BY rk",
       "SELECT rk, count(*) FROM (SELECT rank() OVER (PARTITION BY item ORDER BY qty) AS rk " +
         "FROM (SELECT item, qty FROM wh_sales) t) GROUP BY rk"
     ).foreach(q => assert(WindowHelpers.split(spark, view, q).isEmpty, q))
