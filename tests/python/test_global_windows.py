@@ -98,6 +98,11 @@ HELPED = {
     "ranked_totals": "SELECT rk, count(*) AS n, min(r) AS r FROM "
                      "(SELECT r, rank() OVER (ORDER BY total DESC) AS rk FROM "
                      "(SELECT region, sum(amount) FROM sales GROUP BY region) AS t(r, total)) GROUP BY rk",
+    # a derived table reading a CTE: the helper holds the WITH clause
+    "cte_ranked": "WITH kept AS (SELECT region, amount FROM sales WHERE id > 1) "
+                  "SELECT rk, count(*) AS n FROM "
+                  "(SELECT rank() OVER (ORDER BY s DESC) AS rk FROM "
+                  "(SELECT region, sum(amount) AS s FROM kept GROUP BY region) z) GROUP BY rk",
 }
 
 
@@ -119,7 +124,7 @@ def test_windows_below_the_top_over_a_subquery_read_a_helper_view(spark: SparkSe
     spark.sql("INSERT INTO sales VALUES " + ", ".join(
         f"({i}, 'r{i % 3}', {'NULL' if i == 4 else i % 4})" for i in ids))
     views = follow_changes(spark, HELPED, _changes(rng, ids, 3), "REFRESH POLICY INCREMENTAL STRICT")
-    assert len(_window_helpers(spark)) == 5, _window_helpers(spark)  # best_worst's two subqueries share one
+    assert len(_window_helpers(spark)) == 6, _window_helpers(spark)  # best_worst's two subqueries share one
     described = views["best_worst"].describe()
     assert described["refresh_mode"] == "incremental", described
     assert "window function without PARTITION BY" in described["info"]["Helper view"], described

@@ -24,8 +24,9 @@ import org.apache.spark.sql.ivm.SessionInternals
  * ([[io.sparkivm.planner.PlanValidator]]), and everything above it is maintained as usual.
  *
  * A derived table is split where the window's SELECT reads it alone (under WHERE filters at
- * most) and it reads no CTE of the query (its helper could not); with a column list
- * (`AS v(a, b)`), its helper's columns are those names. A CTE of the top-level WITH that the window's SELECT reads so is split too: its
+ * most); with a column list (`AS v(a, b)`), its helper's columns are those names. Where it reads
+ * CTEs of the query's top-level WITH, its helper holds that clause up to the last one it reads;
+ * where it reads a CTE of a nested WITH, it is not split. A CTE of the top-level WITH that the window's SELECT reads so is split too: its
  * helper holds the WITH clause up to it, and the maintained query reads the helper in its body's
  * place (every reference to it then reads the helper). Windows in the query's top chain of
  * projections and filters are not split: the view computes those when it is read
@@ -73,13 +74,15 @@ object WindowHelpers {
           close = queryText.lastIndexOf(')', if (columns) queryText.lastIndexOf('(', stop) else stop)
           if queryText.charAt(start) == '(' && close > start &&
             (if (columns) AliasWithColumnsAfter else AliasAfter).pattern.matcher(queryText.substring(close, stop + 1))
-              .matches() && !readsAny(alias.child, ctes)
+              .matches()
           body = queryText.substring(start + 1, close).trim
+          ctePrefix <- withClauseFor(queryText, topCtes, readNames(alias.child, ctes), body)
         } yield (alias.alias, (start + 1, close - 1),
           // Its columns as the list names them: the body's own names may be an expression's text
           // (`sum(qty)`), which a Delta table's column cannot be. The newline ends a line comment.
-          if (columns) s"SELECT * FROM (\n$body\n)${queryText.substring(close + 1, stop + 1).stripTrailing()}"
-          else body)
+          ctePrefix + (if (columns)
+                         s"SELECT * FROM (\n$body\n)${queryText.substring(close + 1, stop + 1).stripTrailing()}"
+                       else body))
       case ref: UnresolvedRelation =>
         // The body's parser span covers only its last clause where it is not a UNION: it is the
         // text between the parentheses after AS.
@@ -130,8 +133,29 @@ object WindowHelpers {
     case _ => Nil
   }
 
-  private def readsAny(plan: LogicalPlan, names: Set[String]): Boolean = plan.collectWithSubqueries {
+  /** The CTE names among `names` that `plan` reads. */
+  private def readNames(plan: LogicalPlan, names: Set[String]): Set[String] = plan.collectWithSubqueries {
     case u: UnresolvedRelation
         if u.multipartIdentifier.size == 1 && names.contains(u.multipartIdentifier.head.toLowerCase(Locale.ROOT)) =>
-  }.nonEmpty
+      u.multipartIdentifier.head.toLowerCase(Locale.ROOT)
+  }.toSet
+
+  /**
+   * The WITH clause a derived table's helper needs before its `body`: none if it reads no CTE;
+   * the top-level WITH's CTEs up to the last one it reads (a CTE reads only those before it) if
+   * they are all it reads; None (no helper) if it reads another CTE, or its body has a WITH of
+   * its own.
+   */
+  private def withClauseFor(text: String, topCtes: Seq[(String, SubqueryAlias, Any)],
+      read: Set[String], body: String): Option[String] =
+    if (read.isEmpty) Some("")
+    else {
+      val last = topCtes.lastIndexWhere(c => read.contains(c._1.toLowerCase(Locale.ROOT)))
+      val covered = topCtes.take(last + 1).map(_._1.toLowerCase(Locale.ROOT)).toSet
+      for {
+        first <- topCtes.headOption.flatMap(c => span(text, c._2))
+        end <- topCtes.lift(last).flatMap(c => span(text, c._2)).map(_._2)
+        if read.subsetOf(covered) && text.charAt(end) == ')' && !body.toUpperCase(Locale.ROOT).startsWith("WITH")
+      } yield s"WITH ${text.substring(first._1, end + 1)}\n"
+    }
 }

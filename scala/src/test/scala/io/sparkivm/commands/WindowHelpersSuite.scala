@@ -63,6 +63,23 @@ class WindowHelpersSuite extends AnyFunSuite {
     assert(expected.nonEmpty && maintained == expected)
   }
 
+  test("a derived table reading CTEs: its helper holds the top-level WITH up to the last it reads") {
+    val q = "WITH a AS (SELECT item, qty FROM wh_sales), s AS (SELECT item, sum(qty) AS total FROM a GROUP BY item), " +
+      "u AS (SELECT 1 AS one) SELECT rk, count(*) AS n, max(one) AS one FROM " +
+      "(SELECT rank() OVER (ORDER BY total) AS rk FROM (SELECT total FROM s WHERE total > 1) t) CROSS JOIN u GROUP BY rk"
+    val split = WindowHelpers.split(spark, view, q).get
+    val Seq(helper) = split.helpers
+    assert(
+      helper.query == "WITH a AS (SELECT item, qty FROM wh_sales), " +
+        "s AS (SELECT item, sum(qty) AS total FROM a GROUP BY item)\nSELECT total FROM s WHERE total > 1", helper)
+    assert(split.maintainedQuery.startsWith("WITH a AS (SELECT item, qty FROM wh_sales), s AS"), split.maintainedQuery)
+    assert(split.maintainedQuery.contains(s"(SELECT * FROM ${helper.name.quotedString}) t)"), split.maintainedQuery)
+    spark.sql(
+      "CREATE OR REPLACE TEMPORARY VIEW wh_sales AS SELECT * FROM VALUES (1, 5), (2, 9), (3, 5), (3, 1) AS t(item, qty)")
+    val (expected, maintained) = SplitRows.of(spark, split, q)
+    assert(expected.nonEmpty && maintained == expected)
+  }
+
   test("a named window without PARTITION BY is split like one written in place") {
     val q = "SELECT rk, count(*) AS n FROM (SELECT rank() OVER w AS rk FROM (SELECT qty FROM wh_sales) t " +
       "WINDOW w AS (ORDER BY qty)) GROUP BY rk"
@@ -87,14 +104,14 @@ class WindowHelpersSuite extends AnyFunSuite {
     assert(expected.nonEmpty && maintained == expected)
   }
 
-  test("windows at the top, over a table or over a derived table reading a CTE are not split") {
+  test("windows at the top, over a table or over a derived table reading a nested WITH's CTE are not split") {
     Seq(
       "SELECT item, rank() OVER (ORDER BY qty) AS rk FROM (SELECT item, qty FROM wh_sales) t",
       "SELECT * FROM (SELECT item, rank() OVER (ORDER BY qty) AS rk FROM (SELECT item, qty FROM wh_sales) t) " +
         "WHERE rk < 3 ORDER BY rk LIMIT 2",
       "SELECT rk, count(*) FROM (SELECT rank() OVER (ORDER BY qty) AS rk FROM wh_sales) GROUP BY rk",
-      "WITH s AS (SELECT item, qty FROM wh_sales) " +
-        "SELECT rk, count(*) FROM (SELECT rank() OVER (ORDER BY qty) AS rk FROM (SELECT qty FROM s) t) GROUP BY rk",
+      "SELECT rk, count(*) FROM (WITH s AS (SELECT qty FROM wh_sales) " +
+        "SELECT rank() OVER (ORDER BY qty) AS rk FROM (SELECT qty FROM s) t) GROUP BY rk",
       "WITH s AS (SELECT item, qty FROM wh_sales) SELECT rk, count(*) FROM (WITH s AS (SELECT 1 AS qty) " +
         "SELECT rank() OVER (ORDER BY qty) AS rk FROM s) GROUP BY rk",
       "SELECT rk, count(*) FROM (SELECT rank() OVER (PARTITION BY item ORDER BY qty) AS rk " +
