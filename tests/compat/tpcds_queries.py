@@ -168,6 +168,7 @@ def main() -> None:
     incremental = sorted(n for n, m in modes.items() if n not in failed and m and set(m) <= {"i", "n"})
     print(f"incremental every step: {len(incremental)} of {len(chosen)}: {incremental}")
     print(f"{len(failed)} of {len(chosen)} failed: {sorted(failed)}" if failed else f"all {len(chosen)} passed")
+    spark.stop()  # before the exit: a local-cluster's workers would relaunch executors as the JVM stops
     sys.exit(1 if failed else 0)
 
 
