@@ -26,9 +26,10 @@ import org.apache.spark.sql.ivm.SessionInternals
  * A derived table is split where the window's SELECT reads it alone (under WHERE filters at
  * most); with a column list (`AS v(a, b)`), its helper's columns are those names. Where it reads
  * CTEs of the query's top-level WITH, its helper holds that clause up to the last one it reads;
- * where it reads a CTE of a nested WITH, it is not split. A CTE of the top-level WITH that the window's SELECT reads so is split too: its
- * helper holds the WITH clause up to it, and the maintained query reads the helper in its body's
- * place (every reference to it then reads the helper). Windows in the query's top chain of
+ * where it reads a CTE of a nested WITH, it is not split. A CTE of the top-level WITH that the
+ * window's SELECT reads so is split too: its helper holds the WITH clause up to it, and the
+ * maintained query reads the helper in its body's place (every reference to it then reads the
+ * helper). Windows in the query's top chain of
  * projections and filters are not split: the view computes those when it is read
  * ([[io.sparkivm.planner.ComputedAtRead]]). Derived tables of the same text share one helper
  * (q44 ranks the same aggregate ascending and descending).
