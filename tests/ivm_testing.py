@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from decimal import Decimal
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
+import pyspark
 import pytest
 from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
@@ -44,8 +45,6 @@ def make_cluster_session(warehouse: str, master: str = "local-cluster[2,1,1024]"
                          extra: Optional[dict] = None) -> SparkSession:
     """A session on a local-cluster master (executors in JVMs of their own), so that nothing
     relies on state that only exists in the driver."""
-    import pyspark
-
     # local-cluster starts its workers from SPARK_HOME; pyspark's wheel is a Spark home.
     os.environ.setdefault("SPARK_HOME", os.path.dirname(os.path.abspath(pyspark.__file__)))
     # Executors must load Delta and spark-ivm from their launch classpath: jars added at run
