@@ -29,23 +29,24 @@ import org.apache.spark.sql.ivm.SessionInternals
  * where it reads a CTE of a nested WITH, it is not split. A CTE of the top-level WITH that the
  * window's SELECT reads so is split too: its helper holds the WITH clause up to it, and the
  * maintained query reads the helper in its body's place (every reference to it then reads the
- * helper). Windows in the query's top chain of
- * projections and filters are not split: the view computes those when it is read
- * ([[io.sparkivm.planner.ComputedAtRead]]). Derived tables of the same text share one helper
- * (q44 ranks the same aggregate ascending and descending).
+ * helper). Windows in the query's top chain of projections and filters are not split: the view
+ * computes those when it is read ([[io.sparkivm.planner.ComputedAtRead]]). Derived tables of the
+ * same text share one helper (q44 ranks the same aggregate ascending and descending).
  */
 object WindowHelpers {
   import HelperViews.{Helper, Split, span, substitute}
 
+  /** A name, quoted or not. */
+  private val Name = """(?:`(?:[^`]|``)+`|[\p{L}_][\p{L}\p{N}_]*)"""
+
   /** An alias after a derived table's closing parenthesis: ` v1`, ` AS v1`, `` AS `v 1` ``. */
-  private val AliasAfter = """(?is)\)\s*(?:AS\s+)?(?:`(?:[^`]|``)+`|[\p{L}_][\p{L}\p{N}_]*)\s*""".r
+  private val AliasAfter = raw"""(?is)\)\s*(?:AS\s+)?$Name\s*""".r
 
   /** The same with a column list: ` AS v1(a, b)`. */
-  private val AliasWithColumnsAfter =
-    """(?is)\)\s*(?:AS\s+)?(?:`(?:[^`]|``)+`|[\p{L}_][\p{L}\p{N}_]*)\s*\([^()]*\)\s*""".r
+  private val AliasWithColumnsAfter = raw"""(?is)\)\s*(?:AS\s+)?$Name\s*\([^()]*\)\s*""".r
 
   /** A CTE's definition up to its body's opening parenthesis: `s AS (`, `` `s 1`(a, b) AS ( ``. */
-  private val CteHead = """(?is)(?:`(?:[^`]|``)+`|[\p{L}_][\p{L}\p{N}_]*)\s*(?:\([^)]*\))?\s*AS\s*\(""".r
+  private val CteHead = raw"""(?is)$Name\s*(?:\([^)]*\))?\s*AS\s*\(""".r
 
   /** The split of `queryText` for view `view`, or None where no window below its top reads a
    * derived table or CTE that a helper can hold. */
@@ -87,14 +88,14 @@ object WindowHelpers {
       case ref: UnresolvedRelation =>
         // The body's parser span covers only its last clause where it is not a UNION: it is the
         // text between the parentheses after AS.
+        val at = topCtes.indexWhere(_._1.equalsIgnoreCase(ref.multipartIdentifier.head))
         for {
-          (name, alias, _) <- topCtes.find(_._1.equalsIgnoreCase(ref.multipartIdentifier.head))
-          first <- span(queryText, topCtes.head._2)
+          (name, alias, _) <- topCtes.lift(at)
+          prefix <- withClause(queryText, topCtes, at)
           whole <- span(queryText, alias)
           open <- CteHead.findPrefixMatchOf(queryText.substring(whole._1, whole._2 + 1)).map(whole._1 + _.end)
-          if queryText.charAt(whole._2) == ')' && open <= whole._2
-        } yield (name, (open, whole._2 - 1),
-          s"WITH ${queryText.substring(first._1, whole._2 + 1)}\nSELECT * FROM ${HelperViews.quote(name)}")
+          if open <= whole._2
+        } yield (name, (open, whole._2 - 1), s"${prefix}SELECT * FROM ${HelperViews.quote(name)}")
       case _ => None
     }.distinctBy(_._2).sortBy(_._2._1)
     // A part inside another one that is split goes with it.
@@ -153,10 +154,15 @@ object WindowHelpers {
     else {
       val last = topCtes.lastIndexWhere(c => read.contains(c._1.toLowerCase(Locale.ROOT)))
       val covered = topCtes.take(last + 1).map(_._1.toLowerCase(Locale.ROOT)).toSet
-      for {
-        first <- topCtes.headOption.flatMap(c => span(text, c._2))
-        end <- topCtes.lift(last).flatMap(c => span(text, c._2)).map(_._2)
-        if read.subsetOf(covered) && text.charAt(end) == ')' && !body.toUpperCase(Locale.ROOT).startsWith("WITH")
-      } yield s"WITH ${text.substring(first._1, end + 1)}\n"
+      if (!read.subsetOf(covered) || body.toUpperCase(Locale.ROOT).startsWith("WITH")) None
+      else withClause(text, topCtes, last)
     }
+
+  /** `WITH` and the top-level CTEs' text up to the one at `upTo` (ending in its `)`), then a newline. */
+  private def withClause(text: String, topCtes: Seq[(String, SubqueryAlias, Any)], upTo: Int): Option[String] =
+    for {
+      first <- topCtes.headOption.flatMap(c => span(text, c._2))
+      end <- topCtes.lift(upTo).flatMap(c => span(text, c._2)).map(_._2)
+      if text.charAt(end) == ')'
+    } yield s"WITH ${text.substring(first._1, end + 1)}\n"
 }
