@@ -28,7 +28,7 @@ NULLS = "(NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)"
 
 SHAPES = {
     "global": "SELECT count(DISTINCT i) AS c, sum(d) AS sd, avg(d) AS ad, min(dt) AS mdt, max(ts) AS mts, "
-              "max(s) AS ms, count(*) AS n FROM t",
+              "max(s) AS ms, count(*) AS n, count_if(i > 1) AS ci, regr_count(i, d) AS rc FROM t",
     "grouped": "SELECT s, count(*) AS n, sum(d) AS sd, avg(d) AS ad, min(ts) AS mts, max(dt) AS mdt "
                "FROM t GROUP BY s",
     "distinct": "SELECT DISTINCT s, dt, b FROM t",

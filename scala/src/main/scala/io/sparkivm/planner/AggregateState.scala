@@ -4,6 +4,8 @@ import org.apache.spark.sql.catalyst.expressions._
 import org.apache.spark.sql.catalyst.expressions.aggregate._
 import org.apache.spark.sql.types._
 
+import scala.util.Try
+
 /**
  * One aggregate function of a view and the state that maintains it in the backing table.
  * Inputs carry a sign `m` (+1 inserted, -1 deleted; a row standing for k rows carries +-k); each state is a group of columns that
@@ -71,6 +73,31 @@ object AggregateState {
     case mn: Min => ExtremeState(index, expr, mn.child, isMin = true)
     case mx: Max => ExtremeState(index, expr, mx.child, isMin = false)
     case _ => RecomputedState(index, expr)
+  }
+
+  /**
+   * What `f` gives over no rows, as a global aggregate of an empty input does: COUNT and
+   * `count_if` 0, SUM and MIN NULL. Evaluated as Spark's aggregation does, from the buffer's
+   * initial values, so that an aggregate the analyzer keeps unreplaced (`count_if`, whose
+   * replacement is a COUNT) or one without a declared default gives the same value.
+   */
+  def onNoRows(f: AggregateFunction): Expression = {
+    val value = f.defaultResult.filter(_.dataType == f.dataType).orElse(Try(f match {
+      case r: RuntimeReplaceableAggregate => r.replacement match {
+          case a: AggregateFunction => onNoRows(a)
+          case _ => Literal(null, f.dataType)
+        }
+      case d: DeclarativeAggregate =>
+        val initial = AttributeMap(d.aggBufferAttributes.zip(d.initialValues))
+        val evaluated = d.evaluateExpression.transform { case a: AttributeReference if initial.contains(a) => initial(a) }
+        Literal.create(evaluated.eval(), f.dataType)
+      case i: ImperativeAggregate =>
+        val buffer = new GenericInternalRow(i.aggBufferAttributes.length)
+        val at0 = i.withNewMutableAggBufferOffset(0)
+        at0.initialize(buffer)
+        Literal.create(at0.eval(buffer), f.dataType)
+    }).toOption)
+    value.map(v => if (v.dataType == f.dataType) v else Cast(v, f.dataType)).getOrElse(Literal(null, f.dataType))
   }
 
   /** What the state does, for EXPLAIN and DESCRIBE. */

@@ -258,7 +258,7 @@ class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String], val to
             // (COUNT(DISTINCT x) is 0), whatever its state holds once every row is gone.
             if (!global) value
             else If(EqualTo(attr(CountColumn), Literal(0L)),
-              ae.aggregateFunction.defaultResult.filter(_.dataType == ae.dataType).getOrElse(Literal(null, ae.dataType)),
+              AggregateState.onNoRows(ae.aggregateFunction),
               value)
           case e if keyExprs.exists(_.semanticEquals(e)) =>
             attr(keyNames(keyExprs.indexWhere(_.semanticEquals(e))))

@@ -50,6 +50,29 @@ class AggregateStateSuite extends AnyFunSuite {
     }
   }
 
+  test("onNoRows is what a global aggregate of Spark's gives over no rows") {
+    spark.createDataFrame(spark.sparkContext.emptyRDD[org.apache.spark.sql.Row],
+      org.apache.spark.sql.types.StructType.fromDDL("g INT, x INT, y DOUBLE, s STRING"))
+      .createOrReplaceTempView("no_rows")
+    // Declared defaults (COUNT), functions the analyzer keeps unreplaced (count_if, regr_count,
+    // bool_or), declarative and imperative ones without a default, and typed buffers.
+    val functions = aggregates ++ Seq("count_if(x > 1)", "regr_count(x, y)", "bool_or(x > 0)", "every(x > 0)",
+      "approx_count_distinct(s)", "collect_list(x)", "collect_set(s)", "stddev_samp(y)", "var_pop(x)",
+      "percentile(x, 0.5)", "bit_or(x)", "max_by(s, x)", "count(DISTINCT s, x)", "sum(DISTINCT x)",
+      "try_sum(x)", "try_avg(y)", "histogram_numeric(x, 2)", "listagg(s)", "kurtosis(y)")
+    functions.foreach { f =>
+      val df = spark.sql(s"SELECT $f FROM no_rows")
+      val ae = SparkInternals.analyzed(df).collectFirst { case a: Aggregate => a }.get
+        .aggregateExpressions.head.collectFirst { case a: AggregateExpression => a }.get
+      val value = AggregateState.onNoRows(ae.aggregateFunction)
+      assert(value.dataType == ae.dataType, f)
+      val expected = df.collect().head.get(0)
+      val got = SparkInternals.dataFrame(spark, Project(Seq(Alias(value, "v")()),
+        LocalRelation.fromExternalRows(Nil, Seq(org.apache.spark.sql.Row())))).collect().head.get(0)
+      assert(got == expected, s"$f over no rows: $got, Spark gives $expected")
+    }
+  }
+
   private def check(aggregate: String, pre: Seq[Seq[Any]], change: Seq[Seq[Any]], post: Seq[Seq[Any]],
       round: Int): Unit = {
     // The aggregate as Spark analyzes it, over the attributes of a relation of ours.

@@ -1,0 +1,312 @@
+"""Random queries over random changes: a differential fuzzer of spark-ivm (not part of `make test`).
+
+Each round makes three small Delta tables with NULLs and duplicate keys, draws queries from a
+grammar wider than the unit tests' (outer, semi, anti and theta joins, NOT IN over NULLs,
+correlated and uncorrelated scalar subqueries, DISTINCT aggregates, nested aggregates, set
+operations, windows with and without PARTITION BY, top-k), creates each as a view under
+REFRESH POLICY INCREMENTAL, then applies random inserts, deletes, updates and MERGEs, refreshing
+every view after each step and comparing it with its query, counts included:
+
+    .venv/bin/python tests/compat/fuzz_queries.py [--rounds N] [--queries Q] [--steps S] [--seed K]
+
+A failure prints the round's seed, the query, the statements so far and the difference, and the
+run goes on; the exit status is the number of failures (capped at 100). A view that a refresh
+recomputes is counted, not failed: the summary lists the reasons.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+import tempfile
+import time
+import traceback
+from collections import Counter
+from typing import Dict, List, Optional, Tuple
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from ivm_testing import assert_matches_query, make_session  # noqa: E402
+from pyspark.sql import SparkSession  # noqa: E402
+from spark_ivm import MaterializedView  # noqa: E402
+
+KEY = [None, 0, 1, 2, 3]
+VAL = [None, -1, 0, 1, 2, 5, 7]
+
+
+def lit(v: object) -> str:
+    if v is None:
+        return "NULL"
+    if isinstance(v, str):
+        return f"'{v}'"
+    return str(v)
+
+
+def row(rng: random.Random, table: str) -> str:
+    if table == "r":
+        return f"({lit(rng.choice(KEY))}, {lit(rng.choice(KEY))}, {lit(rng.choice(VAL))})"
+    if table == "s":
+        return f"({lit(rng.choice(KEY))}, {lit(rng.choice(KEY))}, {lit(rng.choice(VAL))})"
+    return f"({lit(rng.choice(KEY))}, {lit(rng.choice([None, 'p', 'q', 'rr']))})"
+
+
+def insert(rng: random.Random, table: str, n: int) -> str:
+    return f"INSERT INTO {table} VALUES " + ", ".join(row(rng, table) for _ in range(n))
+
+
+def change(rng: random.Random) -> str:
+    table = rng.choice(["r", "r", "s", "s", "t"])
+    kind = rng.choice(["insert", "insert", "delete", "update", "merge"])
+    col = {"r": "a", "s": "b", "t": "c"}[table]
+    key = lit(rng.choice(KEY))
+    if kind == "insert":
+        return insert(rng, table, rng.randint(1, 4))
+    if kind == "delete":
+        return f"DELETE FROM {table} WHERE {col} <=> {key}" + rng.choice(["", f" AND {col} IS NOT NULL", ""])
+    if kind == "update":
+        if table == "r":
+            return rng.choice([f"UPDATE r SET x = coalesce(x, 0) + 1 WHERE a <=> {key}",
+                               f"UPDATE r SET b = {lit(rng.choice(KEY))} WHERE a <=> {key}",
+                               f"UPDATE r SET a = b, b = a WHERE x <=> {lit(rng.choice(VAL))}"])
+        if table == "s":
+            return rng.choice([f"UPDATE s SET y = y * 2 WHERE b <=> {key}",
+                               f"UPDATE s SET c = {lit(rng.choice(KEY))} WHERE b <=> {key}"])
+        return f"UPDATE t SET d = {lit(rng.choice([None, 'p', 'q']))} WHERE c <=> {key}"
+    if table == "r":
+        src = " UNION ALL ".join(f"SELECT {lit(rng.choice(KEY))} AS a, {lit(rng.choice(KEY))} AS b, "
+                                 f"{lit(rng.choice(VAL))} AS x" for _ in range(rng.randint(1, 3)))
+        return (f"MERGE INTO r USING (SELECT a, max(b) AS b, max(x) AS x FROM ({src}) GROUP BY a) m "
+                "ON r.a = m.a WHEN MATCHED AND m.x > 0 THEN UPDATE SET b = m.b, x = m.x "
+                "WHEN MATCHED THEN DELETE WHEN NOT MATCHED THEN INSERT (a, b, x) VALUES (m.a, m.b, m.x)")
+    return insert(rng, table, rng.randint(1, 3))
+
+
+# Sources: (FROM text, the columns a query may select or group by, the measure)
+SOURCES: List[Tuple[str, List[str], str]] = [
+    ("r", ["r.a", "r.b"], "r.x"),
+    ("r JOIN s ON r.b = s.b", ["r.a", "s.c", "r.b"], "r.x"),
+    ("r LEFT JOIN s ON r.b = s.b", ["r.a", "s.c", "r.b"], "s.y"),
+    ("r RIGHT JOIN s ON r.b = s.b", ["r.a", "s.c", "s.b"], "r.x"),
+    ("r FULL JOIN s ON r.b = s.b", ["r.a", "s.c", "coalesce(r.b, s.b)"], "r.x"),
+    ("r JOIN s ON r.b = s.b LEFT JOIN t ON s.c = t.c", ["r.a", "t.d", "s.c"], "r.x"),
+    ("r LEFT JOIN s ON r.b = s.b LEFT JOIN t ON s.c = t.c", ["r.a", "t.d"], "s.y"),
+    ("r JOIN s ON r.b = s.b AND r.x < s.y", ["r.a", "s.c"], "s.y"),
+    ("r JOIN s ON r.x < s.y", ["r.a", "s.b"], "r.x"),
+    ("r, s WHERE r.a = s.c AND", ["r.b", "s.b"], "s.y"),
+    ("r LEFT JOIN s ON r.b = s.b AND s.y > 0", ["r.a", "s.c"], "r.x"),
+    ("(SELECT b, sum(x) AS sx, count(*) AS n FROM r GROUP BY b) g JOIN s ON g.b = s.b",
+     ["g.b", "s.c", "g.n"], "g.sx"),
+    ("(SELECT DISTINCT a, b FROM r) g LEFT JOIN t ON g.b = t.c", ["g.a", "t.d"], "g.b"),
+    ("r JOIN r r2 ON r.a = r2.b", ["r.a", "r2.a"], "r2.x"),
+    ("(SELECT a AS k, x FROM r UNION ALL SELECT b AS k, y AS x FROM s) u", ["u.k"], "u.x"),
+]
+
+WHERES = [
+    "", "", "r.x > 0", "r.a IS NULL OR r.a > 1", "r.b IN (1, 2)",
+    "EXISTS (SELECT 1 FROM t WHERE t.c = r.b)",
+    "NOT EXISTS (SELECT 1 FROM t WHERE t.c = r.b AND t.d IS NOT NULL)",
+    "r.b IN (SELECT c FROM t)",
+    "r.b NOT IN (SELECT c FROM t)",
+    "r.b NOT IN (SELECT c FROM t WHERE c IS NOT NULL)",
+    "r.x > (SELECT avg(y) FROM s)",
+    "r.x >= (SELECT min(y) FROM s WHERE s.b = r.b)",
+    "r.a = (SELECT max(c) FROM t WHERE t.d = 'p')",
+    "(r.x > 1 OR EXISTS (SELECT 1 FROM s WHERE s.b = r.a))",
+    "coalesce(r.x, 0) <> 1",
+]
+
+AGGS = ["count(*)", "count({m})", "sum({m})", "avg({m})", "min({m})", "max({m})",
+        "count(DISTINCT {m})", "sum(DISTINCT {m})", "stddev_samp({m})", "bool_or({m} > 0)",
+        "count_if({m} > 1)", "max_by({g}, struct({m}, {g}))", "sum({m}) FILTER (WHERE {m} > 0)",
+        "sum(CASE WHEN {m} > 1 THEN 1 ELSE 0 END)", "approx_count_distinct({m})"]
+
+
+def where_for(rng: random.Random, src: str) -> str:
+    if not (src == "r" or src.startswith("r ") or src.startswith("r,")):
+        return ""
+    w = rng.choice(WHERES)
+    if src.startswith("r,"):
+        return w or "TRUE"
+    return f" WHERE {w}" if w else ""
+
+
+def from_where(rng: random.Random, src: str) -> str:
+    w = where_for(rng, src)
+    if src.endswith(" AND"):
+        return f"{src} {w or 'TRUE'}"
+    return f"{src}{w}"
+
+
+def select_list(cols: List[str]) -> str:
+    return ", ".join(f"{c} AS c{i}" for i, c in enumerate(cols))
+
+
+def query(rng: random.Random) -> str:
+    src, cols, m = rng.choice(SOURCES)
+    body = from_where(rng, src)
+    kind = rng.choice(["agg", "agg", "agg", "rows", "distinct", "setop", "window", "global_window",
+                       "topk", "nested", "scalar_select"])
+    if kind == "agg":
+        groups = rng.sample(cols, rng.randint(0, min(2, len(cols))))
+        g = groups[0] if groups else cols[0]
+        aggs = [a.format(m=m, g=g) for a in rng.sample(AGGS, rng.randint(1, 3))]
+        items = [f"{c} AS g{i}" for i, c in enumerate(groups)] + [f"{a} AS m{i}" for i, a in enumerate(aggs)]
+        q = f"SELECT {', '.join(items)} FROM {body}"
+        if groups:
+            q += f" GROUP BY {', '.join(groups)}"
+            if rng.random() < 0.3:
+                q += rng.choice([" HAVING count(*) > 1", f" HAVING sum({m}) IS NOT NULL"])
+        return q
+    if kind == "rows":
+        chosen = rng.sample(cols, rng.randint(1, len(cols))) + [m]
+        exprs = chosen + rng.sample([f"CASE WHEN {m} > 1 THEN 'hi' ELSE 'lo' END", f"coalesce({m}, -9)",
+                                     f"{m} * 2 + 1"], 1)
+        return f"SELECT {select_list(exprs)} FROM {body}"
+    if kind == "distinct":
+        return f"SELECT DISTINCT {select_list(rng.sample(cols, rng.randint(1, len(cols))))} FROM {body}"
+    if kind == "setop":
+        op = rng.choice(["UNION", "UNION ALL", "INTERSECT", "EXCEPT", "INTERSECT ALL", "EXCEPT ALL"])
+        other = rng.choice(["SELECT a, b FROM r WHERE x > 0", "SELECT b, c FROM s", "SELECT c, c + 0 FROM t",
+                            "SELECT a, a * 1 FROM r"])
+        return f"SELECT r.a, r.b FROM {from_where(rng, 'r')} {op} {other}"
+    if kind == "window":
+        part = rng.choice(cols)
+        fn = rng.choice(["rank() OVER (PARTITION BY {p} ORDER BY {m} NULLS FIRST)",
+                         "dense_rank() OVER (PARTITION BY {p} ORDER BY {m} DESC)",
+                         "sum({m}) OVER (PARTITION BY {p})",
+                         "count(*) OVER (PARTITION BY {p} ORDER BY {m} RANGE BETWEEN UNBOUNDED PRECEDING "
+                         "AND CURRENT ROW)",
+                         # a ROWS frame over ties is not deterministic: only RANGE frames
+                         "max({m}) OVER (PARTITION BY {p})"]).format(p=part, m=m)
+        return f"SELECT {part} AS p, {m} AS v, {fn} AS w FROM {body}"
+    if kind == "global_window":
+        fn = rng.choice(["rank() OVER (ORDER BY {m} NULLS LAST)", "dense_rank() OVER (ORDER BY {m})",
+                         "sum({m}) OVER ()", "count(*) OVER (ORDER BY {m})"]).format(m=m)
+        q = f"SELECT {cols[0]} AS p, {m} AS v, {fn} AS w FROM {body}"
+        if rng.random() < 0.3:
+            q = f"SELECT * FROM ({q}) WHERE w <= 3"
+        return q
+    if kind == "topk":
+        g = cols[0]
+        if rng.random() < 0.5:
+            return (f"SELECT {g} AS g, sum({m}) AS s, count(*) AS n FROM {body} GROUP BY {g} "
+                    f"ORDER BY s DESC NULLS LAST, g NULLS FIRST LIMIT 2")
+        return (f"SELECT {g} AS g, {m} AS v FROM {body} ORDER BY v NULLS FIRST, g NULLS LAST "
+                f"LIMIT {rng.randint(1, 4)}{rng.choice(['', ' OFFSET 1'])}")
+    if kind == "nested":
+        g = cols[0]
+        inner = f"SELECT {g} AS g, count(*) AS n, sum({m}) AS s FROM {body} GROUP BY {g}"
+        return rng.choice([f"SELECT n, count(*) AS k, sum(s) AS ss FROM ({inner}) GROUP BY n",
+                           f"SELECT max(n) AS mn, min(s) AS ms FROM ({inner})",
+                           f"SELECT g, n FROM ({inner}) WHERE n > 1"])
+    # a scalar subquery in SELECT
+    sub = rng.choice(["(SELECT count(*) FROM t WHERE t.c = r.b)", "(SELECT max(y) FROM s WHERE s.b = r.a)",
+                      "(SELECT sum(y) FROM s)", "(SELECT d FROM t WHERE t.c = r.a AND t.d = 'q' LIMIT 1)"])
+    if "LIMIT" in sub:
+        sub = "(SELECT min(d) FROM t WHERE t.c = r.a)"
+    return f"SELECT r.a, r.x, {sub} AS sq FROM {from_where(rng, 'r')}"
+
+
+def run_round(spark: SparkSession, seed: int, n_queries: int, n_steps: int, stats: Counter,
+              reasons: Counter, failures: List[str]) -> None:
+    rng = random.Random(seed)
+    db = f"fuzz{seed}"
+    spark.sql(f"CREATE DATABASE {db}")
+    spark.sql(f"USE {db}")
+    history: List[str] = []
+
+    def run(stmt: str) -> None:
+        history.append(stmt)
+        spark.sql(stmt)
+
+    def fail(name: str, q: str, when: str, detail: str) -> None:
+        failures.append(f"seed {seed} {when}, view {name}: {q}\nstatements:\n  " + "\n  ".join(history) +
+                        f"\n{detail}")
+        print(failures[-1], flush=True)
+        views.pop(name, None)
+
+    def check(name: str, q: str, when: str) -> None:
+        try:
+            spark.sql(q).collect()
+        except Exception as e:  # noqa: BLE001 (Spark's own failure on the query: not spark-ivm's)
+            reasons[f"the query fails in Spark: {str(e).splitlines()[0][:120]}"] += 1
+            views.pop(name, None)
+            return
+        try:
+            assert_matches_query(spark, name, q)
+        except AssertionError as e:
+            fail(name, q, when, str(e))
+
+    views: Dict[str, Tuple[str, MaterializedView]] = {}
+    try:
+        run("CREATE TABLE r (a INT, b INT, x INT) USING delta")
+        run("CREATE TABLE s (b INT, c INT, y INT) USING delta")
+        run("CREATE TABLE t (c INT, d STRING) USING delta")
+        for table in ("r", "s", "t"):
+            run(insert(rng, table, rng.randint(3, 8)))
+        for i in range(n_queries):
+            q = query(rng)
+            name = f"v{i}"
+            try:
+                spark.sql(f"CREATE MATERIALIZED VIEW {name} REFRESH POLICY INCREMENTAL AS {q}")
+            except Exception as e:  # a refusal is coverage, an internal error a failure
+                text = str(e).splitlines()[0][:200]
+                stats["create refused"] += 1
+                reasons[f"CREATE: {text}"] += 1
+                if "INTERNAL" in text or "NullPointer" in text or "scala." in text:
+                    failures.append(f"seed {seed} CREATE {q}\n{text}")
+                    print(failures[-1], flush=True)
+                continue
+            views[name] = (q, MaterializedView.for_name(spark, name))
+            stats["views"] += 1
+            check(name, q, "after CREATE")
+        for step in range(n_steps):
+            for _ in range(rng.randint(1, 3)):
+                run(change(rng))
+            for name, (q, mv) in list(views.items()):
+                try:
+                    report = mv.refresh()
+                except Exception:  # noqa: BLE001 (every failure is reported and the run goes on)
+                    fail(name, q, f"step {step}, REFRESH", traceback.format_exc(limit=3)[-1500:])
+                    continue
+                stats[f"refresh {report.mode}"] += 1
+                if report.mode == "full":
+                    reasons[f"full: {(report.reason or '')[:160]}"] += 1
+                check(name, q, f"step {step}")
+    finally:
+        spark.sql("USE default")
+        spark.sql(f"DROP DATABASE {db} CASCADE")
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--queries", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--seed", type=int, default=int(time.time()) % 100000)
+    args = parser.parse_args(argv)
+    spark = make_session(warehouse=tempfile.mkdtemp(prefix="ivm-fuzz-"),
+                         extra={"spark.ui.showConsoleProgress": "false"})
+    stats: Counter = Counter()
+    reasons: Counter = Counter()
+    failures: List[str] = []
+    t0 = time.time()
+    for i in range(args.rounds):
+        seed = args.seed + i
+        run_round(spark, seed, args.queries, args.steps, stats, reasons, failures)
+        print(f"round {i + 1}/{args.rounds} (seed {seed}) done at {time.time() - t0:.0f} s: "
+              f"{dict(stats)}, {len(failures)} failures", flush=True)
+    print("\nwhy views were recomputed or refused:")
+    for why, n in reasons.most_common():
+        print(f"  {n:4d}  {why}")
+    print(f"\n{len(failures)} failures")
+    for f in failures:
+        print("-" * 80 + "\n" + f)
+    spark.stop()
+    return min(len(failures), 100)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
