@@ -7,7 +7,12 @@ operations, windows with and without PARTITION BY, top-k), creates each as a vie
 REFRESH POLICY INCREMENTAL, then applies random inserts, deletes, updates and MERGEs, refreshing
 every view after each step and comparing it with its query, counts included:
 
-    .venv/bin/python tests/compat/fuzz_queries.py [--rounds N] [--queries Q] [--steps S] [--seed K]
+    .venv/bin/python tests/compat/fuzz_queries.py [--schema plain|star|star-rely] [--rounds N]
+        [--queries Q] [--steps S] [--seed K]
+
+With --schema star the tables are a fact table and three dimensions with declared primary and
+foreign keys (the FK-pruned delta rules), which the changes break now and then; star-rely
+declares them RELY and keeps them valid.
 
 A failure prints the round's seed, the query, the statements so far and the difference, and the
 run goes on; the exit status is the number of failures (capped at 100). A view that a refresh
@@ -24,7 +29,7 @@ import tempfile
 import time
 import traceback
 from collections import Counter
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Set, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -209,9 +214,154 @@ def query(rng: random.Random) -> str:
     return f"SELECT r.a, r.x, {sub} AS sq FROM {from_where(rng, 'r')}"
 
 
-def run_round(spark: SparkSession, seed: int, n_queries: int, n_steps: int, stats: Counter,
-              reasons: Counter, failures: List[str]) -> None:
+# --schema star: a fact table and dimensions with declared primary and foreign keys (RELY or
+# not). Without RELY the changes also break the keys now and then (a fact row whose dimension
+# row is missing, a referenced dimension row deleted, a dimension key updated), which a refresh
+# must find and still be exact; under RELY they keep every reference valid, as RELY promises.
+STAR_TABLES = [
+    "CREATE TABLE d3 (g INT NOT NULL, name STRING) USING delta",
+    "CREATE TABLE d1 (k1 INT NOT NULL, a STRING, g INT) USING delta",
+    "CREATE TABLE d2 (k2 INT NOT NULL, b INT) USING delta",
+    "CREATE TABLE f (id INT, k1 INT, k2 INT, v INT) USING delta",
+]
+STAR_KEYS = [
+    "ALTER TABLE d3 ADD CONSTRAINT d3_pk PRIMARY KEY (g)",
+    "ALTER TABLE d1 ADD CONSTRAINT d1_pk PRIMARY KEY (k1)",
+    "ALTER TABLE d2 ADD CONSTRAINT d2_pk PRIMARY KEY (k2)",
+    "ALTER TABLE d1 ADD CONSTRAINT d1_d3 FOREIGN KEY (g) REFERENCES d3 (g){rely}",
+    "ALTER TABLE f ADD CONSTRAINT f_d1 FOREIGN KEY (k1) REFERENCES d1 (k1){rely}",
+    "ALTER TABLE f ADD CONSTRAINT f_d2 FOREIGN KEY (k2) REFERENCES d2 (k2){rely}",
+]
+STAR_FROM = [
+    ("f JOIN d1 ON f.k1 = d1.k1", ["d1.a", "f.k2"], "f.v"),
+    ("f JOIN d1 ON f.k1 = d1.k1 JOIN d2 ON f.k2 = d2.k2", ["d1.a", "d2.b"], "f.v"),
+    ("f JOIN d1 ON f.k1 = d1.k1 JOIN d3 ON d1.g = d3.g", ["d3.name", "d1.a"], "f.v"),
+    ("f JOIN d1 ON f.k1 = d1.k1 JOIN d2 ON f.k2 = d2.k2 JOIN d3 ON d1.g = d3.g", ["d3.name", "d2.b"], "f.v"),
+    ("f JOIN d2 ON f.k2 = d2.k2", ["d2.b", "f.k1"], "f.v"),
+    ("f LEFT JOIN d1 ON f.k1 = d1.k1", ["d1.a", "f.k1"], "f.v"),
+    ("d1 JOIN d3 ON d1.g = d3.g", ["d3.name", "d1.a"], "d1.k1"),
+]
+STAR_WHERES = ["", "", " WHERE d1.a <> 'p'", " WHERE f.v > 1", " WHERE d1.g IS NOT NULL AND f.v IS NOT NULL",
+               " WHERE f.k2 IN (SELECT k2 FROM d2 WHERE b > 0)"]
+
+
+def star_query(rng: random.Random) -> str:
+    src, cols, m = rng.choice(STAR_FROM)
+    where = rng.choice(STAR_WHERES)
+    if ("f." in where and not src.startswith("f")) or ("d1." in where and "d1" not in src):
+        where = ""
+    body = src + where
+    kind = rng.choice(["agg", "agg", "agg", "rows", "distinct", "global", "topk"])
+    if kind == "agg":
+        groups = rng.sample(cols, rng.randint(1, len(cols)))
+        aggs = rng.sample([f"sum({m})", "count(*)", f"avg({m})", f"min({m})", f"max({m})",
+                           f"count(DISTINCT {m})"], rng.randint(1, 3))
+        items = [f"{g} AS g{i}" for i, g in enumerate(groups)] + [f"{a} AS m{i}" for i, a in enumerate(aggs)]
+        return f"SELECT {', '.join(items)} FROM {body} GROUP BY {', '.join(groups)}"
+    if kind == "rows":
+        return f"SELECT {select_list(rng.sample(cols, rng.randint(1, len(cols))) + [m])} FROM {body}"
+    if kind == "distinct":
+        return f"SELECT DISTINCT {select_list(rng.sample(cols, rng.randint(1, len(cols))))} FROM {body}"
+    if kind == "global":
+        return f"SELECT count(*) AS n, sum({m}) AS s FROM {body}"
+    return (f"SELECT {cols[0]} AS g, sum({m}) AS s FROM {body} GROUP BY {cols[0]} "
+            "ORDER BY s DESC NULLS LAST, g NULLS FIRST LIMIT 2")
+
+
+class Star:
+    """The star schema's rows as the changes leave them, so that changes can keep (or break) the keys."""
+
+    def __init__(self, rng: random.Random, rely: bool) -> None:
+        self.rng, self.rely = rng, rely
+        self.d3 = {g: rng.choice(["n1", "n2", None]) for g in range(3)}
+        self.d1 = {k: (rng.choice(["p", "q", None]), rng.choice([*self.d3, None])) for k in range(6)}
+        self.d2 = {k: rng.choice([None, 0, 1, 2]) for k in range(4)}
+        self.next_id, self.next_key = 0, 100
+        self.f: Dict[int, Tuple[Optional[int], Optional[int], Optional[int]]] = {}
+        self.valid = True  # the first rows keep the keys, which are declared over them
+        for _ in range(12):
+            self.add_fact()
+        self.valid = rely
+
+    def add_fact(self) -> str:
+        rng = self.rng
+        k1 = rng.choice([*self.d1, None]) if self.valid or rng.random() > 0.1 else 999
+        k2 = rng.choice([*self.d2, None]) if self.valid or rng.random() > 0.1 else 998
+        self.next_id += 1
+        self.f[self.next_id] = (k1, k2, rng.choice(VAL))
+        return f"({self.next_id}, {lit(k1)}, {lit(k2)}, {lit(self.f[self.next_id][2])})"
+
+    def initial(self) -> List[str]:
+        def values(rows: Dict[int, Any]) -> str:
+            flat = [(k, *(r if isinstance(r, tuple) else (r,))) for k, r in rows.items()]
+            return ", ".join("(" + ", ".join(lit(v) for v in row) + ")" for row in flat)
+        return [f"INSERT INTO {t} VALUES {values(getattr(self, t))}" for t in ("d3", "d1", "d2", "f")]
+
+    def referenced(self, table: str) -> Set[Optional[int]]:
+        if table == "d1":
+            return {k1 for k1, _, _ in self.f.values()}
+        if table == "d2":
+            return {k2 for _, k2, _ in self.f.values()}
+        return {g for _, g in self.d1.values()}
+
+    def change(self) -> str:
+        rng = self.rng
+        kind = rng.choice(["facts", "facts", "delete_facts", "move_fact", "dim_attr", "dim_attr", "new_dim",
+                           "delete_dim", "dim_key"])
+        if kind == "facts":
+            return "INSERT INTO f VALUES " + ", ".join(self.add_fact() for _ in range(rng.randint(1, 4)))
+        if kind == "delete_facts" and self.f:
+            k1 = rng.choice([k for k, _, _ in self.f.values()])
+            self.f = {i: r for i, r in self.f.items() if r[0] != k1}
+            return f"DELETE FROM f WHERE k1 <=> {lit(k1)}"
+        if kind == "move_fact" and self.f:
+            i = rng.choice(list(self.f))
+            k1 = rng.choice([*self.d1, None]) if self.rely or rng.random() > 0.2 else 997
+            self.f[i] = (k1, *self.f[i][1:])
+            return f"UPDATE f SET k1 = {lit(k1)}, v = coalesce(v, 0) + 1 WHERE id = {i}"
+        table = rng.choice(["d1", "d2", "d3"])
+        rows = getattr(self, table)
+        if kind == "dim_attr" and rows:
+            k = rng.choice(list(rows))
+            if table == "d1":
+                a = rng.choice(["p", "q", "z", None])
+                rows[k] = (a, rows[k][1])
+                return f"UPDATE d1 SET a = {lit(a)} WHERE k1 = {k}"
+            if table == "d2":
+                rows[k] = rng.choice([None, 0, 1, 2, 3])
+                return f"UPDATE d2 SET b = {lit(rows[k])} WHERE k2 = {k}"
+            rows[k] = rng.choice(["n1", "n3", None])
+            return f"UPDATE d3 SET name = {lit(rows[k])} WHERE g = {k}"
+        if kind == "delete_dim" and rows:
+            free = [k for k in rows if k not in self.referenced(table)]
+            if not free and self.rely:
+                return self.change()
+            k = rng.choice(free) if free and (self.rely or rng.random() > 0.3) else rng.choice(list(rows))
+            del rows[k]
+            col = {"d1": "k1", "d2": "k2", "d3": "g"}[table]
+            return f"DELETE FROM {table} WHERE {col} = {k}"
+        if kind == "dim_key" and rows and not self.rely:
+            k = rng.choice(list(rows))
+            self.next_key += 1
+            rows[self.next_key] = rows.pop(k)
+            col = {"d1": "k1", "d2": "k2", "d3": "g"}[table]
+            return f"UPDATE {table} SET {col} = {self.next_key} WHERE {col} = {k}"
+        self.next_key += 1
+        k = self.next_key
+        if table == "d1":
+            rows[k] = (rng.choice(["p", "q"]), rng.choice([*self.d3, None]))
+            return f"INSERT INTO d1 VALUES ({k}, {lit(rows[k][0])}, {lit(rows[k][1])})"
+        if table == "d2":
+            rows[k] = rng.choice([0, 1])
+            return f"INSERT INTO d2 VALUES ({k}, {rows[k]})"
+        rows[k] = "n4"
+        return f"INSERT INTO d3 VALUES ({k}, 'n4')"
+
+
+def run_round(spark: SparkSession, schema: str, seed: int, n_queries: int, n_steps: int,
+              stats: "Counter[str]", reasons: "Counter[str]", failures: List[str]) -> None:
     rng = random.Random(seed)
+    star = Star(rng, rely=schema == "star-rely") if schema.startswith("star") else None
     db = f"fuzz{seed}"
     spark.sql(f"CREATE DATABASE {db}")
     spark.sql(f"USE {db}")
@@ -241,13 +391,19 @@ def run_round(spark: SparkSession, seed: int, n_queries: int, n_steps: int, stat
 
     views: Dict[str, Tuple[str, MaterializedView]] = {}
     try:
-        run("CREATE TABLE r (a INT, b INT, x INT) USING delta")
-        run("CREATE TABLE s (b INT, c INT, y INT) USING delta")
-        run("CREATE TABLE t (c INT, d STRING) USING delta")
-        for table in ("r", "s", "t"):
-            run(insert(rng, table, rng.randint(3, 8)))
+        if star:
+            for stmt in STAR_TABLES + star.initial():
+                run(stmt)
+            for stmt in STAR_KEYS:
+                run(stmt.format(rely=" RELY" if star.rely else ""))
+        else:
+            run("CREATE TABLE r (a INT, b INT, x INT) USING delta")
+            run("CREATE TABLE s (b INT, c INT, y INT) USING delta")
+            run("CREATE TABLE t (c INT, d STRING) USING delta")
+            for table in ("r", "s", "t"):
+                run(insert(rng, table, rng.randint(3, 8)))
         for i in range(n_queries):
-            q = query(rng)
+            q = star_query(rng) if star else query(rng)
             name = f"v{i}"
             try:
                 spark.sql(f"CREATE MATERIALIZED VIEW {name} REFRESH POLICY INCREMENTAL AS {q}")
@@ -264,7 +420,7 @@ def run_round(spark: SparkSession, seed: int, n_queries: int, n_steps: int, stat
             check(name, q, "after CREATE")
         for step in range(n_steps):
             for _ in range(rng.randint(1, 3)):
-                run(change(rng))
+                run(star.change() if star else change(rng))
             for name, (q, mv) in list(views.items()):
                 try:
                     report = mv.refresh()
@@ -286,16 +442,19 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--queries", type=int, default=20)
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--seed", type=int, default=int(time.time()) % 100000)
+    parser.add_argument("--schema", choices=["plain", "star", "star-rely"], default="plain",
+                        help="plain: three tables without keys; star: a fact table and dimensions with "
+                             "declared keys the changes break now and then; star-rely: RELY keys kept valid")
     args = parser.parse_args(argv)
     spark = make_session(warehouse=tempfile.mkdtemp(prefix="ivm-fuzz-"),
                          extra={"spark.ui.showConsoleProgress": "false"})
-    stats: Counter = Counter()
-    reasons: Counter = Counter()
+    stats: "Counter[str]" = Counter()
+    reasons: "Counter[str]" = Counter()
     failures: List[str] = []
     t0 = time.time()
     for i in range(args.rounds):
         seed = args.seed + i
-        run_round(spark, seed, args.queries, args.steps, stats, reasons, failures)
+        run_round(spark, args.schema, seed, args.queries, args.steps, stats, reasons, failures)
         print(f"round {i + 1}/{args.rounds} (seed {seed}) done at {time.time() - t0:.0f} s: "
               f"{dict(stats)}, {len(failures)} failures", flush=True)
     print("\nwhy views were recomputed or refused:")

@@ -3,7 +3,7 @@ what a user should see (a readable, exact view, or a clear error that changes no
 
 from __future__ import annotations
 
-from typing import List
+from typing import Any, Dict, List
 
 import pytest
 from ivm_testing import (
@@ -94,6 +94,37 @@ ROW_LOCATION_QUERIES = [
     "SELECT i, input_file_block_start() AS s FROM t",
     "SELECT i, input_file_block_length() AS l FROM t",
 ]
+
+
+# Changes that cancel out: an UPDATE or a MERGE that sets the values the rows had (Delta writes
+# their pre- and post-images, whose difference is nothing), and a DELETE of no row.
+UNCHANGED_QUERIES = {
+    "total": "SELECT count(*) AS n, sum(f.v) AS s FROM f JOIN d ON f.k = d.k",
+    "per_name": "SELECT d.name, count(*) AS n FROM f JOIN d ON f.k = d.k GROUP BY d.name",
+    "dims": "SELECT count(*) AS n FROM d",
+    "rows": "SELECT f.v, d.name FROM f JOIN d ON f.k = d.k",
+}
+UNCHANGED_STEPS = [
+    ["UPDATE d SET name = 'b' WHERE k = 2"],
+    ["UPDATE d SET name = 'b' WHERE k = 2", "DELETE FROM f WHERE k = 99"],
+    ["MERGE INTO d USING (SELECT 1 AS k, 'a' AS name) s ON d.k = s.k WHEN MATCHED THEN UPDATE SET *"],
+    ["UPDATE d SET name = 'c' WHERE k = 2", "UPDATE f SET v = v"],
+    ["INSERT INTO f VALUES (1, 10)"],
+]
+
+
+def test_changes_that_cancel_out_leave_every_view_as_it_was(spark: SparkSession, db: str) -> None:
+    """A refresh whose change nets to no row commits nothing but its record: a global aggregate
+    lost its one row, as if every row were replaced by the changed ones, and what the refresh
+    held of its table (read by the next) said it had none."""
+    spark.sql("CREATE TABLE d (k INT, name STRING) USING delta")
+    spark.sql("CREATE TABLE f (k INT, v INT) USING delta")
+    spark.sql("INSERT INTO d VALUES (1, 'a'), (2, 'c')")
+    spark.sql("INSERT INTO f VALUES (1, 5), (2, 6), (2, 7)")
+    reports: Dict[str, List[Any]] = {}
+    follow_changes(spark, UNCHANGED_QUERIES, UNCHANGED_STEPS, reports=reports)
+    # the second and third steps change no row of any view
+    assert all(r[1].view_rows_changed == 0 and r[2].view_rows_changed == 0 for r in reports.values()), reports
 
 
 def test_queries_reading_where_rows_are_stored_are_refused(spark: SparkSession, db: str) -> None:

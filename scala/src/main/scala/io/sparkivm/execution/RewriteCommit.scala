@@ -69,6 +69,19 @@ object RewriteCommit extends DeltaCommand {
           BackingLayout.skippingKey(layout, maintenance))
       case None => new DistributedChangedRows(spark, SparkInternals.dataFrame(spark, plan), maintenance)
     }
+    val operation = DeltaOperations.Write(SaveMode.Append,
+      predicate = Some(s"spark-ivm refresh ${record.number} of ${meta.viewName}"))
+    // No changed row, held here (the change cancelled out: an UPDATE that set the values its rows
+    // had): the commit carries the record alone, and what is held of the table moves to its new
+    // version unchanged. (A view without keys rewrites every file, its one row replaced by the
+    // changed rows, which here would be none.)
+    if (changed.keysOnDriver.exists(_.isEmpty)) {
+      written()
+      val version = commit(txn, meta, record.number, Nil, operation, replacesAll = false)
+      StateRegistry.committed(TableCommit(log.dataPath.toString, txn.metadata.id, txn.readVersion, version,
+          replacesAll = false, maintenance.keyNames, Some(Set.empty), txn.metadata.schema, Some(Nil)))
+      return Some(changed.metrics)
+    }
     // The new rows, where they are held here (projected to the table's columns once).
     val freshOnDriver = changed.freshOnDriver(maintenance.backingColumns)
     // A small table held on the driver at the version read is written whole by the driver.
@@ -149,9 +162,7 @@ object RewriteCommit extends DeltaCommand {
     written()
     val now = System.currentTimeMillis()
     val version = commit(txn, meta, record.number,
-      touched.map(_.removeWithTimestamp(now, dataChange = true)) ++ marked ++ adds,
-      DeltaOperations.Write(SaveMode.Append, predicate = Some(s"spark-ivm refresh ${record.number} of ${meta.viewName}")),
-      replacesAll = false)
+      touched.map(_.removeWithTimestamp(now, dataChange = true)) ++ marked ++ adds, operation, replacesAll = false)
     // The state of the table moves to the new version: the rows of the changed keys removed,
     // the new rows added at the places the driver wrote them, if it did.
     val placed = here.map(_.flatMap { case (add, rows) =>
