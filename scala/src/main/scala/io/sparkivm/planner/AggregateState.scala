@@ -1,10 +1,10 @@
 package io.sparkivm.planner
 
+import scala.util.Try
+
 import org.apache.spark.sql.catalyst.expressions._
 import org.apache.spark.sql.catalyst.expressions.aggregate._
 import org.apache.spark.sql.types._
-
-import scala.util.Try
 
 /**
  * One aggregate function of a view and the state that maintains it in the backing table.

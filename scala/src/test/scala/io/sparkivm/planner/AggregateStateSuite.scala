@@ -67,8 +67,9 @@ class AggregateStateSuite extends AnyFunSuite {
       val value = AggregateState.onNoRows(ae.aggregateFunction)
       assert(value.dataType == ae.dataType, f)
       val expected = df.collect().head.get(0)
-      val got = SparkInternals.dataFrame(spark, Project(Seq(Alias(value, "v")()),
-        LocalRelation.fromExternalRows(Nil, Seq(org.apache.spark.sql.Row())))).collect().head.get(0)
+      val got = SparkInternals.dataFrame(spark,
+        Project(Seq(Alias(value, "v")()),
+          LocalRelation.fromExternalRows(Nil, Seq(org.apache.spark.sql.Row())))).collect().head.get(0)
       assert(got == expected, s"$f over no rows: $got, Spark gives $expected")
     }
   }
