@@ -15,7 +15,7 @@ CLASS_DATA := $(VENV)/.class-data
 
 .PHONY: install jar demo docs test lint lint-python fmt test-scala test-python test-cluster bench bench-fk bench-triangles \
 	bench-auto bench-lag bench-lookups bench-reads bench-compile-cache bench-first-refresh compat-tpcds \
-	compat-pg-ivm clean
+	compat-pg-ivm compat-fuzz clean
 
 install: $(STAMP) $(JAR) $(PACKAGES) $(CLASS_DATA)
 
@@ -101,6 +101,13 @@ compat-tpcds: install
 
 compat-pg-ivm: install
 	$(PY) tests/compat/pg_ivm_queries.py
+
+# Random queries over random changes, three table layouts (about 10 minutes each; FUZZ_ROUNDS).
+FUZZ_ROUNDS ?= 5
+compat-fuzz: install
+	$(PY) tests/compat/fuzz_queries.py --rounds $(FUZZ_ROUNDS)
+	$(PY) tests/compat/fuzz_queries.py --rounds $(FUZZ_ROUNDS) --schema star
+	$(PY) tests/compat/fuzz_queries.py --rounds $(FUZZ_ROUNDS) --schema star-rely
 
 bench: install
 	$(PY) benchmarks/run.py q10 --sf 1 --rounds 3

@@ -8,7 +8,7 @@ REFRESH POLICY INCREMENTAL, then applies random inserts, deletes, updates and ME
 every view after each step and comparing it with its query, counts included:
 
     .venv/bin/python tests/compat/fuzz_queries.py [--schema plain|star|star-rely] [--rounds N]
-        [--queries Q] [--steps S] [--seed K]
+        [--queries Q] [--steps S] [--seed K] [--cold]
 
 With --schema star the tables are a fact table and three dimensions with declared primary and
 foreign keys (the FK-pruned delta rules), which the changes break now and then; star-rely
@@ -34,6 +34,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from ivm_testing import assert_matches_query, make_session  # noqa: E402
+from pyspark import SparkContext  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 from spark_ivm import MaterializedView  # noqa: E402
 
@@ -106,6 +107,12 @@ SOURCES: List[Tuple[str, List[str], str]] = [
     ("(SELECT DISTINCT a, b FROM r) g LEFT JOIN t ON g.b = t.c", ["g.a", "t.d"], "g.b"),
     ("r JOIN r r2 ON r.a = r2.b", ["r.a", "r2.a"], "r2.x"),
     ("(SELECT a AS k, x FROM r UNION ALL SELECT b AS k, y AS x FROM s) u", ["u.k"], "u.x"),
+    ("r JOIN s ON r.b <=> s.b", ["r.a", "s.c"], "r.x"),
+    ("r LEFT ANTI JOIN s ON r.b = s.b", ["r.a", "r.b"], "r.x"),
+    ("r LEFT SEMI JOIN t ON r.a = t.c", ["r.a", "r.b"], "r.x"),
+    ("r JOIN s ON r.b + 1 = s.c", ["r.a", "s.b"], "s.y"),
+    ("r FULL JOIN (SELECT c, count(*) AS n FROM t GROUP BY c) g ON r.b = g.c", ["r.a", "g.c"], "g.n"),
+    ("(SELECT a, b, x FROM r WHERE x IS NOT NULL EXCEPT ALL SELECT b, c, y FROM s) e", ["e.a", "e.b"], "e.x"),
 ]
 
 WHERES = [
@@ -120,6 +127,10 @@ WHERES = [
     "r.a = (SELECT max(c) FROM t WHERE t.d = 'p')",
     "(r.x > 1 OR EXISTS (SELECT 1 FROM s WHERE s.b = r.a))",
     "coalesce(r.x, 0) <> 1",
+    "r.a NOT IN (SELECT b FROM s WHERE s.y > 0)",
+    "r.x > ALL (SELECT y FROM s WHERE s.b = r.b)",
+    "r.b IN (SELECT c FROM t WHERE t.d = 'p') OR r.x IS NULL",
+    "r.x = (SELECT count(*) FROM t WHERE t.c = r.a)",
 ]
 
 AGGS = ["count(*)", "count({m})", "sum({m})", "avg({m})", "min({m})", "max({m})",
@@ -152,7 +163,16 @@ def query(rng: random.Random) -> str:
     src, cols, m = rng.choice(SOURCES)
     body = from_where(rng, src)
     kind = rng.choice(["agg", "agg", "agg", "rows", "distinct", "setop", "window", "global_window",
-                       "topk", "nested", "scalar_select"])
+                       "topk", "nested", "scalar_select", "grouping_sets", "having_sub"])
+    if kind == "grouping_sets" and len(cols) >= 2:
+        a, b = cols[:2]
+        sets = rng.choice([f"GROUPING SETS (({a}), ({b}), ())", f"ROLLUP ({a}, {b})", f"CUBE ({a}, {b})"])
+        return (f"SELECT {a} AS g0, {b} AS g1, grouping_id() AS gid, count(*) AS n, sum({m}) AS s "
+                f"FROM {body} GROUP BY {sets}")
+    if kind in ("grouping_sets", "having_sub"):
+        g = cols[0]
+        return (f"SELECT {g} AS g, count(*) AS n FROM {body} GROUP BY {g} "
+                f"HAVING count(*) >= (SELECT count(*) FROM t) / 3")
     if kind == "agg":
         groups = rng.sample(cols, rng.randint(0, min(2, len(cols))))
         g = groups[0] if groups else cols[0]
@@ -358,9 +378,44 @@ class Star:
         return f"INSERT INTO d3 VALUES ({k}, 'n4')"
 
 
-def run_round(spark: SparkSession, schema: str, seed: int, n_queries: int, n_steps: int,
+class Sessions:
+    """The run's session; with `cold`, every step's refreshes run in a new application (a new
+    JVM, its catalog in a Derby metastore in the warehouse), as scheduled jobs run them: what a
+    refresh reads from storage and what an application builds in memory are both exercised."""
+
+    def __init__(self, cold: bool) -> None:
+        self.cold = cold
+        self.warehouse = tempfile.mkdtemp(prefix="ivm-fuzz-")
+        self.spark = self._start()
+
+    def _start(self) -> SparkSession:
+        session: SparkSession = make_session(warehouse=self.warehouse, hive=self.cold,
+                                             extra={"spark.ui.showConsoleProgress": "false"})
+        return session
+
+    def restart(self, db: str) -> None:
+        """A new application, in a new JVM, using database `db`."""
+        self.stop()
+        self.spark = self._start()
+        self.spark.sql(f"USE {db}")
+
+    def stop(self) -> None:
+        self.spark.stop()
+        if self.cold:  # the JVM exits once its standard input closes
+            gateway = SparkContext._gateway
+            proc = gateway.proc  # type: ignore[union-attr]
+            gateway.shutdown()  # type: ignore[union-attr]
+            if proc.stdin:
+                proc.stdin.close()
+            proc.wait(120)
+            SparkContext._gateway = None
+            SparkContext._jvm = None
+
+
+def run_round(sessions: Sessions, schema: str, seed: int, n_queries: int, n_steps: int,
               stats: "Counter[str]", reasons: "Counter[str]", failures: List[str]) -> None:
     rng = random.Random(seed)
+    spark = sessions.spark
     star = Star(rng, rely=schema == "star-rely") if schema.startswith("star") else None
     db = f"fuzz{seed}"
     spark.sql(f"CREATE DATABASE {db}")
@@ -421,9 +476,12 @@ def run_round(spark: SparkSession, schema: str, seed: int, n_queries: int, n_ste
         for step in range(n_steps):
             for _ in range(rng.randint(1, 3)):
                 run(star.change() if star else change(rng))
-            for name, (q, mv) in list(views.items()):
+            if sessions.cold:
+                sessions.restart(db)
+                spark = sessions.spark
+            for name, (q, _) in list(views.items()):
                 try:
-                    report = mv.refresh()
+                    report = MaterializedView.for_name(spark, name).refresh()
                 except Exception:  # noqa: BLE001 (every failure is reported and the run goes on)
                     fail(name, q, f"step {step}, REFRESH", traceback.format_exc(limit=3)[-1500:])
                     continue
@@ -432,8 +490,8 @@ def run_round(spark: SparkSession, schema: str, seed: int, n_queries: int, n_ste
                     reasons[f"full: {(report.reason or '')[:160]}"] += 1
                 check(name, q, f"step {step}")
     finally:
-        spark.sql("USE default")
-        spark.sql(f"DROP DATABASE {db} CASCADE")
+        sessions.spark.sql("USE default")
+        sessions.spark.sql(f"DROP DATABASE {db} CASCADE")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -445,16 +503,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--schema", choices=["plain", "star", "star-rely"], default="plain",
                         help="plain: three tables without keys; star: a fact table and dimensions with "
                              "declared keys the changes break now and then; star-rely: RELY keys kept valid")
+    parser.add_argument("--cold", action="store_true",
+                        help="refresh each step in a new application (a new JVM), as scheduled jobs do")
     args = parser.parse_args(argv)
-    spark = make_session(warehouse=tempfile.mkdtemp(prefix="ivm-fuzz-"),
-                         extra={"spark.ui.showConsoleProgress": "false"})
+    sessions = Sessions(args.cold)
     stats: "Counter[str]" = Counter()
     reasons: "Counter[str]" = Counter()
     failures: List[str] = []
     t0 = time.time()
     for i in range(args.rounds):
         seed = args.seed + i
-        run_round(spark, args.schema, seed, args.queries, args.steps, stats, reasons, failures)
+        run_round(sessions, args.schema, seed, args.queries, args.steps, stats, reasons, failures)
         print(f"round {i + 1}/{args.rounds} (seed {seed}) done at {time.time() - t0:.0f} s: "
               f"{dict(stats)}, {len(failures)} failures", flush=True)
     print("\nwhy views were recomputed or refused:")
@@ -463,7 +522,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     print(f"\n{len(failures)} failures")
     for f in failures:
         print("-" * 80 + "\n" + f)
-    spark.stop()
+    sessions.stop()
     return min(len(failures), 100)
 
 
