@@ -101,7 +101,6 @@ ROW_LOCATION_QUERIES = [
 UNCHANGED_QUERIES = {
     "total": "SELECT count(*) AS n, sum(f.v) AS s FROM f JOIN d ON f.k = d.k",
     "per_name": "SELECT d.name, count(*) AS n FROM f JOIN d ON f.k = d.k GROUP BY d.name",
-    "dims": "SELECT count(*) AS n FROM d",
     "rows": "SELECT f.v, d.name FROM f JOIN d ON f.k = d.k",
 }
 UNCHANGED_STEPS = [
