@@ -128,7 +128,7 @@ WHERES = [
     "(r.x > 1 OR EXISTS (SELECT 1 FROM s WHERE s.b = r.a))",
     "coalesce(r.x, 0) <> 1",
     "r.a NOT IN (SELECT b FROM s WHERE s.y > 0)",
-    "r.x > ALL (SELECT y FROM s WHERE s.b = r.b)",
+    "NOT EXISTS (SELECT 1 FROM s WHERE s.b = r.b AND s.y >= r.x)",
     "r.b IN (SELECT c FROM t WHERE t.d = 'p') OR r.x IS NULL",
     "r.x = (SELECT count(*) FROM t WHERE t.c = r.a)",
 ]
@@ -463,7 +463,7 @@ def run_round(sessions: Sessions, schema: str, seed: int, n_queries: int, n_step
             try:
                 spark.sql(f"CREATE MATERIALIZED VIEW {name} REFRESH POLICY INCREMENTAL AS {q}")
             except Exception as e:  # a refusal is coverage, an internal error a failure
-                text = str(e).splitlines()[0][:200]
+                text = next((line for line in str(e).splitlines() if line.strip()), "")[:200]
                 stats["create refused"] += 1
                 reasons[f"CREATE: {text}"] += 1
                 if "INTERNAL" in text or "NullPointer" in text or "scala." in text:
