@@ -1,14 +1,15 @@
 """Random queries over random changes: a differential fuzzer of spark-ivm (not part of `make test`).
 
-Each round makes three small Delta tables with NULLs and duplicate keys, draws queries from a
-grammar wider than the unit tests' (outer, semi, anti and theta joins, NOT IN over NULLs,
-correlated and uncorrelated scalar subqueries, DISTINCT aggregates, nested aggregates, set
-operations, windows with and without PARTITION BY, top-k), creates each as a view under
+Each round makes three small Delta tables with NULLs and duplicate keys (measures of a type drawn
+per round), draws queries from a grammar wider than the unit tests' (outer, semi, anti and theta
+joins, NOT IN over NULLs, correlated and uncorrelated scalar subqueries, DISTINCT aggregates,
+nested aggregates, GROUPING SETS, set operations, windows with and without PARTITION BY, top-k,
+recursive CTEs over cyclic edges), creates each as a view under
 REFRESH POLICY INCREMENTAL, then applies random inserts, deletes, updates and MERGEs, refreshing
 every view after each step and comparing it with its query, counts included:
 
     .venv/bin/python tests/compat/fuzz_queries.py [--schema plain|star|star-rely] [--rounds N]
-        [--queries Q] [--steps S] [--seed K] [--cold]
+        [--queries Q] [--steps S] [--seed K] [--cold | --master 'local-cluster[2,1,1024]']
 
 With --schema star the tables are a fact table and three dimensions with declared primary and
 foreign keys (the FK-pruned delta rules), which the changes break now and then; star-rely
@@ -33,7 +34,7 @@ from typing import Any, Dict, List, Optional, Set, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from ivm_testing import assert_matches_query, make_session  # noqa: E402
+from ivm_testing import assert_matches_query, make_cluster_session, make_session  # noqa: E402
 from pyspark import SparkContext  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 from spark_ivm import MaterializedView  # noqa: E402
@@ -163,7 +164,16 @@ def query(rng: random.Random) -> str:
     src, cols, m = rng.choice(SOURCES)
     body = from_where(rng, src)
     kind = rng.choice(["agg", "agg", "agg", "rows", "distinct", "setop", "window", "global_window",
-                       "topk", "nested", "scalar_select", "grouping_sets", "having_sub"])
+                       "topk", "nested", "scalar_select", "grouping_sets", "having_sub", "recursive"])
+    if kind == "recursive":
+        # s's rows as edges b -> c, cycles and NULLs included; UNION (distinct) ends the recursion
+        reach = ("WITH RECURSIVE reach(src, dst) AS (SELECT b, c FROM s WHERE b IS NOT NULL "
+                 "AND c IS NOT NULL UNION SELECT reach.src, s.c FROM reach JOIN s ON reach.dst = s.b "
+                 "WHERE s.c IS NOT NULL) ")
+        return reach + rng.choice(["SELECT src, count(*) AS n FROM reach GROUP BY src",
+                                   "SELECT src, dst FROM reach",
+                                   "SELECT reach.src, r.a FROM reach JOIN r ON reach.dst = r.b",
+                                   "SELECT count(*) AS n FROM reach WHERE src = dst"])
     if kind == "grouping_sets" and len(cols) >= 2:
         a, b = cols[:2]
         sets = rng.choice([f"GROUPING SETS (({a}), ({b}), ())", f"ROLLUP ({a}, {b})", f"CUBE ({a}, {b})"])
@@ -383,14 +393,17 @@ class Sessions:
     JVM, its catalog in a Derby metastore in the warehouse), as scheduled jobs run them: what a
     refresh reads from storage and what an application builds in memory are both exercised."""
 
-    def __init__(self, cold: bool) -> None:
-        self.cold = cold
+    def __init__(self, cold: bool, master: str) -> None:
+        self.cold, self.master = cold, master
         self.warehouse = tempfile.mkdtemp(prefix="ivm-fuzz-")
         self.spark = self._start()
 
     def _start(self) -> SparkSession:
-        session: SparkSession = make_session(warehouse=self.warehouse, hive=self.cold,
-                                             extra={"spark.ui.showConsoleProgress": "false"})
+        quiet = {"spark.ui.showConsoleProgress": "false"}
+        cluster = self.master.startswith("local-cluster")
+        session: SparkSession = (
+            make_cluster_session(self.warehouse, self.master, quiet) if cluster
+            else make_session(master=self.master, warehouse=self.warehouse, hive=self.cold, extra=quiet))
         return session
 
     def restart(self, db: str) -> None:
@@ -452,8 +465,10 @@ def run_round(sessions: Sessions, schema: str, seed: int, n_queries: int, n_step
             for stmt in STAR_KEYS:
                 run(stmt.format(rely=" RELY" if star.rely else ""))
         else:
-            run("CREATE TABLE r (a INT, b INT, x INT) USING delta")
-            run("CREATE TABLE s (b INT, c INT, y INT) USING delta")
+            # the measures' type, per round: sums of DOUBLE and DECIMAL add in another order
+            measure = rng.choice(["INT", "BIGINT", "DOUBLE", "DECIMAL(8,2)"])
+            run(f"CREATE TABLE r (a INT, b INT, x {measure}) USING delta")
+            run(f"CREATE TABLE s (b INT, c INT, y {measure}) USING delta")
             run("CREATE TABLE t (c INT, d STRING) USING delta")
             for table in ("r", "s", "t"):
                 run(insert(rng, table, rng.randint(3, 8)))
@@ -503,10 +518,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--schema", choices=["plain", "star", "star-rely"], default="plain",
                         help="plain: three tables without keys; star: a fact table and dimensions with "
                              "declared keys the changes break now and then; star-rely: RELY keys kept valid")
+    parser.add_argument("--master", default="local[2]",
+                        help="local[N], or local-cluster[N,C,M] (executors in JVMs of their own)")
     parser.add_argument("--cold", action="store_true",
                         help="refresh each step in a new application (a new JVM), as scheduled jobs do")
     args = parser.parse_args(argv)
-    sessions = Sessions(args.cold)
+    if args.cold and args.master.startswith("local-cluster"):
+        parser.error("--cold runs on local masters only")
+    sessions = Sessions(args.cold, args.master)
     stats: "Counter[str]" = Counter()
     reasons: "Counter[str]" = Counter()
     failures: List[str] = []
