@@ -166,12 +166,14 @@ def query(rng: random.Random) -> str:
     kind = rng.choice(["agg", "agg", "agg", "rows", "distinct", "setop", "window", "global_window",
                        "topk", "nested", "scalar_select", "grouping_sets", "having_sub", "recursive"])
     if kind == "recursive":
-        # s's rows as edges b -> c, cycles and NULLs included; UNION (distinct) ends the recursion
-        reach = ("WITH RECURSIVE reach(src, dst) AS (SELECT b, c FROM s WHERE b IS NOT NULL "
-                 "AND c IS NOT NULL UNION SELECT reach.src, s.c FROM reach JOIN s ON reach.dst = s.b "
-                 "WHERE s.c IS NOT NULL) ")
+        # s's rows as edges b -> c, cycles and NULLs included; Spark's recursive CTEs take UNION ALL
+        # only, so paths of at most 3 hops end the recursion over cycles
+        reach = ("WITH RECURSIVE reach(src, dst, hops) AS (SELECT b, c, 1 FROM s WHERE b IS NOT NULL "
+                 "AND c IS NOT NULL UNION ALL SELECT reach.src, s.c, reach.hops + 1 FROM reach "
+                 "JOIN s ON reach.dst = s.b WHERE s.c IS NOT NULL AND reach.hops < 3) ")
         return reach + rng.choice(["SELECT src, count(*) AS n FROM reach GROUP BY src",
-                                   "SELECT src, dst FROM reach",
+                                   "SELECT DISTINCT src, dst FROM reach",
+                                   "SELECT src, dst, min(hops) AS h FROM reach GROUP BY src, dst",
                                    "SELECT reach.src, r.a FROM reach JOIN r ON reach.dst = r.b",
                                    "SELECT count(*) AS n FROM reach WHERE src = dst"])
     if kind == "grouping_sets" and len(cols) >= 2:
