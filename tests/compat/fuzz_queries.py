@@ -449,15 +449,17 @@ def run_round(sessions: Sessions, schema: str, seed: int, n_queries: int, n_step
 
     def check(name: str, q: str, when: str) -> None:
         try:
-            spark.sql(q).collect()
-        except Exception as e:  # noqa: BLE001 (Spark's own failure on the query: not spark-ivm's)
-            reasons[f"the query fails in Spark: {str(e).splitlines()[0][:120]}"] += 1
-            views.pop(name, None)
-            return
-        try:
             assert_matches_query(spark, name, q)
         except AssertionError as e:
             fail(name, q, when, str(e))
+        except Exception:  # noqa: BLE001 (the query or the view's read failed: which one?)
+            try:
+                spark.sql(q).collect()
+            except Exception as e:  # noqa: BLE001 (Spark's own failure on the query: not spark-ivm's)
+                reasons[f"the query fails in Spark: {str(e).splitlines()[0][:120]}"] += 1
+                views.pop(name, None)
+                return
+            fail(name, q, when, traceback.format_exc(limit=3)[-1500:])
 
     views: Dict[str, Tuple[str, MaterializedView]] = {}
     try:
