@@ -63,13 +63,42 @@ def insert(rng: random.Random, table: str, n: int) -> str:
     return f"INSERT INTO {table} VALUES " + ", ".join(row(rng, table) for _ in range(n))
 
 
+# Table layouts as loaders write them, drawn per table and round: the partition or clustering
+# column is one that changes move rows across (NULL partitions included).
+LAYOUTS = {
+    "plain": "",
+    "partitioned": " PARTITIONED BY ({p})",
+    "deletion-vectors": " TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')",
+    "column-mapping": " TBLPROPERTIES ('delta.columnMapping.mode' = 'name')",
+    "clustered": " CLUSTER BY ({p})",
+}
+LAYOUT_COLUMN = {"r": "b", "s": "c", "t": "d"}
+
+
 def change(rng: random.Random) -> str:
     table = rng.choice(["r", "r", "s", "s", "t"])
-    kind = rng.choice(["insert", "insert", "delete", "update", "merge"])
+    kind = rng.choice(["insert", "insert", "delete", "update", "merge", "loader"])
     col = {"r": "a", "s": "b", "t": "c"}[table]
     key = lit(rng.choice(KEY))
     if kind == "insert":
         return insert(rng, table, rng.randint(1, 4))
+    if kind == "loader":
+        # what loaders and table maintenance write besides plain DML: a replaced slice, a whole
+        # table rewritten with most of its rows, files compacted (no data change), deletion
+        # vectors purged
+        part = LAYOUT_COLUMN[table]
+        slice_key = lit(rng.choice([None, "p", "q"])) if table == "t" else key
+        values = ", ".join(row(rng, table) for _ in range(rng.randint(0, 3)))
+        return rng.choice([
+            # the second column of each table is its layout column
+            f"INSERT INTO {table} REPLACE WHERE {part} <=> {slice_key} " +
+            (f"SELECT * FROM VALUES {values} AS v WHERE v.col2 <=> {slice_key}" if values
+             else f"SELECT * FROM {table} WHERE FALSE"),
+            f"INSERT OVERWRITE {table} SELECT * FROM {table} WHERE NOT ({col} <=> {key})",
+            f"OPTIMIZE {table}",
+            f"REORG TABLE {table} APPLY (PURGE)",
+            f"DELETE FROM {table}" if rng.random() < 0.2 else insert(rng, table, 2),
+        ])
     if kind == "delete":
         return f"DELETE FROM {table} WHERE {col} <=> {key}" + rng.choice(["", f" AND {col} IS NOT NULL", ""])
     if kind == "update":
@@ -137,7 +166,12 @@ WHERES = [
 AGGS = ["count(*)", "count({m})", "sum({m})", "avg({m})", "min({m})", "max({m})",
         "count(DISTINCT {m})", "sum(DISTINCT {m})", "stddev_samp({m})", "bool_or({m} > 0)",
         "count_if({m} > 1)", "max_by({g}, struct({m}, {g}))", "sum({m}) FILTER (WHERE {m} > 0)",
-        "sum(CASE WHEN {m} > 1 THEN 1 ELSE 0 END)", "approx_count_distinct({m})"]
+        "sum(CASE WHEN {m} > 1 THEN 1 ELSE 0 END)", "approx_count_distinct({m})",
+        # not invertible, or of another result type: arrays, percentiles, bitwise, two-argument
+        "sort_array(collect_set({m}))", "array_sort(collect_list({m}))", "median({m})",
+        "percentile({m}, 0.25)", "percentile_approx({m}, 0.5)", "var_pop({m})", "covar_samp({m}, {m} * 2)",
+        "bit_xor(CAST({m} AS INT))", "bit_or(CAST({m} AS INT))", "every({m} IS NOT NULL)", "kurtosis({m})",
+        "listagg(DISTINCT CAST({m} AS STRING), ',') WITHIN GROUP (ORDER BY CAST({m} AS STRING))"]
 
 
 def where_for(rng: random.Random, src: str) -> str:
@@ -246,15 +280,26 @@ def query(rng: random.Random) -> str:
     return f"SELECT r.a, r.x, {sub} AS sq FROM {from_where(rng, 'r')}"
 
 
+def over_view(rng: random.Random, spark: SparkSession, view: str) -> str:
+    """A query over an earlier view: a view over a view, refreshed after it (or left behind)."""
+    atomic = [f.name for f in spark.table(view).schema.fields
+              if f.dataType.typeName() not in ("map", "array", "struct")]
+    c = f"`{rng.choice(atomic)}`" if atomic else "1"
+    return rng.choice([f"SELECT {c} AS g, count(*) AS n FROM {view} GROUP BY {c}",
+                       f"SELECT DISTINCT {c} AS g FROM {view}",
+                       f"SELECT * FROM {view} WHERE {c} IS NOT NULL",
+                       f"SELECT count(*) AS n, count(DISTINCT {c}) AS d FROM {view}"])
+
+
 # --schema star: a fact table and dimensions with declared primary and foreign keys (RELY or
 # not). Without RELY the changes also break the keys now and then (a fact row whose dimension
 # row is missing, a referenced dimension row deleted, a dimension key updated), which a refresh
 # must find and still be exact; under RELY they keep every reference valid, as RELY promises.
-STAR_TABLES = [
-    "CREATE TABLE d3 (g INT NOT NULL, name STRING) USING delta",
-    "CREATE TABLE d1 (k1 INT NOT NULL, a STRING, g INT) USING delta",
-    "CREATE TABLE d2 (k2 INT NOT NULL, b INT) USING delta",
-    "CREATE TABLE f (id INT, k1 INT, k2 INT, v INT) USING delta",
+STAR_TABLES = [  # with the column each is partitioned or clustered by in those layouts
+    ("CREATE TABLE d3 (g INT NOT NULL, name STRING) USING delta", "g"),
+    ("CREATE TABLE d1 (k1 INT NOT NULL, a STRING, g INT) USING delta", "k1"),
+    ("CREATE TABLE d2 (k2 INT NOT NULL, b INT) USING delta", "b"),
+    ("CREATE TABLE f (id INT, k1 INT, k2 INT, v INT) USING delta", "k2"),
 ]
 STAR_KEYS = [
     "ALTER TABLE d3 ADD CONSTRAINT d3_pk PRIMARY KEY (g)",
@@ -339,7 +384,11 @@ class Star:
     def change(self) -> str:
         rng = self.rng
         kind = rng.choice(["facts", "facts", "delete_facts", "move_fact", "dim_attr", "dim_attr", "new_dim",
-                           "delete_dim", "dim_key"])
+                           "delete_dim", "dim_key", "rewrite"])
+        if kind == "rewrite":  # the same rows in new files
+            table = rng.choice(["f", "d1", "d2", "d3"])
+            return rng.choice([f"OPTIMIZE {table}", f"REORG TABLE {table} APPLY (PURGE)",
+                               f"INSERT OVERWRITE {table} SELECT * FROM {table}"])
         if kind == "facts":
             return "INSERT INTO f VALUES " + ", ".join(self.add_fact() for _ in range(rng.randint(1, 4)))
         if kind == "delete_facts" and self.f:
@@ -427,8 +476,8 @@ class Sessions:
             SparkContext._jvm = None
 
 
-def run_round(sessions: Sessions, schema: str, seed: int, n_queries: int, n_steps: int,
-              stats: "Counter[str]", reasons: "Counter[str]", failures: List[str]) -> None:
+def run_round(sessions: Sessions, schema: str, layout_arg: Optional[str], seed: int, n_queries: int,
+              n_steps: int, stats: "Counter[str]", reasons: "Counter[str]", failures: List[str]) -> None:
     rng = random.Random(seed)
     spark = sessions.spark
     star = Star(rng, rely=schema == "star-rely") if schema.startswith("star") else None
@@ -464,20 +513,29 @@ def run_round(sessions: Sessions, schema: str, seed: int, n_queries: int, n_step
     views: Dict[str, Tuple[str, MaterializedView]] = {}
     try:
         if star:
-            for stmt in STAR_TABLES + star.initial():
+            for stmt, column in STAR_TABLES:
+                layout = layout_arg or rng.choice(list(LAYOUTS))
+                stats[f"table {layout}"] += 1
+                run(stmt + LAYOUTS[layout].format(p=column))
+            for stmt in star.initial():
                 run(stmt)
             for stmt in STAR_KEYS:
                 run(stmt.format(rely=" RELY" if star.rely else ""))
         else:
             # the measures' type, per round: sums of DOUBLE and DECIMAL add in another order
             measure = rng.choice(["INT", "BIGINT", "DOUBLE", "DECIMAL(8,2)"])
-            run(f"CREATE TABLE r (a INT, b INT, x {measure}) USING delta")
-            run(f"CREATE TABLE s (b INT, c INT, y {measure}) USING delta")
-            run("CREATE TABLE t (c INT, d STRING) USING delta")
+            for table, columns in (("r", f"a INT, b INT, x {measure}"), ("s", f"b INT, c INT, y {measure}"),
+                                   ("t", "c INT, d STRING")):
+                layout = layout_arg or rng.choice(list(LAYOUTS))
+                stats[f"table {layout}"] += 1
+                run(f"CREATE TABLE {table} ({columns}) USING delta" +
+                    LAYOUTS[layout].format(p=LAYOUT_COLUMN[table]))
             for table in ("r", "s", "t"):
                 run(insert(rng, table, rng.randint(3, 8)))
         for i in range(n_queries):
             q = star_query(rng) if star else query(rng)
+            if views and rng.random() < 0.15:
+                q = over_view(rng, spark, rng.choice(sorted(views)))
             name = f"v{i}"
             try:
                 spark.sql(f"CREATE MATERIALIZED VIEW {name} REFRESH POLICY INCREMENTAL AS {q}")
@@ -499,6 +557,8 @@ def run_round(sessions: Sessions, schema: str, seed: int, n_queries: int, n_step
                 sessions.restart(db)
                 spark = sessions.spark
             for name, (q, _) in list(views.items()):
+                if rng.random() < 0.25:  # left behind: its next refresh takes several commits
+                    continue
                 try:
                     report = MaterializedView.for_name(spark, name).refresh()
                 except Exception:  # noqa: BLE001 (every failure is reported and the run goes on)
@@ -524,6 +584,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                              "declared keys the changes break now and then; star-rely: RELY keys kept valid")
     parser.add_argument("--master", default="local[2]",
                         help="local[N], or local-cluster[N,C,M] (executors in JVMs of their own)")
+    parser.add_argument("--layout", choices=list(LAYOUTS),
+                        help="every plain table laid out so (default: drawn per table and round)")
     parser.add_argument("--cold", action="store_true",
                         help="refresh each step in a new application (a new JVM), as scheduled jobs do")
     args = parser.parse_args(argv)
@@ -536,7 +598,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     t0 = time.time()
     for i in range(args.rounds):
         seed = args.seed + i
-        run_round(sessions, args.schema, seed, args.queries, args.steps, stats, reasons, failures)
+        run_round(sessions, args.schema, args.layout, seed, args.queries, args.steps, stats, reasons,
+                  failures)
         print(f"round {i + 1}/{args.rounds} (seed {seed}) done at {time.time() - t0:.0f} s: "
               f"{dict(stats)}, {len(failures)} failures", flush=True)
     print("\nwhy views were recomputed or refused:")

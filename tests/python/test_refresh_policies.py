@@ -171,6 +171,41 @@ def test_auto_stops_a_refresh_past_its_time_and_recomputes(spark: SparkSession, 
     assert_matches_query(spark, "stopv", q)
 
 
+def test_auto_recomputes_where_the_changes_cannot_be_followed(spark: SparkSession, base: str) -> None:
+    """Changes that cannot be read any more (VACUUM removed the change data files before the
+    refresh), and a base table dropped and created again: AUTO recomputes the view in the same
+    refresh and says why; INCREMENTAL and INCREMENTAL STRICT fail, naming the cause and leaving
+    their views as they were. The next change is followed incrementally again."""
+    views = {policy: MaterializedView.create(spark, f"follow_{policy.split()[-1].lower()}", AGG,
+                                             refresh_policy=policy)
+             for policy in ("AUTO", "INCREMENTAL", "INCREMENTAL STRICT")}
+    held = {p: sorted(spark.table(mv.name).collect()) for p, mv in views.items()}
+    spark.sql("DELETE FROM base WHERE k < 10")  # its change data is in files of their own
+    with session_confs(spark, {"spark.databricks.delta.retentionDurationCheck.enabled": "false"}):
+        spark.sql("VACUUM base RETAIN 0 HOURS")
+    recomputed = views["AUTO"].refresh()
+    assert recomputed.mode == "full", recomputed
+    assert "cannot be followed" in recomputed.reason and "IVM_CHANGES_UNAVAILABLE" in recomputed.reason, \
+        recomputed.reason
+    assert views["AUTO"].history(limit=1)[0].reason == recomputed.reason
+    assert_matches_query(spark, views["AUTO"].name, AGG)
+    for policy in ("INCREMENTAL", "INCREMENTAL STRICT"):
+        e = refused(views[policy].refresh)
+        assert condition(e) == "IVM_CHANGES_UNAVAILABLE" and "FULL" in str(e), str(e)[:600]
+        assert sorted(spark.table(views[policy].name).collect()) == held[policy]
+    spark.sql("INSERT INTO base VALUES (3, 1), (1000, 5)")
+    assert views["AUTO"].refresh().mode == "incremental"
+    assert_matches_query(spark, views["AUTO"].name, AGG)
+    # Another table of the name: recomputed from the new table's rows.
+    spark.sql("DROP TABLE base")
+    spark.sql("CREATE TABLE base (k INT, v INT) USING delta")
+    spark.sql("INSERT INTO base VALUES (1, 2), (6, 3)")
+    replaced = views["AUTO"].refresh()
+    assert replaced.mode == "full" and "IVM_SOURCE_CHANGED" in replaced.reason, replaced.reason
+    assert_matches_query(spark, views["AUTO"].name, AGG)
+    assert condition(refused(views["INCREMENTAL"].refresh)) == "IVM_SOURCE_CHANGED"
+
+
 def test_strict_refresh_that_must_recompute_fails_and_changes_nothing(spark: SparkSession, db: str) -> None:
     spark.sql("CREATE TABLE e (a INT, b INT) USING delta")
     spark.sql("INSERT INTO e SELECT id % 7, (id * 3) % 7 FROM range(40)")

@@ -148,6 +148,21 @@ object IvmErrors {
 
   def temporarySource(name: String): IvmException = of("IVM_TEMPORARY_SOURCE", "name" -> name)
 
+  /**
+   * The error, if `e` is one (or is caused by one), that says a refresh cannot follow the base
+   * tables' changes since the last refresh, though a recomputation can still build the view: the
+   * change data feed no longer covers the interval (vacuumed, the log cleaned up, turned off), a
+   * base table was replaced or retyped, or the backing table was changed by hand.
+   */
+  def changesNotFollowable(e: Throwable): Option[IvmException] = e match {
+    case null => None
+    case i: IvmException if NotFollowable(i.condition) => Some(i)
+    case other => if (other.getCause eq other) None else changesNotFollowable(other.getCause)
+  }
+
+  private val NotFollowable =
+    Set("IVM_CHANGES_UNAVAILABLE", "IVM_CHANGE_FEED_DISABLED", "IVM_SOURCE_CHANGED", "IVM_BACKING_TABLE_ALTERED")
+
   /** INCREMENTAL STRICT, and this refresh must recompute. */
   def refreshNotIncremental(view: String, reason: String): IvmException =
     of("IVM_REFRESH_NOT_INCREMENTAL", "view" -> view, "reason" -> reason)

@@ -4,6 +4,7 @@ import java.util.{Locale, UUID}
 
 import scala.annotation.tailrec
 import scala.collection.mutable
+import scala.util.Try
 import scala.util.control.NonFatal
 
 import io.sparkivm.catalog.{
@@ -238,20 +239,40 @@ object RefreshPipeline extends Logging {
   @tailrec
   private def attempt(spark: SparkSession, user: SparkSession, name: Seq[String], full: Boolean, n: Int,
       timer: PhaseTimer, trigger: String, because: Option[String], at: Map[String, Long]): RefreshReport = {
+    // Left: the next attempt's reason, if it must recompute.
     val result =
       try Right(refreshOnce(spark, user, name, full, timer, trigger, because, at))
       catch {
         case e: Exception if n < MaxAttempts && isConflict(e) =>
           logWarning(s"spark-ivm: refresh of ${name.mkString(".")} lost a commit race; retrying", e)
-          Left(e)
+          Left(None)
+        case e: Exception if !full && n < MaxAttempts && recomputesInstead(spark, name, e) =>
+          val why = "AUTO recomputed the view, as the base tables' changes since the last refresh cannot be " +
+            s"followed: ${IvmErrors.changesNotFollowable(e).map(_.getMessage).getOrElse(e.getMessage)}"
+          logWarning(s"spark-ivm: ${name.mkString(".")}: $why")
+          Left(Some(because.fold(why)(b => s"$b; $why")))
       }
     result match {
       case Right(report) => report
-      case Left(_) =>
+      case Left(None) =>
         timer.mark("retry")
         attempt(spark, user, name, full, n + 1, timer, trigger, because, at)
+      case Left(recompute) =>
+        timer.mark("stopped")
+        attempt(spark, user, name, full = true, n + 1, timer, trigger, recompute, at)
     }
   }
+
+  /**
+   * Under REFRESH POLICY AUTO, a refresh that cannot follow the changes since the last one
+   * ([[IvmErrors.changesNotFollowable]]: they were vacuumed, a base table was replaced) recomputes
+   * the view, as AUTO does wherever incremental maintenance is not possible. Under INCREMENTAL
+   * and INCREMENTAL STRICT the error stands, and says to run REFRESH ... FULL. Nothing was
+   * written: the attempt failed before its commit.
+   */
+  private def recomputesInstead(spark: SparkSession, name: Seq[String], e: Exception): Boolean =
+    IvmErrors.changesNotFollowable(e).isDefined &&
+      Try(ViewCatalog.lookup(spark, name).policy).toOption.contains(RefreshPolicy.Auto)
 
   private def isConflict(e: Throwable): Boolean = e match {
     case null => false
