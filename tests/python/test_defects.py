@@ -145,6 +145,44 @@ def test_queries_reading_where_rows_are_stored_are_refused(spark: SparkSession, 
     assert not [t for t in table_names(spark) if t.startswith(("bad", "__ivm_backing_bad"))]
 
 
+def test_time_travel_and_path_reads_are_recomputed_and_strict_says_why(spark: SparkSession, db: str,
+                                                                       tmp_path: Any) -> None:
+    """A read of a version named in the query (VERSION AS OF) keeps that version: a refresh
+    neither pins it to the table's latest nor applies the table's changes to it (it did, and the
+    view went wrong). A Delta table read by its path is not followed by name. Both are recomputed
+    under AUTO, equal to their queries after every change, and refused under INCREMENTAL STRICT
+    with the operator named and what to do instead."""
+    path = str(tmp_path / "by_path")
+    spark.sql("CREATE TABLE t (i INT, j INT) USING delta")
+    spark.sql(f"CREATE TABLE delta.`{path}` (i INT, k INT) USING delta")
+    spark.sql("INSERT INTO t VALUES (1, 10), (2, 20)")
+    spark.sql(f"INSERT INTO delta.`{path}` VALUES (1, 5), (3, 7)")
+    queries = {
+        "as_of": "SELECT i, sum(j) AS s FROM t VERSION AS OF 1 GROUP BY i",
+        "now_and_then": "SELECT n.i, n.j, o.j AS old_j FROM t n LEFT JOIN t VERSION AS OF 1 o ON n.i = o.i",
+        "by_path": f"SELECT t.i, t.j, p.k FROM t JOIN delta.`{path}` p ON t.i = p.i",
+    }
+    hints = {"as_of": "time-travelled read of", "now_and_then": "time-travelled read of",
+             "by_path": "read by its path"}
+    for name, query in queries.items():
+        e = refused(lambda query=query: spark.sql(
+            f"CREATE MATERIALIZED VIEW bad REFRESH POLICY INCREMENTAL STRICT AS {query}"))
+        assert condition(e) == "IVM_NOT_INCREMENTALIZABLE" and hints[name] in str(e), str(e)[:500]
+    steps = [["INSERT INTO t VALUES (1, 100), (4, 40)"], ["UPDATE t SET j = j + 1 WHERE i = 2"],
+             [f"INSERT INTO delta.`{path}` VALUES (4, 9)", "DELETE FROM t WHERE i = 1"]]
+    views = {name: MaterializedView.create(spark, name, q, refresh_policy="AUTO")
+             for name, q in queries.items()}
+    for step in steps:
+        for stmt in step:
+            spark.sql(stmt)
+        for name, mv in views.items():
+            assert mv.refresh().mode in ("full", "noop"), name
+            assert_matches_query(spark, name, queries[name])
+    modes = {name: mv.describe()["refresh_mode"] for name, mv in views.items()}
+    assert modes == dict.fromkeys(queries, "full"), modes
+    assert sorted(spark.table("as_of").collect()) == [(1, 10), (2, 20)]
+
+
 def test_non_deterministic_and_context_functions(spark: SparkSession, db: str) -> None:
     """Non-deterministic or context-dependent functions: refused under INCREMENTAL STRICT, and
     recomputed on every refresh under AUTO (never maintained from rows they gave once)."""

@@ -39,7 +39,7 @@ object ViewAnalysis {
     if (previous != database) spark.catalog.setCurrentDatabase(database)
     try {
       val parsed = SessionInternals.parser(spark).parsePlan(queryText)
-      SparkInternals.analyzed(SparkInternals.dataFrame(spark, parsed))
+      SourceLeaf.withTimeTravelUnnamed(SparkInternals.analyzed(SparkInternals.dataFrame(spark, parsed)))
     } finally {
       if (previous != database) spark.catalog.setCurrentDatabase(previous)
     }

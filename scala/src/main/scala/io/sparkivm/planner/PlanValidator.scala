@@ -60,6 +60,17 @@ object PlanValidator {
         case _: Sample => throw IvmErrors.unsupported("TABLESAMPLE", "Sample when reading the view.")
         case _: Deduplicate => throw IvmErrors.unsupported("dropDuplicates on a subset of columns",
             "Use SELECT DISTINCT or GROUP BY.")
+        // Its version may move with the time (TIMESTAMP AS OF current_date() - 1) with no change to
+        // read: recomputed.
+        case leaf: LeafNode if SourceLeaf.isTimeTravel(leaf) =>
+          throw IvmErrors.unsupported(
+            s"The time-travelled read of ${SourceLeaf.timeTravelled(leaf)} (VERSION AS OF, TIMESTAMP AS OF)",
+            "It reads a version named in the query, not the table's changes; read the table itself, or copy " +
+              "that version into a table of its own (CREATE TABLE ... AS SELECT ... VERSION AS OF) and read that.")
+        case leaf: LeafNode if SourceLeaf.deltaPath(leaf).isDefined =>
+          throw IvmErrors.unsupported(s"The Delta table read by its path ${SourceLeaf.deltaPath(leaf).get}",
+            "A materialized view follows the tables it reads by their names in the catalog; register the " +
+              "table by its path (CREATE TABLE name USING delta LOCATION '<path>') and read it by that name.")
         case leaf: LeafNode => throw IvmErrors.notDelta(leaf.simpleString(2), leaf.nodeName)
         case other => throw IvmErrors.unsupported(s"The operator ${other.nodeName}",
             "It is not in the class of queries that spark-ivm maintains (docs/sql.md lists it).")
