@@ -114,6 +114,38 @@ def test_temp_view_source_is_refused(spark: SparkSession, tables: str) -> None:
         assert "temporary view" in str(error) and "tv" in str(error)
 
 
+def test_temporary_functions_and_session_variables_are_refused(spark: SparkSession, tables: str) -> None:
+    """What lives only as long as the session is refused under every policy, nothing created: a
+    Python function registered with spark.udf, a temporary SQL function (also in a CTE and a
+    subquery), a session variable. A permanent SQL function is kept, and maintained."""
+    spark.udf.register("py_plus1", lambda v: None if v is None else v + 1, "int")
+    spark.sql("CREATE TEMPORARY FUNCTION tmp_sq(v INT) RETURNS INT RETURN v * v")
+    spark.sql("CREATE FUNCTION perm_sq(v INT) RETURNS INT RETURN v * v")
+    spark.sql("DECLARE OR REPLACE VARIABLE ivm_limit INT DEFAULT 1")
+    try:
+        refused_queries = {
+            "SELECT k, py_plus1(v) AS p FROM a": "the temporary function py_plus1",
+            "WITH c AS (SELECT k, tmp_sq(v) AS p FROM a) SELECT * FROM c": "the temporary function tmp_sq",
+            "SELECT k FROM a WHERE v > (SELECT max(tmp_sq(v)) FROM a)": "the temporary function tmp_sq",
+            "SELECT k, v FROM a WHERE v > ivm_limit": "the session variable ivm_limit",
+        }
+        for query, named in refused_queries.items():
+            for policy in ("AUTO", "FULL"):
+                error = refused(lambda policy=policy, query=query: spark.sql(
+                    f"CREATE MATERIALIZED VIEW p REFRESH POLICY {policy} AS {query}"))
+                assert condition(error) == "IVM_TEMPORARY_SOURCE" and named in str(error), str(error)[:400]
+                assert not spark.catalog.tableExists("p")
+        query = "SELECT k, perm_sq(v) AS p FROM a"
+        mv = MaterializedView.create(spark, "p", query, refresh_policy="INCREMENTAL STRICT")
+        spark.sql("INSERT INTO a VALUES (100, 3)")
+        assert mv.refresh().mode == "incremental"
+        assert_matches_query(spark, "p", query)
+    finally:
+        spark.sql("DROP TEMPORARY VARIABLE IF EXISTS ivm_limit")
+        spark.sql("DROP TEMPORARY FUNCTION IF EXISTS tmp_sq")
+        spark.sql("DROP FUNCTION IF EXISTS perm_sq")
+
+
 def test_change_data_feed_is_enabled_or_refused(spark: SparkSession, tables: str) -> None:
     spark.sql("CREATE TABLE nocdf (k INT) USING delta")
     spark.conf.set("spark.ivm.autoEnableChangeDataFeed", "false")

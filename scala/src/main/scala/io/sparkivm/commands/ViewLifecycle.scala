@@ -78,6 +78,7 @@ object ViewLifecycle extends Logging {
     }
     val policy = stmt.policy.orElse(legacy).getOrElse(RefreshPolicies.default(spark))
     val plan = ViewAnalysis.analyze(spark, stmt.queryTextInPlace, database)
+    ViewAnalysis.requireOutlivesSession(spark, stmt.queryTextInPlace, plan)
     ViewAnalysis.requireRowData(id.quotedString, plan)
     val columns = if (stmt.columnNames.isEmpty) plan.output.map(_.name)
     else {

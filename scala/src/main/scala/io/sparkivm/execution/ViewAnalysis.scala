@@ -10,8 +10,9 @@ import io.sparkivm.planner.{
   ComputedAtRead, PlanValidator, QueryRewrites, RecursiveRows, RowsShape, SourceLeaf, TimeFilters, TopRows,
   ViewMaintenance, ViewShape
 }
-import org.apache.spark.sql.catalyst.analysis.UnresolvedRelation
-import org.apache.spark.sql.catalyst.expressions.Alias
+import org.apache.spark.sql.catalyst.FunctionIdentifier
+import org.apache.spark.sql.catalyst.analysis.{UnresolvedFunction, UnresolvedRelation}
+import org.apache.spark.sql.catalyst.expressions.{Alias, SubqueryExpression, VariableReference}
 import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, Project}
 import org.apache.spark.sql.catalyst.util.DateTimeUtils
 import org.apache.spark.sql.delta.schema.{SchemaUtils => DeltaSchemaUtils}
@@ -192,6 +193,35 @@ object ViewAnalysis {
         throw IvmErrors.unsupportedColumnType(view, maintenance.keptIn(column), dataType.sql, hint)
       }
     }
+
+  /**
+   * IVM_TEMPORARY_SOURCE if the query (its text, and `plan` as analyzed) names what lives only as
+   * long as the session: a temporary function (SQL, or registered with `spark.udf`) or a session
+   * variable. Spark's CREATE VIEW refuses them alike; a refresh in another application could not
+   * resolve them (nor can the refresh's own session a variable).
+   */
+  def requireOutlivesSession(spark: SparkSession, queryText: String, plan: LogicalPlan): Unit = {
+    val catalog = SessionInternals.catalog(spark)
+    // Function names as written, before analysis inlines or resolves them; a CTE's definitions
+    // are inner children of the parsed plan.
+    def functions(p: LogicalPlan): Seq[String] = {
+      val own = p.expressions.flatMap(_.collect {
+        case f: UnresolvedFunction if f.nameParts.size == 1 =>
+          f.nameParts.head
+      })
+      val nested = p.expressions.flatMap(_.collect { case s: SubqueryExpression => s.plan }) ++ p.children ++
+        p.innerChildren.collect { case c: LogicalPlan => c }
+      own ++ nested.flatMap(functions)
+    }
+    functions(SessionInternals.parser(spark).parsePlan(queryText))
+      .find(f => catalog.isTemporaryFunction(FunctionIdentifier(f)))
+      .foreach(f => throw IvmErrors.temporarySource(s"the temporary function $f"))
+    plan.foreachWithSubqueries(_.expressions.foreach(_.foreach {
+      case v: VariableReference =>
+        throw IvmErrors.temporarySource(s"the session variable ${v.originalNameParts.mkString(".")}")
+      case _ =>
+    }))
+  }
 
   /** IVM_ROW_LOCATION_IN_QUERY if the query reads where rows are stored ([[PlanValidator.rowLocation]]). */
   def requireRowData(view: String, plan: LogicalPlan): Unit =

@@ -118,7 +118,7 @@ object PlanValidator {
     case _ => false
   }
 
-  private def temporary(v: View) = IvmErrors.temporarySource(v.desc.identifier.unquotedString)
+  private def temporary(v: View) = IvmErrors.temporarySource(s"the temporary view ${v.desc.identifier.unquotedString}")
 
   /** Any view, whatever its refresh policy, must read permanent tables and views only. */
   def requirePermanent(plan: LogicalPlan): Unit = plan.foreachWithSubqueries {
