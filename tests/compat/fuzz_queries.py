@@ -4,12 +4,17 @@ Each round makes three small Delta tables with NULLs and duplicate keys (measure
 per round), draws queries from a grammar wider than the unit tests' (outer, semi, anti and theta
 joins, NOT IN over NULLs, correlated and uncorrelated scalar subqueries, DISTINCT aggregates,
 nested aggregates, GROUPING SETS, set operations, windows with and without PARTITION BY, top-k,
-recursive CTEs over cyclic edges), creates each as a view under
-REFRESH POLICY INCREMENTAL, then applies random inserts, deletes, updates and MERGEs, refreshing
-every view after each step and comparing it with its query, counts included:
+recursive CTEs over cyclic edges, aggregates that are not invertible, views over earlier views),
+creates each as a view under REFRESH POLICY INCREMENTAL, then applies random inserts, deletes,
+updates, MERGEs and loader writes (REPLACE WHERE, INSERT OVERWRITE, OPTIMIZE, REORG), refreshing
+each view after most steps (one time in four it is left behind, so that its next refresh takes
+several commits) and comparing it with its query, counts included. Each table is laid out as
+loaders write them, drawn per table and round (partitioned, deletion vectors, column mapping,
+liquid clustering) unless --layout fixes one:
 
     .venv/bin/python tests/compat/fuzz_queries.py [--schema plain|star|star-rely] [--rounds N]
-        [--queries Q] [--steps S] [--seed K] [--cold | --master 'local-cluster[2,1,1024]']
+        [--queries Q] [--steps S] [--seed K] [--layout NAME]
+        [--cold | --master 'local-cluster[2,1,1024]']
 
 With --schema star the tables are a fact table and three dimensions with declared primary and
 foreign keys (the FK-pruned delta rules), which the changes break now and then; star-rely
