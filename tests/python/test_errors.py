@@ -264,6 +264,12 @@ def test_errors_carry_condition_sqlstate_and_parameters(spark: SparkSession, tab
     assert error.getSqlState() == "0A000"
     assert error.getMessageParameters()["operator"] == "LIMIT / OFFSET"
     assert "SQLSTATE: 0A000" in str(error)
+    # The LIMIT of a top-k materialized view the query reads: named as that view's.
+    spark.sql("CREATE MATERIALIZED VIEW top2 AS SELECT k, v FROM a ORDER BY v DESC LIMIT 2")
+    error = refused(lambda: spark.sql(
+        "CREATE MATERIALIZED VIEW bad REFRESH POLICY INCREMENTAL STRICT AS SELECT count(*) AS n FROM top2"))
+    assert error.getMessageParameters()["operator"] == "LIMIT / OFFSET"
+    assert "of a materialized view this query reads" in str(error), str(error)
     error = refused(lambda: spark.sql("REFRESH MATERIALIZED VIEW nope"))
     assert (error.getCondition(), error.getSqlState()) == ("IVM_VIEW_NOT_FOUND", "42P01")
 

@@ -51,6 +51,11 @@ object PlanValidator {
               "window to the top of the view's query (the view then computes it when it is read), or have it " +
               "read a subquery in FROM or a materialized view (the view then recomputes it over that one's rows).")
         case g: Generate if g.generator.deterministic =>
+        case _: GlobalLimit | _: LocalLimit | _: Tail | _: Offset if inView =>
+          throw IvmErrors.unsupported("LIMIT / OFFSET",
+            "It is the ORDER BY ... LIMIT of a materialized view this query reads, which that view applies " +
+              "when it is read; read a materialized view of the same query without its LIMIT, and apply the " +
+              "LIMIT when reading this view.")
         case _: GlobalLimit | _: LocalLimit | _: Tail | _: Offset =>
           throw IvmErrors.unsupported("LIMIT / OFFSET",
             "Only a LIMIT at the top of the query, after its ORDER BY, is maintained (the view applies it " +
