@@ -44,9 +44,15 @@ object SourceLeaf {
    */
   def withTimeTravelUnnamed(plan: LogicalPlan): LogicalPlan = plan.transformUp {
     case r: LogicalRelation if r.catalogTable.isDefined && isTimeTravel(r) =>
-      val unnamed = r.copy(catalogTable = None)
-      unnamed.setTagValue(TimeTravelled, r.catalogTable.get.identifier.unquotedString)
-      unnamed
+      named(r.copy(catalogTable = None), r.catalogTable.get)
+    case r: DataSourceV2Relation if catalogTable(r).isDefined && isTimeTravel(r) =>
+      val d = r.table.asInstanceOf[DeltaTableV2] // catalogTable gives none for another table
+      named(r.copy(table = d.copy(catalogTable = None)), d.catalogTable.get)
+  }
+
+  private def named(unnamed: LogicalPlan, table: CatalogTable): LogicalPlan = {
+    unnamed.setTagValue(TimeTravelled, table.identifier.unquotedString)
+    unnamed
   }
 
   /** The table name of a leaf [[withTimeTravelUnnamed]] unnamed, else its path. */
