@@ -102,7 +102,8 @@ compat-tpcds: install
 compat-pg-ivm: install
 	$(PY) tests/compat/pg_ivm_queries.py
 
-# Random queries over random changes, three table layouts (about 10 minutes each; FUZZ_ROUNDS).
+# Random queries over random changes, three schemas, tables laid out as loaders write them
+# (about 10 minutes each; FUZZ_ROUNDS).
 FUZZ_ROUNDS ?= 5
 compat-fuzz: install
 	$(PY) tests/compat/fuzz_queries.py --rounds $(FUZZ_ROUNDS)
