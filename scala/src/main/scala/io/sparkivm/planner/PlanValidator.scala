@@ -72,11 +72,11 @@ object PlanValidator {
             s"The time-travelled read of ${SourceLeaf.timeTravelled(leaf)} (VERSION AS OF, TIMESTAMP AS OF)",
             "It reads a version named in the query, not the table's changes; read the table itself, or copy " +
               "that version into a table of its own (CREATE TABLE ... AS SELECT ... VERSION AS OF) and read that.")
-        case leaf: LeafNode if SourceLeaf.deltaPath(leaf).isDefined =>
-          throw IvmErrors.unsupported(s"The Delta table read by its path ${SourceLeaf.deltaPath(leaf).get}",
-            "A materialized view follows the tables it reads by their names in the catalog; register the " +
-              "table by its path (CREATE TABLE name USING delta LOCATION '<path>') and read it by that name.")
-        case leaf: LeafNode => throw IvmErrors.notDelta(leaf.simpleString(2), leaf.nodeName)
+        case leaf: LeafNode => throw SourceLeaf.deltaPath(leaf).map { path =>
+            IvmErrors.unsupported(s"The Delta table read by its path $path",
+              "A materialized view follows the tables it reads by their names in the catalog; register the " +
+                "table by its path (CREATE TABLE name USING delta LOCATION '<path>') and read it by that name.")
+          }.getOrElse(IvmErrors.notDelta(leaf.simpleString(2), leaf.nodeName))
         case other => throw IvmErrors.unsupported(s"The operator ${other.nodeName}",
             "It is not in the class of queries that spark-ivm maintains (docs/sql.md lists it).")
       }

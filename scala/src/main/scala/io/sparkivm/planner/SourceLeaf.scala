@@ -28,10 +28,7 @@ object SourceLeaf {
 
   def catalogTable(plan: LogicalPlan): Option[CatalogTable] = plan match {
     case r: LogicalRelation => r.catalogTable
-    case r: DataSourceV2Relation => r.table match {
-        case d: DeltaTableV2 => d.catalogTable
-        case _ => None
-      }
+    case r: DataSourceV2Relation => deltaTable(r).flatMap(_.catalogTable)
     case _ => None
   }
 
@@ -46,7 +43,7 @@ object SourceLeaf {
     case r: LogicalRelation if r.catalogTable.isDefined && isTimeTravel(r) =>
       named(r.copy(catalogTable = None), r.catalogTable.get)
     case r: DataSourceV2Relation if catalogTable(r).isDefined && isTimeTravel(r) =>
-      val d = r.table.asInstanceOf[DeltaTableV2] // catalogTable gives none for another table
+      val d = deltaTable(r).get
       named(r.copy(table = d.copy(catalogTable = None)), d.catalogTable.get)
   }
 
@@ -64,20 +61,19 @@ object SourceLeaf {
   /** True if the leaf reads a Delta version named in the query (VERSION AS OF, TIMESTAMP AS OF). */
   def isTimeTravel(plan: LogicalPlan): Boolean = plan match {
     case r: LogicalRelation => deltaIndex(r).exists(_.isTimeTravelQuery)
-    case r: DataSourceV2Relation => r.table match {
-        case d: DeltaTableV2 => d.timeTravelOpt.isDefined
-        case _ => false
-      }
+    case r: DataSourceV2Relation => deltaTable(r).exists(_.timeTravelOpt.isDefined)
     case _ => false
   }
 
   /** The path of a Delta table the leaf reads by its path, not by a catalog name. */
   def deltaPath(plan: LogicalPlan): Option[String] = plan match {
     case r: LogicalRelation if r.catalogTable.isEmpty => deltaIndex(r).map(_.path.toString)
-    case r: DataSourceV2Relation => r.table match {
-        case d: DeltaTableV2 if d.catalogTable.isEmpty => Some(d.path.toString)
-        case _ => None
-      }
+    case r: DataSourceV2Relation => deltaTable(r).filter(_.catalogTable.isEmpty).map(_.path.toString)
+    case _ => None
+  }
+
+  private def deltaTable(r: DataSourceV2Relation): Option[DeltaTableV2] = r.table match {
+    case d: DeltaTableV2 => Some(d)
     case _ => None
   }
 
