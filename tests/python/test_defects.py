@@ -183,6 +183,44 @@ def test_time_travel_and_path_reads_are_recomputed_and_strict_says_why(spark: Sp
     assert sorted(spark.table("as_of").collect()) == [(1, 10), (2, 20)]
 
 
+def test_variant_rows_are_recomputed_and_strict_names_the_column(spark: SparkSession, db: str) -> None:
+    """A VARIANT column in a view without GROUP BY (Spark can neither compare nor group its
+    values, at any depth): CREATE failed under every policy with Spark's grouping error. AUTO now
+    recomputes such a view, duplicates kept, and INCREMENTAL STRICT refuses it naming the column
+    and what to select instead. VARIANT under an aggregate stays incremental."""
+    spark.sql("CREATE TABLE t (i INT, g STRING, j STRING) USING delta")
+    spark.sql("""INSERT INTO t VALUES (1, 'a', '{"x": 1}'), (2, 'b', '{"x": 2}'), (2, 'b', '{"x": 2}')""")
+    queries = {
+        "rows": "SELECT i, parse_json(j) AS v FROM t",
+        "nested": "SELECT i, named_struct('k', i, 'v', array(parse_json(j))) AS s FROM t",
+        "grouped": "SELECT g, max_by(parse_json(j), i) AS v, count(*) AS n FROM t GROUP BY g",
+    }
+    for name in ("rows", "nested"):
+        e = refused(lambda name=name: spark.sql(
+            f"CREATE MATERIALIZED VIEW bad REFRESH POLICY INCREMENTAL STRICT AS {queries[name]}"))
+        column = "v" if name == "rows" else "s"
+        assert condition(e) == "IVM_NOT_INCREMENTALIZABLE" and f"The VARIANT column {column} " in str(e) \
+            and f"to_json({column})" in str(e), str(e)[:500]
+    views = {name: MaterializedView.create(spark, name, q, refresh_policy="AUTO")
+             for name, q in queries.items()}
+    expected_mode = {"rows": "full", "nested": "full", "grouped": "incremental"}
+    steps = ["""INSERT INTO t VALUES (3, 'a', '{"x": [1, 2]}'), (3, 'a', '{"x": [1, 2]}')""",
+             "DELETE FROM t WHERE i = 1", """UPDATE t SET j = '{"y": null}' WHERE i = 2"""]
+
+    def as_json(relation: str, columns: List[str]) -> List[Any]:
+        shown = ", ".join(f"to_json({c})" if c in ("v", "s") else c for c in columns)
+        return sorted(spark.sql(f"SELECT {shown} FROM {relation}").collect())
+
+    for step in steps:
+        spark.sql(step)
+        for name, mv in views.items():
+            assert mv.refresh().mode == expected_mode[name], name
+            columns = spark.table(name).columns
+            assert as_json(name, columns) == as_json(f"({queries[name]})", columns), name
+    assert len(spark.table("rows").collect()) == 4  # (2, b) twice and (3, a) twice
+    assert views["rows"].describe()["refresh_mode"] == "full"
+
+
 def test_non_deterministic_and_context_functions(spark: SparkSession, db: str) -> None:
     """Non-deterministic or context-dependent functions: refused under INCREMENTAL STRICT, and
     recomputed on every refresh under AUTO (never maintained from rows they gave once)."""

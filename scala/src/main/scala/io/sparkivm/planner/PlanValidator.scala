@@ -5,7 +5,7 @@ import io.sparkivm.changes.DeltaSources
 import io.sparkivm.errors.IvmErrors
 import org.apache.spark.sql.catalyst.expressions._
 import org.apache.spark.sql.catalyst.plans.logical._
-import org.apache.spark.sql.types.{ArrayType, DataType, MapType, StructType}
+import org.apache.spark.sql.types.{MapType, VariantType}
 
 /**
  * Checks that a view's analyzed plan is in the class that counting IVM maintains exactly
@@ -104,23 +104,24 @@ object PlanValidator {
 
   /**
    * A view without GROUP BY keeps each row by its value, which the backing table's MERGE
-   * compares; Spark cannot compare MAP values.
+   * compares and a refresh groups by; Spark can neither compare nor group MAP and VARIANT
+   * values (nor, where Spark has them, spatial ones), at any depth of a column's type.
    */
   def requireComparableRows(shape: ViewShape, columns: Seq[String]): Unit = shape match {
     case r: RowsShape =>
-      r.top.output.zip(columns).find(c => hasMap(c._1.dataType)).foreach {
-        case (_, name) => throw IvmErrors.unsupported(s"The MAP column $name of a view without GROUP BY",
-            "Each row of such a view is kept by its value, and Spark cannot compare MAP values; select " +
-              s"map_entries($name) or to_json($name) instead, or group by the other columns.")
+      r.top.output.zip(columns).iterator.flatMap { case (a, name) =>
+        ColumnTypes.uncomparable(a.dataType).map(name -> _)
+      }.nextOption().foreach { case (name, part) =>
+        val (kind, instead) = part match {
+          case _: MapType => ("MAP", s"map_entries($name) or to_json($name)")
+          case VariantType => ("VARIANT", s"to_json($name) or the fields you need (variant_get($name, path, type))")
+          case other => (other.sql, s"to_json($name)")
+        }
+        throw IvmErrors.unsupported(s"The $kind column $name of a view without GROUP BY",
+          s"Each row of such a view is kept by its value, and Spark cannot compare $kind values; " +
+            s"select $instead instead, or group by the other columns.")
       }
     case _ =>
-  }
-
-  private def hasMap(t: DataType): Boolean = t match {
-    case _: MapType => true
-    case a: ArrayType => hasMap(a.elementType)
-    case s: StructType => s.fields.exists(f => hasMap(f.dataType))
-    case _ => false
   }
 
   private def temporary(v: View) = IvmErrors.temporarySource(s"the temporary view ${v.desc.identifier.unquotedString}")

@@ -102,9 +102,16 @@ class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String], val to
   /** The backing table's rows computed from scratch, from Post. */
   def fullPlan(rules: DeltaRules): LogicalPlan = {
     val keys = keyAliases()
-    val count = Alias(Count(Seq(Literal(1))).toAggregateExpression(), CountColumn)()
-    val stateCols = states.flatMap(s => s.full().zip(s.columns).map { case (e, (n, _)) => Alias(e, n)() })
-    finish(Aggregate(keyExprs, keys ++ (count +: stateCols), rules.post(child)))
+    shape match {
+      // Rows Spark cannot group (a VARIANT column; only recomputation keeps such a view) are
+      // kept one by one, each with count 1, which the view's read repeats once.
+      case _: RowsShape if !keyExprs.forall(e => ColumnTypes.groupable(e.dataType)) =>
+        Project(keys :+ Alias(Literal(1L), CountColumn)(), rules.post(child))
+      case _ =>
+        val count = Alias(Count(Seq(Literal(1))).toAggregateExpression(), CountColumn)()
+        val stateCols = states.flatMap(s => s.full().zip(s.columns).map { case (e, (n, _)) => Alias(e, n)() })
+        finish(Aggregate(keyExprs, keys ++ (count +: stateCols), rules.post(child)))
+    }
   }
 
   /** The delta branches that a refresh with these changes runs. */
