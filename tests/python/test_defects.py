@@ -221,6 +221,37 @@ def test_variant_rows_are_recomputed_and_strict_names_the_column(spark: SparkSes
     assert views["rows"].describe()["refresh_mode"] == "full"
 
 
+def test_parameter_markers_bind_in_a_session_with_spark_ivm(spark: SparkSession, db: str) -> None:
+    """`spark.sql(text, args)` and EXECUTE IMMEDIATE ... USING: Delta's parser, which spark-ivm's
+    wraps, drops the values, and every parameterized statement failed with UNBOUND_SQL_PARAMETER
+    (queries, subqueries, CTEs, INSERT, CREATE TABLE AS, CREATE VIEW). They now bind as in Spark
+    without extensions, and a materialized view's query keeps the values, as CREATE VIEW does."""
+    spark.sql("CREATE TABLE t (i INT, g STRING, x INT) USING delta")
+    spark.sql("INSERT INTO t VALUES (:i, :g, :x)", args={"i": 1, "g": "a", "x": 10})
+    spark.sql("INSERT INTO t VALUES (?, ?, ?)", args=[2, "b", 20])
+    spark.sql("INSERT INTO t SELECT :i, :g, :x", args={"i": 3, "g": "a", "x": 30})
+    assert sorted(spark.sql("SELECT i FROM t WHERE x > :lo", args={"lo": 10}).collect()) == [(2,), (3,)]
+    assert spark.sql("SELECT i FROM t WHERE i IN (SELECT i FROM t WHERE x > ?) AND g = ?",
+                     args=[10, "a"]).collect() == [(3,)]
+    assert spark.sql("WITH c AS (SELECT :v AS v) SELECT v FROM c", args={"v": 7}).collect() == [(7,)]
+    assert spark.sql("SELECT count(*) FROM IDENTIFIER(:t)", args={"t": "t"}).collect() == [(3,)]
+    assert spark.sql("EXECUTE IMMEDIATE 'SELECT ? + 1' USING 5").collect() == [(6,)]
+    spark.sql("CREATE VIEW plain_view AS SELECT :v AS v", args={"v": 4})
+    assert spark.table("plain_view").collect() == [(4,)]
+    spark.sql("UPDATE t SET x = x + :d WHERE i = :i", args={"d": 1, "i": 1})
+    query = "SELECT g, sum(x) AS s, count(*) AS n FROM t WHERE x > {} GROUP BY g"
+    spark.sql(f"CREATE MATERIALIZED VIEW mv AS {query.format(':lo')}", args={"lo": 10})
+    mv = MaterializedView.for_name(spark, "mv")
+    assert ":lo" not in mv.describe()["query"] and "10" in mv.describe()["query"], mv.describe()["query"]
+    spark.sql("DELETE FROM t WHERE i = ?", args=[3])
+    spark.sql("INSERT INTO t VALUES (4, 'b', 5), (5, 'a', 50)")
+    assert mv.refresh().mode == "incremental"
+    assert_matches_query(spark, "mv", query.format(10))
+    # A marker without a value is still Spark's error, naming it.
+    e = refused(lambda: spark.sql("SELECT :nope", args={"lo": 1}).collect())
+    assert condition(e) == "UNBOUND_SQL_PARAMETER" and "nope" in str(e), str(e)[:300]
+
+
 def test_non_deterministic_and_context_functions(spark: SparkSession, db: str) -> None:
     """Non-deterministic or context-dependent functions: refused under INCREMENTAL STRICT, and
     recomputed on every refresh under AUTO (never maintained from rows they gave once)."""

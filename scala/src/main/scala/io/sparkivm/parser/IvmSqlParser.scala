@@ -6,7 +6,7 @@ import io.sparkivm.errors.IvmErrors
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.analysis.UnresolvedRelation
 import org.apache.spark.sql.catalyst.expressions.Expression
-import org.apache.spark.sql.catalyst.parser.{ParameterContext, ParserInterface}
+import org.apache.spark.sql.catalyst.parser.{ParameterContext, ParseException, ParserInterface}
 import org.apache.spark.sql.catalyst.plans.logical.{
   DeleteFromTable, LogicalPlan, MergeIntoTable, SubqueryAlias, UpdateTable
 }
@@ -20,9 +20,28 @@ class IvmSqlParser(session: SparkSession, delegate: ParserInterface) extends Par
     IvmStatementParser.recognise(sqlText).map(MaterializedViewCommands.plan)
       .getOrElse(withKeys(delegate.parsePlan(sqlText)))
 
+  /**
+   * As [[parsePlan]], with the values of parameter markers. A materialized view's query keeps the
+   * values in its text, as Spark's CREATE VIEW does. Where the wrapped parser leaves markers
+   * unbound (Delta's drops the values), the text is parsed again with the values substituted.
+   */
   override def parsePlanWithParameters(sqlText: String, context: ParameterContext): LogicalPlan =
-    IvmStatementParser.recognise(sqlText).map(MaterializedViewCommands.plan)
-      .getOrElse(withKeys(delegate.parsePlanWithParameters(sqlText, context)))
+    if (!ParameterMarkers.hasValues(context)) parsePlan(sqlText)
+    else
+      IvmStatementParser.recognise(sqlText) match {
+        case Some(_) => parsePlan(ParameterMarkers.substituted(sqlText, context))
+        case None =>
+          def substituted = delegate.parsePlan(ParameterMarkers.substituted(sqlText, context))
+          val plan =
+            try {
+              val parsed = delegate.parsePlanWithParameters(sqlText, context)
+              if (ParameterMarkers.unbound(parsed)) substituted else parsed
+            } catch {
+              // Spark's own parser refuses markers it finds unbound where only literals go.
+              case e: ParseException if ParameterMarkers.refused(e) => substituted
+            }
+          withKeys(plan)
+      }
 
   /** PK/FK constraints, which Spark parses and Delta refuses, are kept by spark-ivm. */
   private def withKeys(plan: LogicalPlan): LogicalPlan = {
