@@ -1,7 +1,7 @@
 package io.sparkivm.parser
 
 import io.sparkivm.catalog.{CatalogGuard, ViewCatalog}
-import io.sparkivm.commands.{KeyConstraintCommands, MaterializedViewCommands}
+import io.sparkivm.commands.{CreateMaterializedView, KeyConstraintCommands, MaterializedViewCommands}
 import io.sparkivm.errors.IvmErrors
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.analysis.UnresolvedRelation
@@ -29,7 +29,12 @@ class IvmSqlParser(session: SparkSession, delegate: ParserInterface) extends Par
     if (!ParameterMarkers.hasValues(context)) parsePlan(sqlText)
     else
       IvmStatementParser.recognise(sqlText) match {
-        case Some(_) => parsePlan(ParameterMarkers.substituted(sqlText, context))
+        case Some(create: CreateMaterializedView) =>
+          // Only the query takes markers; Spark's substitution does not parse spark-ivm's clauses.
+          def bound(text: String) = ParameterMarkers.substituted(text, context)
+          MaterializedViewCommands.plan(
+            create.copy(queryText = bound(create.queryText), queryTextInPlace = bound(create.queryTextInPlace)))
+        case Some(statement) => MaterializedViewCommands.plan(statement)
         case None =>
           def substituted = delegate.parsePlan(ParameterMarkers.substituted(sqlText, context))
           val plan =
