@@ -202,3 +202,39 @@ def test_refresh_returns_a_compact_row_and_the_report_on_request(spark: SparkSes
     full = spark.sql("REFRESH MATERIALIZED VIEW compact FULL WITH REPORT").collect()[0]
     assert full.__fields__[-1] == "report" and full.mode == "full"
     assert json.loads(full.report)["reason"] == full.reason
+
+
+def test_statements_inside_sql_scripts(spark: SparkSession, db: str) -> None:
+    """spark-ivm's statements inside a SQL script (BEGIN ... END): Spark's grammar, which parses a
+    script whole, read REFRESH MATERIALIZED VIEW as a REFRESH of a resource path and CREATE
+    MATERIALIZED VIEW as a pipeline's dataset it refuses to run. They now run where they stand,
+    under IF, ELSE and WHILE too, with the script's own statements between them."""
+    spark.sql("CREATE TABLE t (i INT, g STRING, x INT) USING delta")
+    spark.sql("INSERT INTO t VALUES (1, 'a', 10), (2, 'b', 20)")
+    query = "SELECT g, sum(x) AS s, count(*) AS n FROM t GROUP BY g"
+    spark.sql(f"""BEGIN
+        -- the view is created, then its base table changes and it follows
+        CREATE MATERIALIZED VIEW by_g AS {query};
+        INSERT INTO t VALUES (3, 'a', 5);
+        REFRESH MATERIALIZED VIEW by_g;
+        END""")
+    assert_matches_query(spark, "by_g", query)
+    assert MaterializedView.for_name(spark, "by_g").history()[0].mode == "incremental"
+    spark.sql("""BEGIN
+        DECLARE k INT DEFAULT 0;
+        WHILE k < 2 DO
+          SET k = k + 1;
+          INSERT INTO t VALUES (10 + k, 'c', k);
+          REFRESH MATERIALIZED VIEW by_g;
+        END WHILE;
+        IF (SELECT count(*) FROM by_g WHERE g = 'c') = 1 THEN
+          CREATE MATERIALIZED VIEW only_c AS SELECT i, 'it''s' AS note FROM t WHERE g = 'c';
+        ELSE
+          DROP MATERIALIZED VIEW by_g;
+        END IF;
+        END""")
+    assert_matches_query(spark, "by_g", query)
+    assert sorted(spark.table("only_c").collect()) == [(11, "it's"), (12, "it's")]
+    # A malformed statement of spark-ivm's in a script is still a parse error with its position.
+    e = refused(lambda: spark.sql("BEGIN\n  REFRESH MATERIALIZED VIEW by_g FULLY;\nEND"))
+    assert "FULLY" in str(e), str(e)[:400]

@@ -18,7 +18,7 @@ class IvmSqlParser(session: SparkSession, delegate: ParserInterface) extends Par
 
   override def parsePlan(sqlText: String): LogicalPlan =
     IvmStatementParser.recognise(sqlText).map(MaterializedViewCommands.plan)
-      .getOrElse(withKeys(delegate.parsePlan(sqlText)))
+      .getOrElse(withKeys(delegate.parsePlan(ScriptStatements.rewritten(sqlText).getOrElse(sqlText))))
 
   /**
    * As [[parsePlan]], with the values of parameter markers. A materialized view's query keeps the
@@ -36,10 +36,11 @@ class IvmSqlParser(session: SparkSession, delegate: ParserInterface) extends Par
             create.copy(queryText = bound(create.queryText), queryTextInPlace = bound(create.queryTextInPlace)))
         case Some(statement) => MaterializedViewCommands.plan(statement)
         case None =>
-          def substituted = delegate.parsePlan(ParameterMarkers.substituted(sqlText, context))
+          val text = ScriptStatements.rewritten(sqlText).getOrElse(sqlText)
+          def substituted = delegate.parsePlan(ParameterMarkers.substituted(text, context))
           val plan =
             try {
-              val parsed = delegate.parsePlanWithParameters(sqlText, context)
+              val parsed = delegate.parsePlanWithParameters(text, context)
               if (ParameterMarkers.unbound(parsed)) substituted else parsed
             } catch {
               // Spark's own parser refuses markers it finds unbound where only literals go.

@@ -35,9 +35,12 @@ import org.apache.spark.sql.catalyst.trees.Origin
 object IvmStatementParser {
 
   /** The statement, if it is one of spark-ivm's; throws ParseException if it is but is malformed. */
-  def recognise(sql: String): Option[IvmStatement] = {
-    val heads = firstWords(sql, 4)
-    val ours = heads match {
+  def recognise(sql: String): Option[IvmStatement] =
+    if (!isOurs(firstWords(sql, 4))) None else Some(new StatementParser(sql).statement())
+
+  /** True if a statement whose first (unquoted) words are `heads` is one of spark-ivm's. */
+  private[parser] def isOurs(heads: List[String]): Boolean =
+    heads match {
       case "CREATE" :: "MATERIALIZED" :: "VIEW" :: _ => true
       case "CREATE" :: "OR" :: "REPLACE" :: "MATERIALIZED" :: _ => true
       case ("REFRESH" | "DROP" | "ALTER" | "DESCRIBE" | "DESC") :: "MATERIALIZED" :: "VIEW" :: _ =>
@@ -49,8 +52,6 @@ object IvmStatementParser {
       case "EXPLAIN" :: "EXTENDED" :: "REFRESH" :: "MATERIALIZED" :: Nil => true
       case _ => false
     }
-    if (!ours) None else Some(new StatementParser(sql).statement())
-  }
 
   private def firstWords(sql: String, n: Int): List[String] = {
     var pos = 0
