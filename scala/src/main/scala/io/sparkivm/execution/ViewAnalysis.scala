@@ -12,7 +12,7 @@ import io.sparkivm.planner.{
 }
 import org.apache.spark.sql.catalyst.FunctionIdentifier
 import org.apache.spark.sql.catalyst.analysis.{UnresolvedFunction, UnresolvedRelation}
-import org.apache.spark.sql.catalyst.expressions.{Alias, SubqueryExpression, VariableReference}
+import org.apache.spark.sql.catalyst.expressions.{Alias, PipeOperator, SubqueryExpression, VariableReference}
 import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, Project}
 import org.apache.spark.sql.catalyst.util.DateTimeUtils
 import org.apache.spark.sql.delta.schema.{SchemaUtils => DeltaSchemaUtils}
@@ -40,7 +40,11 @@ object ViewAnalysis {
     if (previous != database) spark.catalog.setCurrentDatabase(database)
     try {
       val parsed = SessionInternals.parser(spark).parsePlan(queryText)
-      SourceLeaf.withTimeTravelUnnamed(SparkInternals.analyzed(SparkInternals.dataFrame(spark, parsed)))
+      // SQL pipe syntax (`FROM t |> WHERE ...`) leaves markers that compute nothing, which
+      // Spark's optimizer removes (EliminatePipeOperators); the view's plan is read without them.
+      val analyzed = SparkInternals.analyzed(SparkInternals.dataFrame(spark, parsed))
+        .transformUpWithSubqueries { case PipeOperator(child) => child }
+      SourceLeaf.withTimeTravelUnnamed(analyzed)
     } finally {
       if (previous != database) spark.catalog.setCurrentDatabase(previous)
     }
