@@ -256,6 +256,44 @@ def test_parameter_markers_bind_in_a_session_with_spark_ivm(spark: SparkSession,
     assert condition(e) == "UNBOUND_SQL_PARAMETER" and "nope" in str(e), str(e)[:300]
 
 
+def test_columns_with_defaults_identity_and_generation_are_read_as_values(spark: SparkSession,
+                                                                           db: str) -> None:
+    """Base columns declared with DEFAULT (as Delta tables often are: `DEFAULT current_timestamp()`),
+    identity, generation expressions, CHECK constraints, CHAR and VARCHAR. A view that read a
+    column with a DEFAULT as it is (selected or grouped by) failed CREATE under every policy: its
+    backing table took the column's default, which Delta refuses on a table without the
+    allowColumnDefaults feature. Every such view is now created and follows changes, a
+    recomputation and foreign keys declared on such columns included."""
+    spark.sql("""CREATE TABLE dim (k INT NOT NULL, label STRING DEFAULT 'none') USING delta
+                 TBLPROPERTIES ('delta.feature.allowColumnDefaults' = 'supported')""")
+    spark.sql("""CREATE TABLE t (id BIGINT GENERATED ALWAYS AS IDENTITY, k INT DEFAULT 1, x INT,
+                 y INT GENERATED ALWAYS AS (x * 2), z INT DEFAULT 7, c CHAR(3), v VARCHAR(5)) USING delta
+                 TBLPROPERTIES ('delta.feature.allowColumnDefaults' = 'supported')""")
+    spark.sql("ALTER TABLE t ADD CONSTRAINT positive CHECK (x > 0)")
+    spark.sql("ALTER TABLE dim ADD CONSTRAINT dim_pk PRIMARY KEY (k)")
+    spark.sql("ALTER TABLE t ADD CONSTRAINT t_dim FOREIGN KEY (k) REFERENCES dim (k)")
+    spark.sql("INSERT INTO dim VALUES (1, 'one'), (2, 'two')")
+    spark.sql("INSERT INTO dim (k) VALUES (3)")
+    spark.sql("INSERT INTO t (k, x, c, v) VALUES (1, 10, 'ab', 'x'), (2, 20, 'cd', 'yy'), "
+              "(DEFAULT, 1, 'e', 'zzz')")
+    queries = {
+        "defaults": "SELECT id, k, y, z, c, v FROM t WHERE x > 1",
+        "by_default": "SELECT z, k, count(*) AS n, sum(y) AS sy FROM t GROUP BY z, k",
+        "joined": "SELECT t.id, t.z, dim.label FROM t JOIN dim ON t.k = dim.k",
+    }
+    steps = [["INSERT INTO t (k, x, z, c, v) VALUES (DEFAULT, 7, DEFAULT, 'q', 'qq'), (3, 3, 1, 'r', 'rr')"],
+             ["DELETE FROM t WHERE x = 1", "UPDATE t SET x = x + 1, z = DEFAULT WHERE k = 2"],
+             ["INSERT INTO dim (k) VALUES (4)", "INSERT INTO t (k, x) VALUES (4, 4)"]]
+    views = follow_changes(spark, queries, steps, clause="REFRESH POLICY INCREMENTAL STRICT")
+    for name, mv in views.items():
+        assert mv.refresh(full=True).mode == "full"
+        assert_matches_query(spark, name, queries[name])
+    lookups = MaterializedView.create(spark, "by_k", "SELECT k, id, z FROM t", access_by=["k"])
+    spark.sql("INSERT INTO t (k, x) VALUES (1, 50)")
+    assert lookups.refresh().mode == "incremental"
+    assert_matches_query(spark, "by_k", "SELECT k, id, z FROM t")
+
+
 def test_non_deterministic_and_context_functions(spark: SparkSession, db: str) -> None:
     """Non-deterministic or context-dependent functions: refused under INCREMENTAL STRICT, and
     recomputed on every refresh under AUTO (never maintained from rows they gave once)."""

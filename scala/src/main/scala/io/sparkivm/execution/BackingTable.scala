@@ -8,11 +8,13 @@ import org.apache.hadoop.fs.Path
 import org.apache.spark.sql.catalyst.expressions.AttributeReference
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.catalyst.types.DataTypeUtils
+import org.apache.spark.sql.catalyst.util.QuotingUtils.quoteIfNeeded
+import org.apache.spark.sql.catalyst.util.ResolveDefaultColumns
 import org.apache.spark.sql.catalyst.{InternalRow, TableIdentifier}
 import org.apache.spark.sql.delta.Snapshot
 import org.apache.spark.sql.functions.{col, lit}
 import org.apache.spark.sql.ivm.{SessionInternals, SparkInternals}
-import org.apache.spark.sql.types.BooleanType
+import org.apache.spark.sql.types.{BooleanType, MetadataBuilder}
 import org.apache.spark.sql.{DataFrame, SparkSession}
 
 /** Rows a commit changed in a backing table. */
@@ -62,10 +64,27 @@ object BackingTable {
   /** `write` of a full write's rows laid out in files ([[BackingLayout]], [[TopMarks]]). */
   private def full(spark: SparkSession, meta: ViewMetadata, maintenance: ViewMaintenance, rows: DataFrame)(
       write: DataFrame => Unit): Unit = {
-    val (laidOut, written) = TopMarks.laidOut(spark, maintenance, rows, BackingLayout.of(meta, maintenance))
+    val (laidOut, written) =
+      TopMarks.laidOut(spark, maintenance, withoutDefaults(rows), BackingLayout.of(meta, maintenance))
     try write(laidOut)
     finally written()
   }
+
+  private val DefaultKeys = Seq(ResolveDefaultColumns.CURRENT_DEFAULT_COLUMN_METADATA_KEY,
+    ResolveDefaultColumns.EXISTS_DEFAULT_COLUMN_METADATA_KEY)
+
+  /**
+   * `rows` without the DEFAULT values that columns read as they are carry from a base table's
+   * columns: only spark-ivm writes a backing table, and Delta refuses a table with defaults
+   * unless it has the allowColumnDefaults feature (WRONG_COLUMN_DEFAULTS_FOR_DELTA_FEATURE_NOT_ENABLED).
+   */
+  private def withoutDefaults(rows: DataFrame): DataFrame =
+    if (!rows.schema.exists(f => DefaultKeys.exists(f.metadata.contains))) rows
+    else
+      rows.select(rows.schema.map { f =>
+        val metadata = DefaultKeys.foldLeft(new MetadataBuilder().withMetadata(f.metadata))(_.remove(_)).build()
+        col(quoteIfNeeded(f.name)).as(f.name, metadata)
+      }: _*)
 
   /**
    * Replaces the view's rows (a full refresh) in one commit that also records the base tables'
