@@ -258,3 +258,34 @@ def test_pipe_syntax_queries_are_maintained(spark: SparkSession, db: str) -> Non
     steps = [["INSERT INTO t VALUES (4, 'b', 7), (5, 'c', 3)"], ["DELETE FROM t WHERE i = 1"],
              ["UPDATE t SET x = x + 30 WHERE i = 3", "INSERT INTO d VALUES ('c', 'C')"]]
     follow_changes(spark, queries, steps, clause="REFRESH POLICY INCREMENTAL STRICT")
+
+
+def test_show_create_table_gives_the_materialized_view_statement(spark: SparkSession, db: str) -> None:
+    """SHOW CREATE TABLE of a materialized view gave the plain view over its backing table, which
+    run again makes a view no refresh maintains. It now gives the CREATE MATERIALIZED VIEW
+    statement, every clause included, and that statement makes the same view again."""
+    spark.sql("CREATE TABLE t (i INT, g STRING, x INT) USING delta")
+    spark.sql("INSERT INTO t VALUES (1, 'a', 10), (2, 'b', 20)")
+    spark.sql("""CREATE MATERIALIZED VIEW totals (grp, total) COMMENT 'totals by group'
+                 REFRESH POLICY INCREMENTAL STRICT SCHEDULE EVERY 2 HOURS TBLPROPERTIES ('team' = 'finance')
+                 AS SELECT g, sum(x) FROM t GROUP BY g""")
+    spark.sql("CREATE MATERIALIZED VIEW by_g ACCESS BY (g) TBLPROPERTIES ('ivm.epsilon' = '0.25') "
+              "AS SELECT g, i FROM t")
+    statements = {v: spark.sql(f"SHOW CREATE TABLE {v}").collect()[0][0] for v in ("totals", "by_g")}
+    assert statements["totals"].splitlines() == [
+        f"CREATE MATERIALIZED VIEW `{db}`.`totals` (`grp`, `total`)", "COMMENT 'totals by group'",
+        "REFRESH POLICY INCREMENTAL STRICT", "SCHEDULE EVERY 2 HOURS", "TBLPROPERTIES ('team' = 'finance')",
+        "AS SELECT g, sum(x) FROM t GROUP BY g"], statements["totals"]
+    assert "ACCESS BY (`g`)" in statements["by_g"] and "'ivm.epsilon' = '0.25'" in statements["by_g"]
+    # AS SERDE stays Spark's own: the catalog view over the backing table.
+    assert spark.sql("SHOW CREATE TABLE by_g AS SERDE").collect()[0][0].startswith("CREATE VIEW")
+    described = {v: MaterializedView.for_name(spark, v).describe() for v in statements}
+    for view, statement in statements.items():
+        spark.sql(f"DROP MATERIALIZED VIEW {view}")
+        spark.sql(statement)
+        again = MaterializedView.for_name(spark, view).describe()
+        for key in ("query", "refresh_policy", "schedule", "comment", "columns", "properties"):
+            assert again[key] == described[view][key], (view, key)
+        assert MaterializedView.for_name(spark, view).access_by == (["g"] if view == "by_g" else [])
+        assert spark.sql(f"SHOW CREATE TABLE {view}").collect()[0][0] == statement
+    assert_matches_query(spark, "totals", "SELECT g AS grp, sum(x) AS total FROM t GROUP BY g")

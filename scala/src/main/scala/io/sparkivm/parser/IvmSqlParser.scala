@@ -1,14 +1,16 @@
 package io.sparkivm.parser
 
 import io.sparkivm.catalog.{CatalogGuard, ViewCatalog}
-import io.sparkivm.commands.{CreateMaterializedView, KeyConstraintCommands, MaterializedViewCommands}
+import io.sparkivm.commands.{
+  CreateMaterializedView, KeyConstraintCommands, MaterializedViewCommands, ShowCreateMaterializedViewCommand
+}
 import io.sparkivm.errors.IvmErrors
 import org.apache.spark.sql.SparkSession
-import org.apache.spark.sql.catalyst.analysis.UnresolvedRelation
+import org.apache.spark.sql.catalyst.analysis.{UnresolvedRelation, UnresolvedTableOrView}
 import org.apache.spark.sql.catalyst.expressions.Expression
 import org.apache.spark.sql.catalyst.parser.{ParameterContext, ParseException, ParserInterface}
 import org.apache.spark.sql.catalyst.plans.logical.{
-  DeleteFromTable, LogicalPlan, MergeIntoTable, SubqueryAlias, UpdateTable
+  DeleteFromTable, LogicalPlan, MergeIntoTable, ShowCreateTable, SubqueryAlias, UpdateTable
 }
 import org.apache.spark.sql.catalyst.{FunctionIdentifier, TableIdentifier}
 import org.apache.spark.sql.types.{DataType, StructType}
@@ -52,7 +54,22 @@ class IvmSqlParser(session: SparkSession, delegate: ParserInterface) extends Par
   /** PK/FK constraints, which Spark parses and Delta refuses, are kept by spark-ivm. */
   private def withKeys(plan: LogicalPlan): LogicalPlan = {
     CatalogGuard.check(session, plan)
-    KeyConstraintCommands.intercept(refuseWritesToViews(plan)).getOrElse(plan)
+    KeyConstraintCommands.intercept(refuseWritesToViews(plan)).orElse(showCreate(plan)).getOrElse(plan)
+  }
+
+  /** SHOW CREATE TABLE of a materialized view gives its CREATE MATERIALIZED VIEW statement. */
+  private def showCreate(plan: LogicalPlan): Option[LogicalPlan] = plan match {
+    case s: ShowCreateTable if !s.asSerde =>
+      nameOf(s.child).filter(parts => scala.util.Try(ViewCatalog.isMaterializedView(session, parts)).getOrElse(false))
+        .map(ShowCreateMaterializedViewCommand(_))
+    case _ => None
+  }
+
+  private def nameOf(p: LogicalPlan): Option[Seq[String]] = p match {
+    case SubqueryAlias(_, child) => nameOf(child)
+    case r: UnresolvedRelation => Some(r.multipartIdentifier)
+    case r: UnresolvedTableOrView => Some(r.multipartIdentifier)
+    case _ => None
   }
 
   /**
@@ -67,12 +84,7 @@ class IvmSqlParser(session: SparkSession, delegate: ParserInterface) extends Par
       case _ => None
     }
     target.foreach { case (statement, table) =>
-      def name(p: LogicalPlan): Option[Seq[String]] = p match {
-        case SubqueryAlias(_, child) => name(child)
-        case r: UnresolvedRelation => Some(r.multipartIdentifier)
-        case _ => None
-      }
-      name(table).filter(parts => scala.util.Try(ViewCatalog.isMaterializedView(session, parts)).getOrElse(false))
+      nameOf(table).filter(parts => scala.util.Try(ViewCatalog.isMaterializedView(session, parts)).getOrElse(false))
         .foreach(parts => throw IvmErrors.viewNotWritable(parts.mkString("."), statement))
     }
     plan
