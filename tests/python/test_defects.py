@@ -251,6 +251,13 @@ def test_parameter_markers_bind_in_a_session_with_spark_ivm(spark: SparkSession,
     spark.sql("CREATE MATERIALIZED VIEW lookups REFRESH POLICY INCREMENTAL STRICT ACCESS BY (g) AS "
               "SELECT g, i FROM t WHERE x > ?", args=[10])
     assert_matches_query(spark, "lookups", "SELECT g, i FROM t WHERE x > 10")
+    # Markers in the name of spark-ivm's statements, through IDENTIFIER, as in Spark's DDL.
+    spark.sql("CREATE MATERIALIZED VIEW IDENTIFIER(:v) AS SELECT i FROM t WHERE x > :lo",
+              args={"v": "named", "lo": 5})
+    spark.sql("INSERT INTO t VALUES (6, 'c', 60)")
+    refreshed = spark.sql("REFRESH MATERIALIZED VIEW IDENTIFIER(?)", args=["named"]).collect()
+    assert refreshed[0].mode == "incremental"
+    assert_matches_query(spark, "named", "SELECT i FROM t WHERE x > 5")
     # A marker without a value is still Spark's error, naming it.
     e = refused(lambda: spark.sql("SELECT :nope", args={"lo": 1}).collect())
     assert condition(e) == "UNBOUND_SQL_PARAMETER" and "nope" in str(e), str(e)[:300]

@@ -29,27 +29,32 @@ class IvmSqlParser(session: SparkSession, delegate: ParserInterface) extends Par
    */
   override def parsePlanWithParameters(sqlText: String, context: ParameterContext): LogicalPlan =
     if (!ParameterMarkers.hasValues(context)) parsePlan(sqlText)
-    else
-      IvmStatementParser.recognise(sqlText) match {
-        case Some(create: CreateMaterializedView) =>
-          // Only the query takes markers; Spark's substitution does not parse spark-ivm's clauses.
-          def bound(text: String) = ParameterMarkers.substituted(text, context)
-          MaterializedViewCommands.plan(
-            create.copy(queryText = bound(create.queryText), queryTextInPlace = bound(create.queryTextInPlace)))
-        case Some(statement) => MaterializedViewCommands.plan(statement)
-        case None =>
-          val text = ScriptStatements.rewritten(sqlText).getOrElse(sqlText)
-          def substituted = delegate.parsePlan(ParameterMarkers.substituted(text, context))
-          val plan =
-            try {
-              val parsed = delegate.parsePlanWithParameters(text, context)
-              if (ParameterMarkers.unbound(parsed)) substituted else parsed
-            } catch {
-              // Spark's own parser refuses markers it finds unbound where only literals go.
-              case e: ParseException if ParameterMarkers.refused(e) => substituted
-            }
-          withKeys(plan)
+    else if (IvmStatementParser.isStatement(sqlText)) {
+      // Spark's substitution parses Spark's grammar: the head of spark-ivm's statement (its name,
+      // `IDENTIFIER(:v)`, its clauses) is substituted here, the query after AS by Spark.
+      val headEnd = ParameterMarkers.headEnd(sqlText)
+      val (head, rest) = ParameterMarkers.substitutedHead(sqlText.substring(0, headEnd), context)
+      val statement = IvmStatementParser.recognise(head + sqlText.substring(headEnd)) match {
+        case Some(c: CreateMaterializedView) if ParameterMarkers.hasValues(rest) =>
+          def bound(text: String) = ParameterMarkers.substituted(text, rest)
+          c.copy(queryText = bound(c.queryText), queryTextInPlace = bound(c.queryTextInPlace))
+        case Some(other) => other
+        case None => throw new IllegalStateException(s"not a statement of spark-ivm's: $sqlText")
       }
+      MaterializedViewCommands.plan(statement)
+    } else {
+      val text = ScriptStatements.rewritten(sqlText).getOrElse(sqlText)
+      def substituted = delegate.parsePlan(ParameterMarkers.substituted(text, context))
+      val plan =
+        try {
+          val parsed = delegate.parsePlanWithParameters(text, context)
+          if (ParameterMarkers.unbound(parsed)) substituted else parsed
+        } catch {
+          // Spark's own parser refuses markers it finds unbound where only literals go.
+          case e: ParseException if ParameterMarkers.refused(e) => substituted
+        }
+      withKeys(plan)
+    }
 
   /** PK/FK constraints, which Spark parses and Delta refuses, are kept by spark-ivm. */
   private def withKeys(plan: LogicalPlan): LogicalPlan = {

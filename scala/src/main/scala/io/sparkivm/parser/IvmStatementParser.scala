@@ -2,7 +2,7 @@ package io.sparkivm.parser
 
 import io.sparkivm.catalog.{RefreshPolicy, Schedule}
 import io.sparkivm.commands._
-import org.apache.spark.sql.catalyst.parser.ParseException
+import org.apache.spark.sql.catalyst.parser.{CatalystSqlParser, ParseException}
 import org.apache.spark.sql.catalyst.trees.Origin
 
 /**
@@ -36,7 +36,10 @@ object IvmStatementParser {
 
   /** The statement, if it is one of spark-ivm's; throws ParseException if it is but is malformed. */
   def recognise(sql: String): Option[IvmStatement] =
-    if (!isOurs(firstWords(sql, 4))) None else Some(new StatementParser(sql).statement())
+    if (!isStatement(sql)) None else Some(new StatementParser(sql).statement())
+
+  /** True if `sql` is one of spark-ivm's statements (by its first words; it may be malformed). */
+  def isStatement(sql: String): Boolean = isOurs(firstWords(sql, 4))
 
   /** True if a statement whose first (unquoted) words are `heads` is one of spark-ivm's. */
   private[parser] def isOurs(heads: List[String]): Boolean =
@@ -137,7 +140,33 @@ object IvmStatementParser {
       case t => unexpected(t, s"expected $what")
     }
 
-    private def multipartName(): Seq[String] = {
+    private def multipartName(): Seq[String] = peek match {
+      case w @ Word(kw, false, _) if kw.equalsIgnoreCase("IDENTIFIER") && followedBy("(") => identifierClause(w)
+      case _ => plainName()
+    }
+
+    /** True if the token after the next one is the symbol `s`. */
+    private def followedBy(s: String): Boolean = {
+      val after =
+        try Tokenizer.next(sql, Tokenizer.next(sql, pos)._2)._1
+        catch { case _: TokenizeError => End(pos) }
+      after match {
+        case Symbol(`s`, _) => true
+        case _ => false
+      }
+    }
+
+    /** `IDENTIFIER('db.name')`, as Spark takes a name from a constant string anywhere a name goes. */
+    private def identifierClause(at: Token): Seq[String] = {
+      advance()
+      expectSymbol("(")
+      val text = stringLiteral("the name, as a string")
+      expectSymbol(")")
+      try CatalystSqlParser.parseMultipartIdentifier(text)
+      catch { case _: ParseException => unexpected(at, s"expected a name in IDENTIFIER(...), not '$text'") }
+    }
+
+    private def plainName(): Seq[String] = {
       val parts = Seq.newBuilder[String]
       parts += identifier("a name")
       while (peek match { case Symbol(".", _) => true; case _ => false }) {

@@ -29,6 +29,72 @@ private[parser] object ParameterMarkers {
   def substituted(sqlText: String, context: ParameterContext): String =
     ParameterHandler.substituteParameters(sqlText, context)._1
 
+  /** Where the head of one of spark-ivm's statements ends: just past its first AS outside
+   *  parentheses (CREATE's query follows), or at the end of the text. */
+  def headEnd(sql: String): Int = {
+    var pos = 0
+    var depth = 0
+    while (true) {
+      val (token, next) =
+        try Tokenizer.next(sql, pos)
+        catch { case _: TokenizeError => return sql.length }
+      token match {
+        case _: End => return sql.length
+        case Symbol("(", _) => depth += 1
+        case Symbol(")", _) => depth -= 1
+        case Word(w, false, _) if depth == 0 && w.equalsIgnoreCase("AS") => return next
+        case _ =>
+      }
+      pos = next
+    }
+    sql.length
+  }
+
+  /**
+   * `head` (the part of one of spark-ivm's statements before its query, which Spark's grammar
+   * cannot parse) with its markers (`:name`, `?`: `REFRESH MATERIALIZED VIEW IDENTIFIER(:v)`)
+   * replaced by the SQL of their values, and `context` less the positional values it used, for
+   * the query after it. Values of EXECUTE IMMEDIATE (a hybrid context) are left to Spark.
+   */
+  def substitutedHead(head: String, context: ParameterContext): (String, ParameterContext) = {
+    val out = new StringBuilder
+    var pos = 0
+    var used = 0
+    def value(token: Token, next: Int): Option[(String, Int)] = (token, context) match {
+      case (Symbol("?", _), PositionalParameterContext(params)) if used < params.size =>
+        used += 1
+        Some(params(used - 1).sql -> next)
+      case (Symbol(":", at), NamedParameterContext(params)) =>
+        Tokenizer.next(head, next) match {
+          case (Word(name, false, wordAt), after) if wordAt == at + 1 => params.get(name).map(_.sql -> after)
+          case _ => None
+        }
+      case _ => None
+    }
+    var done = false
+    while (!done) {
+      val (token, next) = Tokenizer.next(head, pos)
+      token match {
+        case _: End => done = true
+        case t =>
+          value(t, next) match {
+            case Some((sql, after)) =>
+              out ++= head.substring(pos, t.offset) ++= sql
+              pos = after
+            case None =>
+              out ++= head.substring(pos, next)
+              pos = next
+          }
+      }
+    }
+    out ++= head.substring(pos)
+    val rest = context match {
+      case PositionalParameterContext(params) => PositionalParameterContext(params.drop(used))
+      case other => other
+    }
+    (out.toString, rest)
+  }
+
   /** True if `e` is Spark's parser refusing a marker it found unbound (in a CREATE VIEW, or
    *  where only a literal goes): what a parser that dropped the values gets. */
   def refused(e: ParseException): Boolean =

@@ -122,4 +122,14 @@ class IvmStatementParserSuite extends AnyFunSuite {
         "CREATE MATERIALIZED VIEW v SCHEDULE CRON '0 0 * * * ?' AT TIME ZONE 'Nowhere/Here' AS SELECT 1"))
     assert(zone.getMessage.contains("time zone"))
   }
+
+  test("IDENTIFIER('name') names a view wherever a name goes") {
+    assert(parse("REFRESH MATERIALIZED VIEW IDENTIFIER('db.`my view`')") ==
+      RefreshMaterializedView(Seq("db", "my view"), full = false))
+    parse("CREATE MATERIALIZED VIEW identifier('v') AS SELECT 1") match {
+      case c: CreateMaterializedView => assert(c.name == Seq("v") && c.queryText == "SELECT 1")
+      case other => fail(other.toString)
+    }
+    assert(error("DROP MATERIALIZED VIEW IDENTIFIER('a b c')").getMessage.contains("IDENTIFIER"))
+  }
 }

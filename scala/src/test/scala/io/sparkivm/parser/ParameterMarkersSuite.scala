@@ -33,6 +33,25 @@ class ParameterMarkersSuite extends AnyFunSuite {
     assert(ParameterMarkers.hasValues(named) && !ParameterMarkers.hasValues(NamedParameterContext(Map.empty)))
   }
 
+  test("the head of spark-ivm's statement ends after its first AS outside parentheses") {
+    val create = "CREATE MATERIALIZED VIEW IDENTIFIER(:v) (a COMMENT 'as', b) COMMENT 'AS' AS SELECT 1 AS a, 2 AS b"
+    assert(create.substring(ParameterMarkers.headEnd(create)) == " SELECT 1 AS a, 2 AS b")
+    assert(ParameterMarkers.headEnd("REFRESH MATERIALIZED VIEW v") == "REFRESH MATERIALIZED VIEW v".length)
+  }
+
+  test("markers of the head are replaced by their values' SQL; positional ones are used up") {
+    val named = NamedParameterContext(Map("v" -> Literal("db.mv"), "x" -> Literal(1)))
+    val (head, rest) = ParameterMarkers.substitutedHead("REFRESH MATERIALIZED VIEW IDENTIFIER(:v) -- :x", named)
+    assert(head == "REFRESH MATERIALIZED VIEW IDENTIFIER('db.mv') -- :x" && rest == named)
+    val positional = PositionalParameterContext(Seq(Literal("mv"), Literal(2)))
+    val (create, left) = ParameterMarkers.substitutedHead("CREATE MATERIALIZED VIEW IDENTIFIER(?) AS", positional)
+    assert(create == "CREATE MATERIALIZED VIEW IDENTIFIER('mv') AS")
+    assert(left == PositionalParameterContext(Seq(Literal(2))))
+    // A colon that is not a marker (`: v`, in a string) stays.
+    val text = "ALTER MATERIALIZED VIEW v SET TBLPROPERTIES ('k' = ':v')"
+    assert(ParameterMarkers.substitutedHead(text, named)._1 == text)
+  }
+
   test("Spark's refusal of an unbound marker in CREATE VIEW is recognised") {
     val e = intercept[ParseException](new SparkSqlParser().parsePlan("CREATE VIEW v AS SELECT :p"))
     assert(ParameterMarkers.refused(e), e.getMessage)
