@@ -20,12 +20,13 @@ class IvmSqlParser(session: SparkSession, delegate: ParserInterface) extends Par
 
   override def parsePlan(sqlText: String): LogicalPlan =
     IvmStatementParser.recognise(sqlText).map(MaterializedViewCommands.plan)
-      .getOrElse(withKeys(delegate.parsePlan(ScriptStatements.rewritten(sqlText).getOrElse(sqlText))))
+      .getOrElse(intercepted(delegate.parsePlan(ScriptStatements.rewritten(sqlText).getOrElse(sqlText))))
 
   /**
    * As [[parsePlan]], with the values of parameter markers. A materialized view's query keeps the
    * values in its text, as Spark's CREATE VIEW does. Where the wrapped parser leaves markers
-   * unbound (Delta's drops the values), the text is parsed again with the values substituted.
+   * unbound (Delta's drops the values, [[ParameterMarkers]]), the text is parsed again with the
+   * values substituted.
    */
   override def parsePlanWithParameters(sqlText: String, context: ParameterContext): LogicalPlan =
     if (!ParameterMarkers.hasValues(context)) parsePlan(sqlText)
@@ -34,14 +35,12 @@ class IvmSqlParser(session: SparkSession, delegate: ParserInterface) extends Par
       // `IDENTIFIER(:v)`, its clauses) is substituted here, the query after AS by Spark.
       val headEnd = ParameterMarkers.headEnd(sqlText)
       val (head, rest) = ParameterMarkers.substitutedHead(sqlText.substring(0, headEnd), context)
-      val statement = IvmStatementParser.recognise(head + sqlText.substring(headEnd)) match {
-        case Some(c: CreateMaterializedView) if ParameterMarkers.hasValues(rest) =>
+      IvmStatementParser.recognise(head + sqlText.substring(headEnd)).map {
+        case c: CreateMaterializedView if ParameterMarkers.hasValues(rest) =>
           def bound(text: String) = ParameterMarkers.substituted(text, rest)
           c.copy(queryText = bound(c.queryText), queryTextInPlace = bound(c.queryTextInPlace))
-        case Some(other) => other
-        case None => throw new IllegalStateException(s"not a statement of spark-ivm's: $sqlText")
-      }
-      MaterializedViewCommands.plan(statement)
+        case other => other
+      }.map(MaterializedViewCommands.plan).getOrElse(parsePlan(sqlText))
     } else {
       val text = ScriptStatements.rewritten(sqlText).getOrElse(sqlText)
       def substituted = delegate.parsePlan(ParameterMarkers.substituted(text, context))
@@ -53,11 +52,15 @@ class IvmSqlParser(session: SparkSession, delegate: ParserInterface) extends Par
           // Spark's own parser refuses markers it finds unbound where only literals go.
           case e: ParseException if ParameterMarkers.refused(e) => substituted
         }
-      withKeys(plan)
+      intercepted(plan)
     }
 
-  /** PK/FK constraints, which Spark parses and Delta refuses, are kept by spark-ivm. */
-  private def withKeys(plan: LogicalPlan): LogicalPlan = {
+  /**
+   * Spark's statements as spark-ivm takes them: refused on a materialized view's objects
+   * ([[CatalogGuard]], writes to a view), PK/FK constraints (which Spark parses and Delta
+   * refuses) kept by spark-ivm, SHOW CREATE TABLE of a materialized view answered.
+   */
+  private def intercepted(plan: LogicalPlan): LogicalPlan = {
     CatalogGuard.check(session, plan)
     KeyConstraintCommands.intercept(refuseWritesToViews(plan)).orElse(showCreate(plan)).getOrElse(plan)
   }

@@ -54,9 +54,14 @@ private[parser] object ParameterMarkers {
    * `head` (the part of one of spark-ivm's statements before its query, which Spark's grammar
    * cannot parse) with its markers (`:name`, `?`: `REFRESH MATERIALIZED VIEW IDENTIFIER(:v)`)
    * replaced by the SQL of their values, and `context` less the positional values it used, for
-   * the query after it. Values of EXECUTE IMMEDIATE (a hybrid context) are left to Spark.
+   * the query after it. Values of EXECUTE IMMEDIATE (a hybrid context) are left to Spark, and
+   * a head that does not tokenize is left for the statement's parser to report.
    */
-  def substitutedHead(head: String, context: ParameterContext): (String, ParameterContext) = {
+  def substitutedHead(head: String, context: ParameterContext): (String, ParameterContext) =
+    try substitute(head, context)
+    catch { case _: TokenizeError => (head, context) }
+
+  private def substitute(head: String, context: ParameterContext): (String, ParameterContext) = {
     val out = new StringBuilder
     var pos = 0
     var used = 0
