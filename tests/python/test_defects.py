@@ -301,6 +301,28 @@ def test_columns_with_defaults_identity_and_generation_are_read_as_values(spark:
     assert_matches_query(spark, "by_k", "SELECT k, id, z FROM t")
 
 
+def test_a_backing_table_no_view_keeps_can_be_dropped(spark: SparkSession, db: str) -> None:
+    """A materialized view's catalog view can go without spark-ivm: `df.write.mode("overwrite")
+    .saveAsTable(name)` drops it through Spark's session catalog, and so does DROP VIEW in a
+    session without the extension. Its backing table then stayed, and DROP TABLE of it was
+    refused in the name of the view that was gone. The guard now protects backing tables of
+    views that exist, and lets the user drop the others."""
+    spark.sql("CREATE TABLE t (i INT, g STRING) USING delta")
+    spark.sql("INSERT INTO t VALUES (1, 'a')")
+    for name in ("replaced", "dropped", "kept"):
+        spark.sql(f"CREATE MATERIALIZED VIEW {name} AS SELECT g, count(*) AS n FROM t GROUP BY g")
+    spark.createDataFrame([("z", 1)], "g string, n bigint").write.mode("overwrite").saveAsTable("replaced")
+    jvm = spark.sparkContext._jvm
+    spark._jsparkSession.sessionState().catalog().dropTable(  # type: ignore[union-attr]
+        jvm.org.apache.spark.sql.catalyst.TableIdentifier.apply("dropped", jvm.scala.Some(db)), True, False)
+    e = refused(lambda: spark.sql("DROP TABLE __ivm_backing_kept"))
+    assert condition(e) == "IVM_MATERIALIZED_VIEW_OBJECT", str(e)[:300]
+    spark.sql("DROP TABLE __ivm_backing_replaced")
+    spark.sql("DROP MATERIALIZED VIEW dropped")  # its backing table is the orphan it removes
+    assert sorted(table_names(spark, db)) == ["__ivm_backing_kept", "kept", "replaced", "t"]
+    assert MaterializedView.for_name(spark, "kept").refresh().mode == "noop"
+
+
 def test_non_deterministic_and_context_functions(spark: SparkSession, db: str) -> None:
     """Non-deterministic or context-dependent functions: refused under INCREMENTAL STRICT, and
     recomputed on every refresh under AUTO (never maintained from rows they gave once)."""

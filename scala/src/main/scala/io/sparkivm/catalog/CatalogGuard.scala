@@ -86,7 +86,9 @@ object CatalogGuard {
             if (t.ofView.nonEmpty) throw IvmErrors.materializedViewObject(name, "is a materialized view", t.statement,
               t.ofView, insteadForView(t.statement, name))
           } else if (table.identifier.table.startsWith(ViewCatalog.BackingPrefix)) {
-            viewOfBacking(spark, table.identifier).foreach { view =>
+            // A backing table that no materialized view keeps (its view dropped by a session
+            // without spark-ivm, or replaced by a DataFrame write) is the user's to drop.
+            viewOfBacking(spark, table.identifier).filter(keeps(spark, _, table.identifier)).foreach { view =>
               throw IvmErrors.materializedViewObject(name, s"stores the rows of materialized view $view",
                 t.statement, t.ofBacking, insteadForBacking(t.statement, view))
             }
@@ -108,6 +110,14 @@ object CatalogGuard {
     case s if s.contains("RENAME") => s"DROP MATERIALIZED VIEW $view and CREATE it again under another name"
     case _ => s"REFRESH MATERIALIZED VIEW $view: change its base tables and refresh it"
   }
+
+  /** True if the materialized view named `view` (quoted, qualified) keeps its rows in `backing`. */
+  private def keeps(spark: SparkSession, view: String, backing: TableIdentifier): Boolean =
+    try {
+      val id = ViewCatalog.qualify(spark, SessionInternals.parser(spark).parseMultipartIdentifier(view))
+      ViewCatalog.backingOf(spark, id).exists(b =>
+        b.table.equalsIgnoreCase(backing.table) && b.database.forall(d => backing.database.forall(_.equalsIgnoreCase(d))))
+    } catch { case NonFatal(_) => true }
 
   /** The materialized view a backing table stores, from its Delta metadata (`ivm.view`). */
   private def viewOfBacking(spark: SparkSession, table: TableIdentifier): Option[String] =

@@ -81,6 +81,11 @@ object ViewCatalog extends Logging {
 
   // One metastore call, not two: a Hive metastore answers `tableExists` with a `getTable` of its
   // own (a network round trip to a remote one).
+  /** The backing table of the materialized view `view`, if `view` is one. */
+  def backingOf(spark: SparkSession, view: TableIdentifier): Option[TableIdentifier] =
+    catalogTable(spark, view).filter(isMaterializedView).map(t =>
+      t.properties.get(BackingProperty).map(b => qualify(spark, b.split('.').toSeq)).getOrElse(backingTable(view)))
+
   private def catalogTable(spark: SparkSession, id: TableIdentifier): Option[CatalogTable] =
     try Some(SessionInternals.catalog(spark).getTableMetadata(id))
     catch { case NonFatal(e) if DeltaTables.isMissing(e) => None }
