@@ -258,6 +258,16 @@ def test_parameter_markers_bind_in_a_session_with_spark_ivm(spark: SparkSession,
     refreshed = spark.sql("REFRESH MATERIALIZED VIEW IDENTIFIER(?)", args=["named"]).collect()
     assert refreshed[0].mode == "incremental"
     assert_matches_query(spark, "named", "SELECT i FROM t WHERE x > 5")
+    # And with EXECUTE IMMEDIATE's values, named or positional, as a SQL script runs them.
+    spark.sql("EXECUTE IMMEDIATE 'CREATE MATERIALIZED VIEW IDENTIFIER(?) AS SELECT i FROM t WHERE x > ?' "
+              "USING 'immediate', 15")
+    spark.sql("""BEGIN
+                   DECLARE name STRING DEFAULT 'immediate';
+                   INSERT INTO t VALUES (7, 'c', 70);
+                   EXECUTE IMMEDIATE 'REFRESH MATERIALIZED VIEW IDENTIFIER(:v)' USING name AS v;
+                 END""")
+    assert_matches_query(spark, "immediate", "SELECT i FROM t WHERE x > 15")
+    assert sorted(spark.table("immediate").collect())[-1] == (7,)
     # A marker without a value is still Spark's error, naming it.
     e = refused(lambda: spark.sql("SELECT :nope", args={"lo": 1}).collect())
     assert condition(e) == "UNBOUND_SQL_PARAMETER" and "nope" in str(e), str(e)[:300]

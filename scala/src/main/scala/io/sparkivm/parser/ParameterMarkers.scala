@@ -54,12 +54,23 @@ private[parser] object ParameterMarkers {
    * `head` (the part of one of spark-ivm's statements before its query, which Spark's grammar
    * cannot parse) with its markers (`:name`, `?`: `REFRESH MATERIALIZED VIEW IDENTIFIER(:v)`)
    * replaced by the SQL of their values, and `context` less the positional values it used, for
-   * the query after it. Values of EXECUTE IMMEDIATE (a hybrid context) are left to Spark, and
-   * a head that does not tokenize is left for the statement's parser to report.
+   * the query after it. A head that does not tokenize is left for the statement's parser to
+   * report.
    */
-  def substitutedHead(head: String, context: ParameterContext): (String, ParameterContext) =
-    try substitute(head, context)
-    catch { case _: TokenizeError => (head, context) }
+  def substitutedHead(head: String, context: ParameterContext): (String, ParameterContext) = {
+    val values = namedOrPositional(context)
+    try substitute(head, values)
+    catch { case _: TokenizeError => (head, values) }
+  }
+
+  /** EXECUTE IMMEDIATE's values (USING a AS x, b AS y, or USING a, b) as named or positional
+   *  ones; a mix of both, and other contexts, as they are. */
+  private def namedOrPositional(context: ParameterContext): ParameterContext = context match {
+    case HybridParameterContext(values, names) if names.nonEmpty && names.forall(_.nonEmpty) =>
+      NamedParameterContext(names.zip(values).toMap)
+    case HybridParameterContext(values, names) if names.forall(_.isEmpty) => PositionalParameterContext(values)
+    case other => other
+  }
 
   private def substitute(head: String, context: ParameterContext): (String, ParameterContext) = {
     val out = new StringBuilder

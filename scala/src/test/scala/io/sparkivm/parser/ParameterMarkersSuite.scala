@@ -2,7 +2,7 @@ package io.sparkivm.parser
 
 import org.apache.spark.sql.catalyst.expressions.Literal
 import org.apache.spark.sql.catalyst.parser.{
-  CatalystSqlParser, NamedParameterContext, ParseException, PositionalParameterContext
+  CatalystSqlParser, HybridParameterContext, NamedParameterContext, ParseException, PositionalParameterContext
 }
 import org.apache.spark.sql.execution.SparkSqlParser
 import org.scalatest.funsuite.AnyFunSuite
@@ -47,6 +47,13 @@ class ParameterMarkersSuite extends AnyFunSuite {
     val (create, left) = ParameterMarkers.substitutedHead("CREATE MATERIALIZED VIEW IDENTIFIER(?) AS", positional)
     assert(create == "CREATE MATERIALIZED VIEW IDENTIFIER('mv') AS")
     assert(left == PositionalParameterContext(Seq(Literal(2))))
+    // EXECUTE IMMEDIATE's values, named or positional.
+    val hybrid = HybridParameterContext(Seq(Literal("mv"), Literal(3)), Seq("v", "x"))
+    assert(ParameterMarkers.substitutedHead("REFRESH MATERIALIZED VIEW IDENTIFIER(:v)", hybrid)._1 ==
+      "REFRESH MATERIALIZED VIEW IDENTIFIER('mv')")
+    val byPosition = HybridParameterContext(Seq(Literal("mv")), Seq(""))
+    assert(ParameterMarkers.substitutedHead("DROP MATERIALIZED VIEW IDENTIFIER(?)", byPosition)._1 ==
+      "DROP MATERIALIZED VIEW IDENTIFIER('mv')")
     // A colon that is not a marker (`: v`, in a string) stays.
     val text = "ALTER MATERIALIZED VIEW v SET TBLPROPERTIES ('k' = ':v')"
     assert(ParameterMarkers.substitutedHead(text, named)._1 == text)
