@@ -79,13 +79,17 @@ object ViewCatalog extends Logging {
     view.copy(table = BackingPrefix + safe + suffix)
   }
 
+  /** The backing table of materialized view `id`, whose catalog view is `view`: as its
+   *  `ivm.backing` property names it, or by the name it would have been given. */
+  def backingOf(spark: SparkSession, id: TableIdentifier, view: CatalogTable): TableIdentifier =
+    view.properties.get(BackingProperty).map(b => qualify(spark, b.split('.').toSeq)).getOrElse(backingTable(id))
+
+  /** The backing table of the materialized view `id`, if `id` names one. */
+  def backingOf(spark: SparkSession, id: TableIdentifier): Option[TableIdentifier] =
+    catalogTable(spark, id).filter(isMaterializedView).map(backingOf(spark, id, _))
+
   // One metastore call, not two: a Hive metastore answers `tableExists` with a `getTable` of its
   // own (a network round trip to a remote one).
-  /** The backing table of the materialized view `view`, if `view` is one. */
-  def backingOf(spark: SparkSession, view: TableIdentifier): Option[TableIdentifier] =
-    catalogTable(spark, view).filter(isMaterializedView).map(t =>
-      t.properties.get(BackingProperty).map(b => qualify(spark, b.split('.').toSeq)).getOrElse(backingTable(view)))
-
   private def catalogTable(spark: SparkSession, id: TableIdentifier): Option[CatalogTable] =
     try Some(SessionInternals.catalog(spark).getTableMetadata(id))
     catch { case NonFatal(e) if DeltaTables.isMissing(e) => None }
@@ -124,8 +128,7 @@ object ViewCatalog extends Logging {
           "MATERIALIZED VIEW statements apply to materialized views only; SHOW MATERIALIZED VIEWS lists them.")
       case None => throw IvmErrors.notFound(id.quotedString)
     }
-    val backing = view.properties.get(BackingProperty).map(b => qualify(spark, b.split('.').toSeq))
-      .getOrElse(backingTable(id))
+    val backing = backingOf(spark, id, view)
     val backingEntry = DeltaTables.entryIfExists(spark, backing).getOrElse(
       throw IvmErrors.backingAltered(id.quotedString, s"its backing table $backing was dropped"))
     val props = DeltaTables.log(spark, backingEntry).update().metadata.configuration

@@ -67,8 +67,7 @@ object ViewLifecycle extends Logging {
       if (!stmt.orReplace || !ViewCatalog.isMaterializedView(existing)) throw IvmErrors.alreadyExists(id.quotedString)
       // The old backing table, as the catalog view names it (it may be gone: a broken view is
       // replaced as well).
-      Some(existing.properties.get(ViewCatalog.BackingProperty)
-          .map(b => ViewCatalog.qualify(spark, b.split('.').toSeq)).getOrElse(ViewCatalog.backingTable(id)))
+      Some(ViewCatalog.backingOf(spark, id, existing))
     }
     checkProperties(stmt.properties)
     val legacy = stmt.properties.get(ViewCatalog.RefreshProperty).map(parseMode).map(RefreshPolicy.ofMode)
@@ -338,8 +337,7 @@ object ViewLifecycle extends Logging {
       }
     view.filter(ViewCatalog.isMaterializedView).exists { v =>
       val props = v.properties
-      val backing = props.get(ViewCatalog.BackingProperty).map(b => ViewCatalog.qualify(spark, b.split('.').toSeq))
-        .getOrElse(ViewCatalog.backingTable(id))
+      val backing = ViewCatalog.backingOf(spark, id, v)
       val definition = for (query <- props.get(ViewCatalog.QueryProperty);
         database <- props.get(ViewCatalog.DatabaseProperty)) yield (query, database)
       (!ViewCatalog.exists(spark, backing)) && definition.exists { case (query, database) =>
@@ -430,8 +428,7 @@ object ViewLifecycle extends Logging {
         throw IvmErrors.notMaterializedView(id.quotedString, ViewCatalog.kindOf(table.get),
           "Use DROP TABLE or DROP VIEW.")
       }
-      val backing = table.get.properties.get(ViewCatalog.BackingProperty)
-        .map(b => ViewCatalog.qualify(spark, b.split('.').toSeq)).getOrElse(ViewCatalog.backingTable(id))
+      val backing = ViewCatalog.backingOf(spark, id, table.get)
       forgetKept(spark, backing)
       CatalogGuard.internal(spark.sql(s"DROP VIEW IF EXISTS ${id.quotedString}"))
       CatalogGuard.internal(spark.sql(s"DROP TABLE IF EXISTS ${backing.quotedString}"))

@@ -68,16 +68,19 @@ class IvmSqlParser(session: SparkSession, delegate: ParserInterface) extends Par
   /** SHOW CREATE TABLE of a materialized view gives its CREATE MATERIALIZED VIEW statement. */
   private def showCreate(plan: LogicalPlan): Option[LogicalPlan] = plan match {
     case s: ShowCreateTable if !s.asSerde =>
-      nameOf(s.child).filter(parts => scala.util.Try(ViewCatalog.isMaterializedView(session, parts)).getOrElse(false))
-        .map(ShowCreateMaterializedViewCommand(_))
+      materializedViewIn(s.child).map(ShowCreateMaterializedViewCommand(_))
     case _ => None
   }
 
-  private def nameOf(p: LogicalPlan): Option[Seq[String]] = p match {
-    case SubqueryAlias(_, child) => nameOf(child)
-    case r: UnresolvedRelation => Some(r.multipartIdentifier)
-    case r: UnresolvedTableOrView => Some(r.multipartIdentifier)
-    case _ => None
+  /** The name of the materialized view that `p` (a statement's target, as parsed) names, if any. */
+  private def materializedViewIn(p: LogicalPlan): Option[Seq[String]] = {
+    def nameOf(p: LogicalPlan): Option[Seq[String]] = p match {
+      case SubqueryAlias(_, child) => nameOf(child)
+      case r: UnresolvedRelation => Some(r.multipartIdentifier)
+      case r: UnresolvedTableOrView => Some(r.multipartIdentifier)
+      case _ => None
+    }
+    nameOf(p).filter(parts => scala.util.Try(ViewCatalog.isMaterializedView(session, parts)).getOrElse(false))
   }
 
   /**
@@ -92,8 +95,7 @@ class IvmSqlParser(session: SparkSession, delegate: ParserInterface) extends Par
       case _ => None
     }
     target.foreach { case (statement, table) =>
-      nameOf(table).filter(parts => scala.util.Try(ViewCatalog.isMaterializedView(session, parts)).getOrElse(false))
-        .foreach(parts => throw IvmErrors.viewNotWritable(parts.mkString("."), statement))
+      materializedViewIn(table).foreach(parts => throw IvmErrors.viewNotWritable(parts.mkString("."), statement))
     }
     plan
   }

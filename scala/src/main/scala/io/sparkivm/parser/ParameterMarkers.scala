@@ -32,22 +32,16 @@ private[parser] object ParameterMarkers {
   /** Where the head of one of spark-ivm's statements ends: just past its first AS outside
    *  parentheses (CREATE's query follows), or at the end of the text. */
   def headEnd(sql: String): Int = {
-    var pos = 0
+    val tokens =
+      try Tokenizer.tokens(sql)
+      catch { case _: TokenizeError => return sql.length }
     var depth = 0
-    while (true) {
-      val (token, next) =
-        try Tokenizer.next(sql, pos)
-        catch { case _: TokenizeError => return sql.length }
-      token match {
-        case _: End => return sql.length
-        case Symbol("(", _) => depth += 1
-        case Symbol(")", _) => depth -= 1
-        case Word(w, false, _) if depth == 0 && w.equalsIgnoreCase("AS") => return next
-        case _ =>
-      }
-      pos = next
-    }
-    sql.length
+    tokens.find {
+      case Symbol("(", _) => depth += 1; false
+      case Symbol(")", _) => depth -= 1; false
+      case Word(w, false, _) => depth == 0 && w.equalsIgnoreCase("AS")
+      case _ => false
+    }.map(_.offset + "AS".length).getOrElse(sql.length)
   }
 
   /**

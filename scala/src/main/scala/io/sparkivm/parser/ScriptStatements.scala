@@ -19,7 +19,7 @@ private[parser] object ScriptStatements {
    *  none of them (or cannot be tokenized: Spark's parser then reports it). */
   def rewritten(sql: String): Option[String] = {
     val tokens =
-      try if (isScript(tokenize(sql, 3))) tokenize(sql, Int.MaxValue) else return None
+      try if (isScript(Tokenizer.tokens(sql, 3))) Tokenizer.tokens(sql) else return None
       catch { case _: TokenizeError => return None }
     // Each of spark-ivm's statements: from its first word to the `;` that ends it.
     val spans = tokens.indices.flatMap { i =>
@@ -37,21 +37,6 @@ private[parser] object ScriptStatements {
         text.substring(0, from) + "EXECUTE IMMEDIATE " + quoted(text.substring(from, until).trim) +
           text.substring(until)
       })
-  }
-
-  /** The first `n` tokens of `sql`. */
-  private def tokenize(sql: String, n: Int): Vector[Token] = {
-    val out = Vector.newBuilder[Token]
-    var pos = 0
-    var count = 0
-    while (count < n) {
-      val (token, next) = Tokenizer.next(sql, pos)
-      token match {
-        case _: End => count = n
-        case t => out += t; pos = next; count += 1
-      }
-    }
-    out.result()
   }
 
   /** `BEGIN ...` or `label: BEGIN ...`. */

@@ -42,6 +42,11 @@ private[parser] object Tokenizer {
     i
   }
 
+  /** The first `n` tokens of `text` (all of them by default), End left out. */
+  def tokens(text: String, n: Int = Int.MaxValue): Vector[Token] =
+    Iterator.iterate(next(text, 0)) { case (_, pos) => next(text, pos) }.map(_._1)
+      .takeWhile(!_.isInstanceOf[End]).take(n).toVector
+
   /** The token that starts at or after `from`, and the offset just past it. */
   def next(text: String, from: Int): (Token, Int) = {
     val i = skipBlank(text, from)
