@@ -180,6 +180,20 @@ class ColumnCountMismatchError(IvmAnalysisException):
 
 
 @_register
+class ColumnTypeMismatchError(IvmAnalysisException):
+    """A column list declares a type the query does not return."""
+
+    condition = "IVM_COLUMN_TYPE_MISMATCH"
+
+
+@_register
+class InvalidLayoutError(IvmAnalysisException):
+    """PARTITIONED BY or CLUSTER BY names a column the view does not have."""
+
+    condition = "IVM_INVALID_LAYOUT"
+
+
+@_register
 class DuplicateColumnError(IvmAnalysisException):
     """The query returns two columns of one name."""
 

@@ -10,10 +10,11 @@ updates, MERGEs and loader writes (REPLACE WHERE, INSERT OVERWRITE, OPTIMIZE, RE
 each view after most steps (one time in four it is left behind, so that its next refresh takes
 several commits) and comparing it with its query, counts included. Each table is laid out as
 loaders write them, drawn per table and round (partitioned, deletion vectors, column mapping,
-liquid clustering) unless --layout fixes one:
+liquid clustering) unless --layout fixes one; so is each view (PARTITIONED BY or CLUSTER BY one
+of its columns, or neither) unless --view-layout fixes it:
 
     .venv/bin/python tests/compat/fuzz_queries.py [--schema plain|star|star-rely] [--rounds N]
-        [--queries Q] [--steps S] [--seed K] [--layout NAME]
+        [--queries Q] [--steps S] [--seed K] [--layout NAME] [--view-layout NAME]
         [--cold | --master 'local-cluster[2,1,1024]']
 
 With --schema star the tables are a fact table and three dimensions with declared primary and
@@ -481,8 +482,26 @@ class Sessions:
             SparkContext._jvm = None
 
 
+# A view's own layout, drawn per view: a column of a type Delta partitions and clusters by.
+VIEW_LAYOUTS = {"none": "", "partitioned": " PARTITIONED BY ({c})", "clustered": " CLUSTER BY ({c})"}
+LAYOUT_TYPES = ("int", "bigint", "smallint", "tinyint", "string", "date", "timestamp", "decimal")
+
+
+def view_layout(rng: random.Random, spark: SparkSession, q: str, kind: str) -> str:
+    """The view layout clause of `kind` on a column of the query drawn by `rng` ("" for none, or
+    if the query has no column to lay it out by)."""
+    if kind == "none":
+        return ""
+    fields = spark.sql(q).schema.fields
+    columns = [f.name for f in fields if f.dataType.simpleString().startswith(LAYOUT_TYPES)]
+    if not columns:
+        return ""
+    return VIEW_LAYOUTS[kind].format(c="`" + rng.choice(columns).replace("`", "``") + "`")
+
+
 def run_round(sessions: Sessions, schema: str, layout_arg: Optional[str], seed: int, n_queries: int,
-              n_steps: int, stats: "Counter[str]", reasons: "Counter[str]", failures: List[str]) -> None:
+              n_steps: int, stats: "Counter[str]", reasons: "Counter[str]", failures: List[str],
+              view_layout_arg: Optional[str] = None) -> None:
     rng = random.Random(seed)
     spark = sessions.spark
     star = Star(rng, rely=schema == "star-rely") if schema.startswith("star") else None
@@ -542,8 +561,20 @@ def run_round(sessions: Sessions, schema: str, layout_arg: Optional[str], seed: 
             if views and rng.random() < 0.15:
                 q = over_view(rng, spark, rng.choice(sorted(views)))
             name = f"v{i}"
+            kind = view_layout_arg or rng.choice(list(VIEW_LAYOUTS))
             try:
-                spark.sql(f"CREATE MATERIALIZED VIEW {name} REFRESH POLICY INCREMENTAL AS {q}")
+                laid_out = view_layout(rng, spark, q, kind)
+            except Exception:  # noqa: BLE001 (Spark cannot analyze the query: CREATE says why below)
+                laid_out = ""
+            try:
+                try:
+                    spark.sql(f"CREATE MATERIALIZED VIEW {name}{laid_out} REFRESH POLICY INCREMENTAL AS {q}")
+                    stats[f"view {kind if laid_out else 'none'}"] += 1
+                except Exception as e:  # noqa: BLE001 (a column a read computes: the view without the layout)
+                    if "IVM_INVALID_LAYOUT" not in str(e):
+                        raise
+                    spark.sql(f"CREATE MATERIALIZED VIEW {name} REFRESH POLICY INCREMENTAL AS {q}")
+                    stats["view none"] += 1
             except Exception as e:  # a refusal is coverage, an internal error a failure
                 text = next((line for line in str(e).splitlines() if line.strip()), "")[:200]
                 stats["create refused"] += 1
@@ -591,6 +622,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="local[N], or local-cluster[N,C,M] (executors in JVMs of their own)")
     parser.add_argument("--layout", choices=list(LAYOUTS),
                         help="every plain table laid out so (default: drawn per table and round)")
+    parser.add_argument("--view-layout", choices=list(VIEW_LAYOUTS),
+                        help="every view laid out so (default: drawn per view)")
     parser.add_argument("--cold", action="store_true",
                         help="refresh each step in a new application (a new JVM), as scheduled jobs do")
     args = parser.parse_args(argv)
@@ -604,7 +637,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     for i in range(args.rounds):
         seed = args.seed + i
         run_round(sessions, args.schema, args.layout, seed, args.queries, args.steps, stats, reasons,
-                  failures)
+                  failures, args.view_layout)
         print(f"round {i + 1}/{args.rounds} (seed {seed}) done at {time.time() - t0:.0f} s: "
               f"{dict(stats)}, {len(failures)} failures", flush=True)
     print("\nwhy views were recomputed or refused:")

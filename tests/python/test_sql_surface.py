@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import json
+import random
 
 import pytest
-from ivm_testing import assert_matches_query, condition, follow_changes, refused, table_names
+from ivm_testing import (
+    assert_matches_query,
+    condition,
+    follow_changes,
+    multiset,
+    refused,
+    session_confs,
+    table_names,
+)
 from pyspark.errors import ParseException
 from pyspark.sql import SparkSession
 from spark_ivm import MaterializedView
@@ -62,6 +71,20 @@ def test_column_list_and_or_replace(spark: SparkSession, sales: str) -> None:
         ("ALTER MATERIALIZED VIEW v RENAME TO w", 1, 26, "expected SET TBLPROPERTIES"),
         ("CREATE MATERIALIZED VIEW v COMMENT 'x' COMMENT 'y' AS SELECT 1", 1, 39, "COMMENT is given twice"),
         ("CREATE MATERIALIZED VIEW `v AS SELECT 1", 1, 25, "unclosed back-quoted identifier"),
+        # Spark's pipeline clauses a materialized view does not take say what to write instead.
+        ("CREATE MATERIALIZED VIEW v LOCATION '/x' AS SELECT 1 AS a", 1, 27, "database whose LOCATION"),
+        ("CREATE MATERIALIZED VIEW v OPTIONS ('a' = 'b') AS SELECT 1 AS a", 1, 27, "as TBLPROPERTIES"),
+        ("CREATE MATERIALIZED VIEW v (a, CONSTRAINT pk PRIMARY KEY (a)) AS SELECT 1 AS a", 1, 31,
+         "takes no constraints"),
+        ("CREATE MATERIALIZED VIEW v (a INT GENERATED ALWAYS AS (1)) AS SELECT 1 AS a", 1, 34,
+         "computed by its query"),
+        ("CREATE MATERIALIZED VIEW v (a INTEGR) AS SELECT 1 AS a", 1, 30, "expected a data type"),
+        ("CREATE MATERIALIZED VIEW v USING parquet AS SELECT 1 AS a", 1, 33, "expected DELTA"),
+        ("CREATE MATERIALIZED VIEW v PARTITIONED BY (years(ts)) AS SELECT 1 AS a", 1, 48,
+         "compute a value in the query"),
+        ("CREATE MATERIALIZED VIEW v\nPARTITIONED BY (a)\nCLUSTER BY (a) AS SELECT 1 AS a", 3, 0,
+         "partitioned or clustered, not both"),
+        ("CREATE MATERIALIZED VIEW v CLUSTER BY AUTO AS SELECT 1 AS a", 1, 38, "CLUSTER BY (col, ...)"),
     ],
 )
 def test_parse_errors_have_line_and_position(spark: SparkSession, sql: str, line: int, pos: int,
@@ -289,3 +312,122 @@ def test_show_create_table_gives_the_materialized_view_statement(spark: SparkSes
         assert MaterializedView.for_name(spark, view).access_by == (["g"] if view == "by_g" else [])
         assert spark.sql(f"SHOW CREATE TABLE {view}").collect()[0][0] == statement
     assert_matches_query(spark, "totals", "SELECT g AS grp, sum(x) AS total FROM t GROUP BY g")
+
+
+def test_pipeline_clauses_lay_out_the_view_and_it_follows_changes(spark: SparkSession, db: str) -> None:
+    """Spark's pipeline grammar declares a materialized view's columns (types, NOT NULL,
+    comments) and its layout (PARTITIONED BY, CLUSTER BY, USING DELTA). The backing table takes
+    them, every apply path keeps them, a declared type is a contract and NOT NULL is enforced."""
+    spark.sql("CREATE TABLE t (k INT, d DATE, v DOUBLE) USING delta")
+    spark.sql("CREATE TABLE dim (k INT, name STRING) USING delta")
+    spark.sql("INSERT INTO dim VALUES (1, 'a'), (2, 'b'), (3, 'c'), (4, 'd')")
+    spark.sql("INSERT INTO t VALUES (1, DATE'2024-01-01', 1.0), (2, DATE'2024-01-02', 2.0), "
+              "(2, DATE'2024-01-01', 3.0), (3, DATE'2024-01-03', 4.0)")
+    queries = {
+        "agg": "SELECT k, d, sum(v) AS s, count(*) AS n FROM t GROUP BY k, d",
+        "joined": "SELECT t.k, name, d, v FROM t JOIN dim ON t.k = dim.k",
+        "by_key": "SELECT k, d, v FROM t WHERE v > 1",
+    }
+    heads = {
+        "agg": "(k INT NOT NULL COMMENT 'the key', d DATE, s, n BIGINT) USING DELTA PARTITIONED BY (D)",
+        "joined": "CLUSTER BY (name, k)",
+        "by_key": "PARTITIONED BY (d) ACCESS BY (k)",
+    }
+    for name, head in heads.items():
+        spark.sql(f"CREATE MATERIALIZED VIEW {name} {head} AS {queries[name]}")
+    rng = random.Random(7)
+
+    def step() -> list:
+        k, day = rng.randint(1, 5), f"DATE'2024-01-0{rng.randint(1, 4)}'"
+        return [rng.choice([f"INSERT INTO t VALUES ({k}, {day}, {rng.randint(1, 9)}.0)",
+                            f"DELETE FROM t WHERE k = {k} AND d = {day}",
+                            f"UPDATE t SET v = v + 1, d = {day} WHERE k = {k}",
+                            f"UPDATE dim SET name = name || 'x' WHERE k = {k}"])]
+
+    def detail(view: str) -> tuple:
+        row = spark.sql(f"DESCRIBE DETAIL __ivm_backing_{view}").collect()[0]
+        return tuple(row.partitionColumns), tuple(row.clusteringColumns)
+
+    expected = {"agg": (("d",), ()), "joined": ((), ("name", "k")), "by_key": (("d",), ())}
+    steps = [step() for _ in range(6)]
+    for name, query in queries.items():  # the views as created, then each step's refresh
+        assert_matches_query(spark, name, query)
+    for i, changes in enumerate(steps):
+        # Half the steps apply by marking rows deleted (deletion vectors), half by rewriting files.
+        with session_confs(spark, {"spark.ivm.apply.rewriteWithoutSearchBytes": "0" if i % 2 else "1048576"}):
+            for stmt in changes:
+                spark.sql(stmt)
+            for name, query in queries.items():
+                assert MaterializedView.for_name(spark, name).refresh().mode in ("incremental", "noop")
+                assert_matches_query(spark, name, query)
+    spark.sql("REFRESH MATERIALIZED VIEW agg FULL")
+    assert_matches_query(spark, "agg", queries["agg"])
+    assert {v: detail(v) for v in queries} == expected
+    assert [(r.col_name, r.comment) for r in spark.sql("DESCRIBE agg").collect()][0] == ("k", "the key")
+    described = {r.col_name: r.data_type for r in spark.sql("DESCRIBE MATERIALIZED VIEW agg").collect()}
+    assert described["Layout"] == "PARTITIONED BY (d)"
+    # NOT NULL holds through incremental and full refreshes: one that would break it fails and
+    # leaves the view as it was.
+    before = multiset(spark.table("agg").collect())
+    spark.sql("INSERT INTO t VALUES (NULL, DATE'2024-01-01', 1.0)")
+    for full in ("", " FULL"):
+        with pytest.raises(Exception, match="NOT_NULL_CONSTRAINT_VIOLATED"):
+            spark.sql(f"REFRESH MATERIALIZED VIEW agg{full}")
+        assert multiset(spark.table("agg").collect()) == before
+    spark.sql("DELETE FROM t WHERE k IS NULL")
+    assert MaterializedView.for_name(spark, "agg").refresh().mode == "incremental"
+    assert_matches_query(spark, "agg", queries["agg"])
+    # SHOW CREATE TABLE gives every clause, and its statement makes the same view again.
+    statement = spark.sql("SHOW CREATE TABLE agg").collect()[0][0]
+    assert statement.splitlines()[:2] == [
+        f"CREATE MATERIALIZED VIEW `{db}`.`agg` "
+        "(`k` INT NOT NULL COMMENT 'the key', `d` DATE, `s`, `n` BIGINT)",
+        "PARTITIONED BY (`d`)"], statement
+    spark.sql("DROP MATERIALIZED VIEW agg")
+    spark.sql(statement)
+    assert detail("agg") == expected["agg"]
+    assert spark.sql("SHOW CREATE TABLE agg").collect()[0][0] == statement
+    # A declared type is a contract; a layout names columns the view keeps.
+    e = refused(lambda: spark.sql("CREATE MATERIALIZED VIEW typed (k BIGINT, n) AS "
+                                  "SELECT k, count(*) FROM t GROUP BY k"))
+    assert condition(e) == "IVM_COLUMN_TYPE_MISMATCH"
+    assert "declares k as BIGINT but its query returns INT" in str(e)
+    e = refused(lambda: spark.sql("CREATE MATERIALIZED VIEW laid PARTITIONED BY (day) AS SELECT k, d FROM t"))
+    assert condition(e) == "IVM_INVALID_LAYOUT" and "'day' is not a column of the view" in str(e)
+    e = refused(lambda: spark.sql("CREATE MATERIALIZED VIEW ranked PARTITIONED BY (r) AS "
+                                  "SELECT k, rank() OVER (ORDER BY v DESC) AS r FROM t"))
+    assert condition(e) == "IVM_INVALID_LAYOUT" and "computes 'r' when it is read" in str(e)
+    assert not {"typed", "laid", "ranked"} & table_names(spark)
+
+
+def test_create_or_refresh_refreshes_the_same_view_and_replaces_another(spark: SparkSession, db: str) -> None:
+    """CREATE OR REFRESH, the statement a scheduled job runs every time: it creates the view,
+    refreshes it (incrementally) while the statement declares it as it is, and replaces it
+    once the statement declares anything else."""
+    spark.sql("CREATE TABLE t (k INT, v INT) USING delta")
+    spark.sql("INSERT INTO t VALUES (1, 10), (2, 20)")
+    query = "SELECT k, sum(v) AS s FROM t GROUP BY k"
+    statement = f"CREATE OR REFRESH MATERIALIZED VIEW totals COMMENT 'sums' AS {query}"
+    spark.sql(statement)
+    mv = MaterializedView.for_name(spark, "totals")
+    backing = mv.describe()["backing_table"]
+    for n in range(1, 3):
+        spark.sql(f"INSERT INTO t VALUES ({n}, 1)")
+        spark.sql(statement)
+        last = spark.sql("SHOW REFRESHES FOR totals LIMIT 1").collect()[0]
+        assert (last.refresh_number, last.mode) == (n, "incremental")
+        assert mv.describe()["backing_table"] == backing
+        assert_matches_query(spark, "totals", query)
+    # Another query, or another clause, replaces the view (a new backing table, recomputed).
+    for changed, now in [(statement.replace("sum(v)", "max(v)"), query.replace("sum(v)", "max(v)")),
+                         (statement.replace("COMMENT 'sums'", "COMMENT 'maxima'").replace("sum(v)", "max(v)"),
+                          query.replace("sum(v)", "max(v)"))]:
+        spark.sql(changed)
+        assert mv.describe()["backing_table"] != backing
+        backing = mv.describe()["backing_table"]
+        assert_matches_query(spark, "totals", now)
+    assert mv.describe()["comment"] == "maxima"
+    # Over something that is not a materialized view it fails as CREATE does.
+    spark.sql("CREATE TABLE plain (k INT) USING delta")
+    assert condition(refused(lambda: spark.sql(f"CREATE OR REFRESH MATERIALIZED VIEW plain AS {query}"))) == \
+        "IVM_VIEW_ALREADY_EXISTS"

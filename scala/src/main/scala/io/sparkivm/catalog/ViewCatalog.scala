@@ -55,7 +55,7 @@ object ViewCatalog extends Logging {
   private val ReservedProperties = Set(MarkerProperty, BackingProperty, ViewProperty, IdProperty,
     QueryProperty, DatabaseProperty, SourcesProperty, CommentProperty, RecordProperty, PolicyProperty,
     FullBecauseProperty, Schedule.Property, RefreshHistory.Property, AccessByProperty, MaintainedQueryProperty,
-    HelpersProperty, HelperOfProperty)
+    HelpersProperty, HelperOfProperty, ViewColumns.ColumnsProperty, ViewColumns.StorageProperty)
   val BackingPrefix = "__ivm_backing_"
   private val SessionCatalogName = "spark_catalog"
 
@@ -167,7 +167,9 @@ object ViewCatalog extends Logging {
       sqlConf = props.collect { case (k, v) if k.startsWith(SqlConfPrefix) => k.stripPrefix(SqlConfPrefix) -> v },
       maintainedQuery = props.get(MaintainedQueryProperty),
       helpers = names(props.get(HelpersProperty)).map(n => identifier(n)),
-      helperOf = props.get(HelperOfProperty).map(identifier))
+      helperOf = props.get(HelperOfProperty).map(identifier),
+      declared = ViewColumns.columns(props),
+      storage = ViewColumns.storage(props))
   }
 
   /** A qualified name as properties store it (`spark_catalog.db.v` or `db.v`). */
@@ -203,7 +205,8 @@ object ViewCatalog extends Logging {
     meta.maintainedQuery.map(MaintainedQueryProperty -> _) ++
     (if (meta.helpers.isEmpty) Nil
      else Seq(HelpersProperty -> compact(render(JArray(meta.helpers.map(h => JString(h.unquotedString)).toList))))) ++
-    meta.helperOf.map(HelperOfProperty -> _.unquotedString)
+    meta.helperOf.map(HelperOfProperty -> _.unquotedString) ++
+    ViewColumns.properties(meta.declared, meta.storage)
 
   def renderSources(sources: Seq[SourceInfo]): String = compact(render(JArray(sources.toList.map { s =>
     JObject("table" -> JString(s.table), "id" -> JString(s.tableId),

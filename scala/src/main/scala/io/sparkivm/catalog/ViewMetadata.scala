@@ -53,7 +53,11 @@ case class ViewMetadata(
     /** The helper views `maintainedQuery` reads (each refreshed before this view, dropped with it). */
     helpers: Seq[TableIdentifier] = Nil,
     /** For a helper view, the view it is kept for. */
-    helperOf: Option[TableIdentifier] = None) {
+    helperOf: Option[TableIdentifier] = None,
+    /** The column list as CREATE gave it (empty: none given, or a view made before it was kept). */
+    declared: Seq[ViewColumn] = Nil,
+    /** PARTITIONED BY or CLUSTER BY, as declared. */
+    storage: ViewStorage = ViewStorage()) {
   def viewName: String = view.quotedString
 
   /** The query a refresh analyzes and maintains. */

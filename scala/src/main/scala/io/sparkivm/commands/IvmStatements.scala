@@ -1,6 +1,6 @@
 package io.sparkivm.commands
 
-import io.sparkivm.catalog.{RefreshPolicy, Schedule}
+import io.sparkivm.catalog.{RefreshPolicy, Schedule, ViewColumn, ViewStorage}
 
 /** The statements spark-ivm adds to Spark SQL, as parsed; see [[IvmStatementParser]]. */
 sealed trait IvmStatement
@@ -9,7 +9,8 @@ case class CreateMaterializedView(
     name: Seq[String],
     ifNotExists: Boolean,
     orReplace: Boolean,
-    columnNames: Seq[String],
+    /** The column list; empty: the query's own names. */
+    columns: Seq[ViewColumn],
     comment: Option[String],
     properties: Map[String, String],
     queryText: String,
@@ -19,8 +20,13 @@ case class CreateMaterializedView(
     policy: Option[RefreshPolicy] = None,
     schedule: Option[Schedule] = None,
     /** ACCESS BY (col, ...): the view's input columns (Zhang 2022's access pattern). */
-    accessBy: Seq[String] = Nil)
-    extends IvmStatement
+    accessBy: Seq[String] = Nil,
+    storage: ViewStorage = ViewStorage(),
+    /** CREATE OR REFRESH: a view of the same definition is refreshed, one of another replaced. */
+    orRefresh: Boolean = false)
+    extends IvmStatement {
+  def columnNames: Seq[String] = columns.map(_.name)
+}
 
 /** REFRESH MATERIALIZED VIEW name [FULL] [CASCADE] [WITH REPORT]. */
 case class RefreshMaterializedView(name: Seq[String], full: Boolean, cascade: Boolean = false,

@@ -33,7 +33,15 @@ object MaterializedViewCommands {
 import MaterializedViewCommands._
 
 case class CreateMaterializedViewCommand(statement: CreateMaterializedView) extends LeafRunnableCommand {
-  override def run(spark: SparkSession): Seq[Row] = { ViewLifecycle.create(spark, statement); Nil }
+
+  /** CREATE OR REFRESH refreshes a view it declares as it is, and replaces any other. */
+  override def run(spark: SparkSession): Seq[Row] = {
+    if (!statement.orRefresh) ViewLifecycle.create(spark, statement)
+    else if (ViewDefinition.existing(spark, statement).exists(ViewDefinition.unchanged(spark, statement, _))) {
+      RefreshPipeline.refreshAll(spark, statement.name, full = false, cascade = false)
+    } else ViewLifecycle.create(spark, statement.copy(orReplace = true, orRefresh = false))
+    Nil
+  }
 }
 
 case class RefreshMaterializedViewCommand(statement: RefreshMaterializedView) extends LeafRunnableCommand {

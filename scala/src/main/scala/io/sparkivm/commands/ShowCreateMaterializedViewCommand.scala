@@ -1,6 +1,6 @@
 package io.sparkivm.commands
 
-import io.sparkivm.catalog.{EpsilonState, ViewCatalog, ViewMetadata}
+import io.sparkivm.catalog.{EpsilonState, ViewCatalog, ViewColumn, ViewMetadata}
 import org.apache.spark.sql.catalyst.expressions.{Attribute, AttributeReference}
 import org.apache.spark.sql.catalyst.util.QuotingUtils.quoteIdentifier
 import org.apache.spark.sql.execution.command.LeafRunnableCommand
@@ -24,13 +24,18 @@ object ShowCreateMaterializedViewCommand {
   /** The statement, one clause per line, with the policy in force and the user's properties. */
   def statement(meta: ViewMetadata): String = {
     val properties = meta.userProperties ++ meta.epsilon.map(e => EpsilonState.Property -> e.toString)
+    val columns = if (meta.declared.nonEmpty) meta.declared.map(column) else meta.columns.map(quoteIdentifier)
+    def names(clause: String, columns: Seq[String]) =
+      if (columns.isEmpty) None else Some(columns.map(quoteIdentifier).mkString(s"$clause (", ", ", ")"))
     val clauses = Seq(
       Some(s"CREATE MATERIALIZED VIEW ${meta.view.copy(catalog = None).quotedString}" +
-        (if (meta.columns.isEmpty) "" else meta.columns.map(quoteIdentifier).mkString(" (", ", ", ")"))),
+        (if (columns.isEmpty) "" else columns.mkString(" (", ", ", ")"))),
       meta.comment.map(c => s"COMMENT ${ViewCatalog.sqlString(c)}"),
+      names("PARTITIONED BY", meta.storage.partitionedBy),
+      names("CLUSTER BY", meta.storage.clusteredBy),
       Some(s"REFRESH POLICY ${meta.policy.sql}"),
       meta.schedule.map(_.sql),
-      if (meta.accessBy.isEmpty) None else Some(meta.accessBy.map(quoteIdentifier).mkString("ACCESS BY (", ", ", ")")),
+      names("ACCESS BY", meta.accessBy),
       if (properties.isEmpty) None
       else
         Some(properties.toSeq.sorted.map { case (k, v) => s"${ViewCatalog.sqlString(k)} = ${ViewCatalog.sqlString(v)}" }
@@ -38,4 +43,8 @@ object ShowCreateMaterializedViewCommand {
       Some(s"AS ${meta.queryText}"))
     clauses.flatten.mkString("\n") + "\n"
   }
+
+  private def column(c: ViewColumn): String =
+    quoteIdentifier(c.name) + c.dataType.map(t => s" ${t.sql}").getOrElse("") + (if (c.notNull) " NOT NULL" else "") +
+      c.comment.map(t => s" COMMENT ${ViewCatalog.sqlString(t)}").getOrElse("")
 }

@@ -92,6 +92,9 @@ object ViewExplainer {
           meta.policy.sql + meta.fullBecause.map(w => s" (refreshed by recomputation: $w)")
             .getOrElse(""), ""), ("Refresh mode", meta.mode.name, ""),
         ("Schedule", meta.schedule.map(_.sql).getOrElse("none (REFRESH by hand)"), "")) ++
+      Seq("PARTITIONED BY" -> meta.storage.partitionedBy, "CLUSTER BY" -> meta.storage.clusteredBy).collect {
+        case (clause, columns) if columns.nonEmpty => ("Layout", s"$clause (${columns.mkString(", ")})", "")
+      } ++
       (if (meta.accessBy.isEmpty) Nil
        else Seq(
          ("Access pattern", s"ACCESS BY (${meta.accessBy.mkString(", ")})", ""),

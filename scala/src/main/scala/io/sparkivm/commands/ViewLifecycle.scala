@@ -7,7 +7,7 @@ import scala.util.control.NonFatal
 import io.sparkivm.access.AccessPatterns
 import io.sparkivm.catalog.{
   CatalogGuard, DeltaTables, EpsilonState, HistoryEntry, RefreshHistory, RefreshMode, RefreshPolicy, RefreshRecord,
-  Schedule, ViewCatalog, ViewMetadata
+  Schedule, ViewCatalog, ViewColumn, ViewColumns, ViewMetadata
 }
 import io.sparkivm.conf.IvmConf
 import io.sparkivm.epsilon.{EpsilonStrategy, TriangleStateTables, TriangleViews}
@@ -26,6 +26,7 @@ import org.apache.spark.sql.catalyst.analysis.NoSuchTableException
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 import org.apache.spark.sql.delta.DeltaConcurrentModificationException
 import org.apache.spark.sql.ivm.{CapturedSqlConf, SessionInternals}
+import org.apache.spark.sql.types.DataType
 import org.apache.spark.sql.{AnalysisException, SparkSession}
 
 /** CREATE, DROP, ALTER and SHOW MATERIALIZED VIEW(S). */
@@ -90,6 +91,12 @@ object ViewLifecycle extends Logging {
     lower.diff(lower.distinct).headOption.foreach { dup =>
       throw IvmErrors.duplicateColumn(id.quotedString, dup)
     }
+    stmt.columns.zip(plan.output).foreach { case (c, a) =>
+      c.dataType.filterNot(DataType.equalsIgnoreNullability(_, a.dataType)).foreach { declared =>
+        throw IvmErrors.columnTypeMismatch(id.quotedString, c.name, declared.sql, a.dataType.sql)
+      }
+    }
+    val storage = ViewDefinition.storageOf(id.quotedString, stmt.storage, columns)
     AccessPatterns.check(columns, stmt.accessBy).foreach { reason =>
       throw IvmErrors.invalidAccessPattern(id.quotedString, reason)
     }
@@ -125,6 +132,7 @@ object ViewLifecycle extends Logging {
           "the view's filters read the time, and its lookup trees follow the tables' changes only; " +
             "filter by time when looking up, or keep the time filter in a view the lookups do not use")
       }
+      ViewDefinition.requireStored(id.quotedString, stmt.columns, storage, analyzed.maintenance)
       val epsilon = stmt.properties.get(EpsilonState.Property).map(parseEpsilon)
       val strategy = MaintenanceStrategy.of(spark, analyzed, incremental)
       // eps sets IVM^eps's partition of a triangle view, and the heavy/light view trees that answer
@@ -155,7 +163,7 @@ object ViewLifecycle extends Logging {
         pinned.values.toSeq.sortBy(_.name).map(_.info),
         stmt.properties.filter { case (k, _) => !k.startsWith("ivm.") }, stmt.comment, columns,
         epsilon, policy, stmt.schedule, fullBecause, history, stmt.accessBy, CapturedSqlConf.capture(spark),
-        split.map(_.maintainedQuery), helpers, helperOf)
+        split.map(_.maintainedQuery), helpers, helperOf, stmt.columns, storage)
       try {
         val reader = new PinnedReader(spark, Map.empty, pinned, id.quotedString)
         val rows = reader.fullRows(analyzed.maintenance)
@@ -348,8 +356,9 @@ object ViewLifecycle extends Logging {
         }
         create(spark,
           CreateMaterializedView(name, ifNotExists = false, orReplace = true,
-            v.schema.fieldNames.toSeq, v.comment, Map.empty, query, query,
-            props.get(ViewCatalog.PolicyProperty).flatMap(RefreshPolicy.parse), None, ViewCatalog.accessByOf(props)),
+            Some(ViewColumns.columns(props)).filter(_.nonEmpty).getOrElse(v.schema.fieldNames.toSeq.map(ViewColumn(_))),
+            v.comment, Map.empty, query, query, props.get(ViewCatalog.PolicyProperty).flatMap(RefreshPolicy.parse),
+            None, ViewCatalog.accessByOf(props), ViewColumns.storage(props)),
           database, Nil, Some(captured).filter(_.nonEmpty))
         true
       }
@@ -463,9 +472,10 @@ object ViewLifecycle extends Logging {
       val props = (meta.userProperties ++ extraSet ++
         meta.epsilon.map(e => EpsilonState.Property -> e.toString)).filter { case (k, _) => !extraUnset.contains(k) }
       create(spark,
-        CreateMaterializedView(name, ifNotExists = false, orReplace = true,
-          if (meta.columns == plan.output.map(_.name)) Nil else meta.columns, meta.comment,
-          props, meta.queryText, meta.queryText, Some(policy), meta.schedule, meta.accessBy), meta.database,
+        CreateMaterializedView(name, ifNotExists = false, orReplace = true, ViewDefinition.declaredColumns(meta, plan),
+          meta.comment,
+          props, meta.queryText, meta.queryText, Some(policy), meta.schedule, meta.accessBy, meta.storage),
+        meta.database,
         meta.history, Some(meta.sqlConf).filter(_.nonEmpty))
     } else {
       ViewCatalog.setProperties(spark, meta.backing,

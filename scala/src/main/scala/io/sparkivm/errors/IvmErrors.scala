@@ -177,6 +177,13 @@ object IvmErrors {
   def columnCountMismatch(view: String, listed: Int, returned: Int): IvmException =
     of("IVM_COLUMN_COUNT_MISMATCH", "view" -> view, "listed" -> listed, "returned" -> returned)
 
+  def columnTypeMismatch(view: String, column: String, declared: String, returned: String): IvmException =
+    of("IVM_COLUMN_TYPE_MISMATCH", "view" -> view, "column" -> column, "declared" -> declared,
+      "returned" -> returned)
+
+  def invalidLayout(view: String, clause: String, reason: String): IvmException =
+    of("IVM_INVALID_LAYOUT", "view" -> view, "clause" -> clause, "reason" -> reason)
+
   def duplicateColumn(view: String, column: String): IvmException =
     of("IVM_DUPLICATE_COLUMN", "view" -> view, "column" -> column)
 

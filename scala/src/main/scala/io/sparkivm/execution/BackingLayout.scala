@@ -25,8 +25,11 @@ import org.apache.spark.sql.{DataFrame, SparkSession}
  * neighbours: lookups are what such a view is for. An incremental apply sorts the rows it writes
  * (the changed keys' rows and those of the files it rewrites), so the files it adds stay narrow.
  */
-case class BackingLayout(column: String, ranged: Boolean) {
+case class BackingLayout(column: String, ranged: Boolean, partitions: Seq[String] = Nil) {
   private def by = col(ViewMaintenance.quote(column))
+
+  /** The order within a write task: by partition first (Spark's file writer wants it), then the column. */
+  private def order = partitions.map(p => col(ViewMaintenance.quote(p))) :+ by
 
   /** True if `rows` has the column and Spark can order it (not a MAP or VARIANT, say). */
   private def orders(rows: DataFrame): Boolean =
@@ -35,21 +38,28 @@ case class BackingLayout(column: String, ranged: Boolean) {
   /** The rows of a full write, laid out by the column. */
   def full(rows: DataFrame): DataFrame =
     if (!orders(rows)) rows
-    else if (ranged) rows.repartitionByRange(by).sortWithinPartitions(by)
-    else rows.sortWithinPartitions(by)
+    else if (ranged) rows.repartitionByRange(by).sortWithinPartitions(order: _*)
+    else rows.sortWithinPartitions(order: _*)
 
   /** The rows of an incremental write, sorted within their partitions by the column. */
-  def sorted(rows: DataFrame): DataFrame = if (orders(rows)) rows.sortWithinPartitions(by) else rows
+  def sorted(rows: DataFrame): DataFrame = if (orders(rows)) rows.sortWithinPartitions(order: _*) else rows
 }
 
 object BackingLayout {
 
-  /** The layout of a view's backing table, if the view has any column to order by. */
+  /**
+   * The layout of a view's backing table, if the view has any column to order by: its first
+   * ACCESS BY input, else its first CLUSTER BY column (the user's choice for reads; Delta's
+   * OPTIMIZE clusters further), else its first key; within the view's partitions, if it has any.
+   */
   def of(meta: ViewMetadata, maintenance: ViewMaintenance): Option[BackingLayout] = {
     val columns = maintenance.backingColumns
     def find(name: String) = columns.find(_.toLowerCase(Locale.ROOT) == name.toLowerCase(Locale.ROOT))
-    meta.accessBy.headOption.flatMap(find).map(BackingLayout(_, ranged = true))
-      .orElse(maintenance.keyNames.headOption.map(BackingLayout(_, ranged = false)))
+    val partitions = meta.storage.partitionedBy.flatMap(maintenance.storedColumn)
+    meta.accessBy.headOption.flatMap(find).map(BackingLayout(_, ranged = true, partitions))
+      .orElse(meta.storage.clusteredBy.headOption.flatMap(maintenance.storedColumn)
+          .map(BackingLayout(_, ranged = false, partitions)))
+      .orElse(maintenance.keyNames.headOption.map(BackingLayout(_, ranged = false, partitions)))
   }
 
   /**

@@ -1,5 +1,6 @@
 package io.sparkivm.execution
 
+import io.delta.tables.DeltaTable
 import io.sparkivm.catalog.{DeltaTables, RefreshHistory, RefreshRecord, ViewCatalog, ViewMetadata}
 import io.sparkivm.changes.DeltaSources
 import io.sparkivm.conf.IvmConf
@@ -14,7 +15,7 @@ import org.apache.spark.sql.catalyst.{InternalRow, TableIdentifier}
 import org.apache.spark.sql.delta.Snapshot
 import org.apache.spark.sql.functions.{col, lit}
 import org.apache.spark.sql.ivm.{SessionInternals, SparkInternals}
-import org.apache.spark.sql.types.{BooleanType, MetadataBuilder}
+import org.apache.spark.sql.types.{BooleanType, MetadataBuilder, StructType}
 import org.apache.spark.sql.{DataFrame, SparkSession}
 
 /** Rows a commit changed in a backing table. */
@@ -45,21 +46,46 @@ object BackingTable {
   def create(spark: SparkSession, meta: ViewMetadata, rows: DataFrame, record: RefreshRecord,
       maintenance: ViewMaintenance): Unit =
     full(spark, meta, maintenance, rows) { laidOut =>
-      inCommit(spark, meta, record) {
-        // No change data feed unless a materialized view comes to read this one (ViewAnalysis.pin).
-        // A view rebuilt by ALTER keeps its history.
-        val earlier = if (meta.history.isEmpty) Map.empty[String, String]
-        else Map(RefreshHistory.Property -> RefreshHistory.render(meta.history))
-        val props = RefreshHistory.recorded(ViewCatalog.properties(meta) ++ earlier +
-            (ViewCatalog.RecordProperty -> ViewCatalog.renderRecord(record)), record.entry) ++
-          (if (IvmConf.ApplyDeletionVectors.get(spark)) Map(DeletionVectorsProperty -> "true") else Map.empty)
-        val writer = BackingLayout.writeOptions(spark).foldLeft(
-          laidOut.writeTo(meta.backing.quotedString).using("delta")) {
-          case (w, (k, v)) => w.option(k, v)
+      // No change data feed unless a materialized view comes to read this one (ViewAnalysis.pin).
+      // A view rebuilt by ALTER keeps its history.
+      val earlier = if (meta.history.isEmpty) Map.empty[String, String]
+      else Map(RefreshHistory.Property -> RefreshHistory.render(meta.history))
+      val props = RefreshHistory.recorded(ViewCatalog.properties(meta) ++ earlier +
+          (ViewCatalog.RecordProperty -> ViewCatalog.renderRecord(record)), record.entry) ++
+        (if (IvmConf.ApplyDeletionVectors.get(spark)) Map(DeletionVectorsProperty -> "true") else Map.empty)
+      if (meta.storage.isEmpty && !meta.declared.exists(_.notNull)) {
+        inCommit(spark, meta, record) {
+          val writer = BackingLayout.writeOptions(spark).foldLeft(
+            laidOut.writeTo(meta.backing.quotedString).using("delta")) {
+            case (w, (k, v)) => w.option(k, v)
+          }
+          props.foldLeft(writer) { case (w, (k, v)) => w.tableProperty(k, v) }.create()
         }
-        props.foldLeft(writer) { case (w, (k, v)) => w.tableProperty(k, v) }.create()
+      } else {
+        // Delta takes neither NOT NULL nor clustering from the rows of a CREATE ... AS: the table
+        // is declared empty, and the rows written by a full refresh's commit, carrying the record.
+        declare(spark, meta, maintenance, laidOut.schema, props)
+        inCommit(spark, meta, record) {
+          RewriteCommit.overwrite(spark, meta, laidOut, Map.empty, record)
+        }
       }
     }
+
+  /** An empty backing table with the view's declared NOT NULL columns, partitioning and clustering. */
+  private def declare(spark: SparkSession, meta: ViewMetadata, maintenance: ViewMaintenance, schema: StructType,
+      props: Map[String, String]): Unit = {
+    def stored(names: Seq[String]) = names.flatMap(maintenance.storedColumn)
+    val notNull = stored(meta.declared.filter(_.notNull).map(_.name)).toSet
+    val columns = StructType(schema.map(f => f.copy(nullable = !notNull.contains(f.name))))
+    val builder = props.foldLeft(
+      DeltaTable.create(spark).tableName(meta.backing.copy(catalog = None).quotedString).addColumns(columns)) {
+      case (b, (k, v)) => b.property(k, v)
+    }
+    val storage = meta.storage
+    (if (storage.partitionedBy.nonEmpty) builder.partitionedBy(stored(storage.partitionedBy): _*)
+     else if (storage.clusteredBy.nonEmpty) builder.clusterBy(stored(storage.clusteredBy): _*)
+     else builder).execute()
+  }
 
   /** `write` of a full write's rows laid out in files ([[BackingLayout]], [[TopMarks]]). */
   private def full(spark: SparkSession, meta: ViewMetadata, maintenance: ViewMaintenance, rows: DataFrame)(

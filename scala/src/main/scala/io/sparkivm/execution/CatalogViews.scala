@@ -1,8 +1,9 @@
 package io.sparkivm.execution
 
-import io.sparkivm.catalog.{CatalogGuard, ViewCatalog, ViewMetadata}
+import io.sparkivm.catalog.{CatalogGuard, ViewCatalog, ViewColumns, ViewMetadata}
 import io.sparkivm.planner.ViewMaintenance
 import org.apache.spark.sql.SparkSession
+import org.apache.spark.sql.catalyst.util.QuotingUtils.quoteIdentifier
 import org.apache.spark.sql.ivm.SessionInternals
 
 /** The catalog view of a materialized view: a view over its backing table, with its definition. */
@@ -23,11 +24,18 @@ object CatalogViews {
     val props = (Seq(ViewCatalog.MarkerProperty -> "true",
       ViewCatalog.BackingProperty -> meta.backing.unquotedString.stripPrefix("spark_catalog.")) ++
       ViewCatalog.properties(meta).get(ViewCatalog.AccessByProperty).map(ViewCatalog.AccessByProperty -> _) ++
+      ViewColumns.properties(meta.declared, meta.storage) ++
       definition)
       .map { case (k, v) => s"${ViewCatalog.sqlString(k)} = ${ViewCatalog.sqlString(v)}" }
       .mkString(", ")
+    // The declared columns' comments, where any has one: Spark's view column list takes them.
+    val columns = if (!meta.declared.exists(_.comment.isDefined)) ""
+    else
+      meta.declared.map { c =>
+        quoteIdentifier(c.name) + c.comment.map(t => s" COMMENT ${ViewCatalog.sqlString(t)}").getOrElse("")
+      }.mkString(" (", ", ", ")")
     CatalogGuard.internal(spark.sql(s"CREATE ${if (replace) "OR REPLACE " else ""}VIEW " +
-        s"${meta.view.quotedString}$comment TBLPROPERTIES ($props) AS ${maintenance.viewSql(meta.backing.quotedString)}"))
+        s"${meta.view.quotedString}$columns$comment TBLPROPERTIES ($props) AS ${maintenance.viewSql(meta.backing.quotedString)}"))
   }
 
   /**

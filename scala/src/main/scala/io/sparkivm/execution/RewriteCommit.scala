@@ -19,7 +19,7 @@ import org.apache.spark.sql.delta.util.DeltaFileOperations
 import org.apache.spark.sql.delta.{DeltaConfigs, DeltaLog, DeltaOperations, OptimisticTransaction}
 import org.apache.spark.sql.functions.{col, input_file_name, lit, sum, when}
 import org.apache.spark.sql.ivm.{DriverRows, SessionInternals, SparkInternals}
-import org.apache.spark.sql.types.StructType
+import org.apache.spark.sql.types.{DataType, StructType}
 import org.apache.spark.sql.{Column, DataFrame, SaveMode, SparkSession}
 
 /**
@@ -297,10 +297,24 @@ object RewriteCommit extends DeltaCommand {
   private def recordIn(txn: OptimisticTransaction, record: RefreshRecord, properties: Map[String, String],
       schema: Option[StructType]): Unit = {
     val metadata = txn.metadata
-    txn.updateMetadata(metadata.copy(schemaString = schema.map(_.json).getOrElse(metadata.schemaString),
+    txn.updateMetadata(metadata.copy(schemaString = schema.map(keepingNotNull(_, metadata.schema).json)
+          .getOrElse(metadata.schemaString),
         configuration = RefreshHistory.recorded(metadata.configuration ++ properties +
             (ViewCatalog.RecordProperty -> ViewCatalog.renderRecord(record)), record.entry)))
   }
+
+  /**
+   * `schema` with the columns the table declares NOT NULL (a view's column list, see
+   * [[io.sparkivm.catalog.ViewColumn]]) still NOT NULL where their type is unchanged: Delta then
+   * checks every write of them.
+   */
+  private def keepingNotNull(schema: StructType, old: StructType): StructType =
+    StructType(schema.map { f =>
+      if (old.exists(o =>
+          o.name == f.name && !o.nullable && DataType.equalsIgnoreNullability(o.dataType, f.dataType))) {
+        f.copy(nullable = false)
+      } else f
+    })
 
   /**
    * The last refresh number committed, from the record in the table's properties (read from the

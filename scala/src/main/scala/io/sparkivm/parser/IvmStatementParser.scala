@@ -1,9 +1,10 @@
 package io.sparkivm.parser
 
-import io.sparkivm.catalog.{RefreshPolicy, Schedule}
+import io.sparkivm.catalog.{RefreshPolicy, Schedule, ViewColumn, ViewStorage}
 import io.sparkivm.commands._
 import org.apache.spark.sql.catalyst.parser.{CatalystSqlParser, ParseException}
 import org.apache.spark.sql.catalyst.trees.Origin
+import org.apache.spark.sql.types.DataType
 
 /**
  * Recognises spark-ivm's statements by their first keywords (as Iceberg's and Delta's parsers
@@ -12,8 +13,10 @@ import org.apache.spark.sql.catalyst.trees.Origin
  * (CREATE STREAMING TABLE, CREATE FLOW ...).
  *
  * {{{
- *   CREATE [OR REPLACE] MATERIALIZED VIEW [IF NOT EXISTS] name [(col, ...)]
- *       [COMMENT 'text'] [TBLPROPERTIES (key = value, ...)]
+ *   CREATE [OR (REPLACE | REFRESH)] MATERIALIZED VIEW [IF NOT EXISTS] name
+ *       [(col [type] [NOT NULL] [COMMENT 'text'], ...)]
+ *       [COMMENT 'text'] [TBLPROPERTIES (key = value, ...)] [USING DELTA]
+ *       [PARTITIONED BY (col, ...) | CLUSTER BY (col, ...)]
  *       [REFRESH POLICY (AUTO | INCREMENTAL [STRICT] | FULL)] [schedule] [ACCESS BY (col, ...)] AS query
  *   REFRESH MATERIALIZED VIEW name [FULL] [CASCADE] [WITH REPORT]
  *   DROP MATERIALIZED VIEW [IF EXISTS] name
@@ -45,7 +48,7 @@ object IvmStatementParser {
   private[parser] def isOurs(heads: List[String]): Boolean =
     heads match {
       case "CREATE" :: "MATERIALIZED" :: "VIEW" :: _ => true
-      case "CREATE" :: "OR" :: "REPLACE" :: "MATERIALIZED" :: _ => true
+      case "CREATE" :: "OR" :: ("REPLACE" | "REFRESH") :: "MATERIALIZED" :: _ => true
       case ("REFRESH" | "DROP" | "ALTER" | "DESCRIBE" | "DESC") :: "MATERIALIZED" :: "VIEW" :: _ =>
         true
       case "SHOW" :: "MATERIALIZED" :: "VIEWS" :: _ => true
@@ -72,6 +75,13 @@ object IvmStatementParser {
     }
     out.result()
   }
+
+  /** Words that end a column's type in a column list: its properties. */
+  private val ColumnPropertyWords =
+    Set("NOT", "COMMENT", "DEFAULT", "GENERATED", "MASK", "CONSTRAINT", "PRIMARY", "REFERENCES", "CHECK", "UNIQUE")
+
+  private val PartitionedOrClustered =
+    "a Delta table is partitioned or clustered, not both: give PARTITIONED BY or CLUSTER BY"
 
   private class StatementParser(sql: String) {
     private var pos = 0
@@ -365,71 +375,86 @@ object IvmStatementParser {
     }
 
     private def create(): IvmStatement = {
-      val orReplace = if (acceptKeyword("OR")) { expectKeyword("REPLACE"); true }
-      else false
+      val (orReplace, orRefresh) = if (acceptKeyword("OR")) {
+        if (acceptKeyword("REPLACE")) (true, false)
+        else if (acceptKeyword("REFRESH")) (false, true)
+        else unexpected(peek, "expected REPLACE or REFRESH")
+      } else (false, false)
       expectKeyword("MATERIALIZED"); expectKeyword("VIEW")
       val ifNotExists =
         if (acceptKeyword("IF")) { expectKeyword("NOT"); expectKeyword("EXISTS"); true }
         else false
-      if (orReplace && ifNotExists) {
-        fail(pos, "'IF NOT EXISTS'", "OR REPLACE and IF NOT EXISTS cannot be used together")
+      if ((orReplace || orRefresh) && ifNotExists) {
+        fail(pos, "'IF NOT EXISTS'",
+          s"OR ${if (orReplace) "REPLACE" else "REFRESH"} and IF NOT EXISTS cannot be used together")
       }
       val name = multipartName()
-      val columns = if (peek match { case Symbol("(", _) => true; case _ => false }) {
-        advance()
-        val cols = Seq.newBuilder[String]
-        var more = true
-        while (more) {
-          cols += identifier("a column name")
-          if (acceptKeyword("COMMENT")) stringLiteral("a column comment")
-          more = acceptSymbol(",")
-        }
-        expectSymbol(")")
-        cols.result()
-      } else Nil
+      val columns = if (peek match { case Symbol("(", _) => true; case _ => false }) columnList() else Nil
       var comment: Option[String] = None
       var props: Option[Map[String, String]] = None
       var policy: Option[RefreshPolicy] = None
       var schedule: Option[Schedule] = None
       var accessBy: Option[Seq[String]] = None
+      var partitionedBy: Option[Seq[String]] = None
+      var clusteredBy: Option[Seq[String]] = None
+      var provider = false
       var done = false
+      def once(t: Token, twice: Boolean, clause: String): Unit =
+        if (twice) unexpected(t, s"$clause is given twice")
       while (!done) {
         val t = peek
         if (isKeyword(t, "ACCESS")) {
-          if (accessBy.isDefined) unexpected(t, "ACCESS BY is given twice")
+          once(t, accessBy.isDefined, "ACCESS BY")
           advance()
           expectKeyword("BY")
-          expectSymbol("(")
-          val cols = Seq.newBuilder[String]
-          var more = true
-          while (more) {
-            cols += identifier("a column name")
-            more = acceptSymbol(",")
-          }
-          expectSymbol(")")
-          accessBy = Some(cols.result())
+          accessBy = Some(nameList("a column name"))
         } else if (isKeyword(t, "REFRESH")) {
-          if (policy.isDefined) unexpected(t, "REFRESH POLICY is given twice")
+          once(t, policy.isDefined, "REFRESH POLICY")
           advance()
           policy = Some(refreshPolicy())
         } else if (isKeyword(t, "SCHEDULE") || isKeyword(t, "TRIGGER")) {
           if (schedule.isDefined) unexpected(t, "a view has one schedule or trigger")
           schedule = scheduleClause()
         } else if (isKeyword(t, "COMMENT")) {
-          if (comment.isDefined) unexpected(t, "COMMENT is given twice")
+          once(t, comment.isDefined, "COMMENT")
           advance()
           comment = Some(stringLiteral("the comment"))
         } else if (isKeyword(t, "TBLPROPERTIES")) {
-          if (props.isDefined) unexpected(t, "TBLPROPERTIES is given twice")
+          once(t, props.isDefined, "TBLPROPERTIES")
           advance()
           props = Some(propertyList(withValues = true).toMap)
+        } else if (isKeyword(t, "USING")) {
+          once(t, provider, "USING")
+          advance()
+          val format = peek
+          if (!isKeyword(format, "DELTA")) {
+            unexpected(format, "expected DELTA: a materialized view's rows are kept in a Delta table")
+          }
+          advance()
+          provider = true
+        } else if (isKeyword(t, "PARTITIONED")) {
+          once(t, partitionedBy.isDefined, "PARTITIONED BY")
+          if (clusteredBy.isDefined) unexpected(t, PartitionedOrClustered)
+          advance()
+          expectKeyword("BY")
+          partitionedBy = Some(layoutColumns("PARTITIONED BY"))
+        } else if (isKeyword(t, "CLUSTER")) {
+          once(t, clusteredBy.isDefined, "CLUSTER BY")
+          if (partitionedBy.isDefined) unexpected(t, PartitionedOrClustered)
+          advance()
+          expectKeyword("BY")
+          if (isKeyword(peek, "AUTO") || isKeyword(peek, "NONE")) {
+            unexpected(peek, "expected the clustering columns in parentheses: CLUSTER BY (col, ...)")
+          }
+          clusteredBy = Some(layoutColumns("CLUSTER BY"))
         } else if (isKeyword(t, "AS")) {
           advance()
           done = true
         } else {
           unexpected(t,
-            "expected COMMENT, TBLPROPERTIES or AS (or REFRESH POLICY, SCHEDULE, TRIGGER ON UPDATE, " +
-              "ACCESS BY)")
+            unsupportedClause(t).getOrElse(
+              "expected COMMENT, TBLPROPERTIES or AS (or REFRESH POLICY, SCHEDULE, TRIGGER ON UPDATE, " +
+                "ACCESS BY, PARTITIONED BY, CLUSTER BY, USING DELTA)"))
         }
       }
       val queryStart = Tokenizer.skipBlank(sql, pos)
@@ -442,7 +467,154 @@ object IvmStatementParser {
       val inPlace = sql.substring(0, queryStart).map(c => if (c == '\n') '\n' else ' ') +
         sql.substring(queryStart, math.max(queryStart, queryEnd))
       CreateMaterializedView(name, ifNotExists, orReplace, columns, comment,
-        props.getOrElse(Map.empty), query, inPlace, policy, schedule, accessBy.getOrElse(Nil))
+        props.getOrElse(Map.empty), query, inPlace, policy, schedule, accessBy.getOrElse(Nil),
+        ViewStorage(partitionedBy.getOrElse(Nil), clusteredBy.getOrElse(Nil)), orRefresh)
+    }
+
+    /** `(name, ...)`: one or more names. */
+    private def nameList(what: String): Seq[String] = {
+      expectSymbol("(")
+      val names = Seq.newBuilder[String]
+      var more = true
+      while (more) {
+        names += identifier(what)
+        more = acceptSymbol(",")
+      }
+      expectSymbol(")")
+      names.result()
+    }
+
+    /** PARTITIONED BY's or CLUSTER BY's columns: names of the view's columns, nothing more. */
+    private def layoutColumns(clause: String): Seq[String] = {
+      expectSymbol("(")
+      val names = Seq.newBuilder[String]
+      var more = true
+      while (more) {
+        names += identifier("a column of the view")
+        peek match {
+          case t @ Symbol("(", _) =>
+            unexpected(t,
+              s"$clause takes columns of the view: compute a value in the query " +
+                "(year(ts) AS ts_year) and name that column")
+          case t @ Word(_, _, _) =>
+            unexpected(t, s"$clause names columns of the view, without types")
+          case _ =>
+        }
+        more = acceptSymbol(",")
+      }
+      expectSymbol(")")
+      names.result()
+    }
+
+    /** What to write instead of a clause of Spark's CREATE that a materialized view does not take. */
+    private def unsupportedClause(t: Token): Option[String] = t match {
+      case Word(w, false, _) => w.toUpperCase(java.util.Locale.ROOT) match {
+          case "LOCATION" => Some("a materialized view's rows are kept in a managed Delta table of its " +
+              "database: create the view in a database whose LOCATION is where they should be")
+          case "OPTIONS" => Some("give the backing Delta table's settings as TBLPROPERTIES ('delta.key' = 'value')")
+          case "WITH" => Some("a materialized view has no row filter: filter in its query")
+          case "DEFAULT" => Some("a materialized view has no default collation: collate in its query")
+          case "CLUSTERED" | "SKEWED" | "STORED" | "ROW" =>
+            Some("a materialized view is a Delta table: lay it out with PARTITIONED BY or CLUSTER BY")
+          case _ => None
+        }
+      case _ => None
+    }
+
+    /**
+     * The column list of CREATE: `name [type] [NOT NULL] [COMMENT 'text']`, as Spark's pipeline
+     * grammar takes it. Constraints, defaults, generated columns and masks are refused with what
+     * to do instead.
+     */
+    private def columnList(): Seq[ViewColumn] = {
+      expectSymbol("(")
+      val columns = Seq.newBuilder[ViewColumn]
+      var more = true
+      while (more) {
+        refuseConstraint(peek)
+        val name = identifier("a column name")
+        val dataType = columnType()
+        var notNull = false
+        var comment: Option[String] = None
+        var properties = true
+        while (properties) {
+          val t = peek
+          if (!notNull && acceptKeyword("NOT")) {
+            expectKeyword("NULL")
+            notNull = true
+          } else if (comment.isEmpty && acceptKeyword("COMMENT")) {
+            comment = Some(stringLiteral("a column comment"))
+          } else {
+            columnPropertyHint(t).foreach(unexpected(t, _))
+            properties = false
+          }
+        }
+        columns += ViewColumn(name, dataType, notNull, comment)
+        more = acceptSymbol(",")
+      }
+      expectSymbol(")")
+      columns.result()
+    }
+
+    private def refuseConstraint(t: Token): Unit = t match {
+      case Word(w, false, _)
+          if (w.equalsIgnoreCase("CONSTRAINT") && !followedBy(",") && !followedBy(")")) ||
+            ((w.equalsIgnoreCase("PRIMARY") || w.equalsIgnoreCase("FOREIGN")) && followedByWord("KEY")) ||
+            ((w.equalsIgnoreCase("UNIQUE") || w.equalsIgnoreCase("CHECK")) && followedBy("(")) =>
+        unexpected(t,
+          "a materialized view takes no constraints: declare keys on its base tables " +
+            "(ALTER TABLE ... ADD CONSTRAINT), which its refreshes use")
+      case _ =>
+    }
+
+    /** True if the token after the next one is the keyword `kw`. */
+    private def followedByWord(kw: String): Boolean =
+      (try Tokenizer.next(sql, Tokenizer.next(sql, pos)._2)._1
+      catch { case _: TokenizeError => End(pos) }) match {
+        case Word(w, false, _) => w.equalsIgnoreCase(kw)
+        case _ => false
+      }
+
+    /** What to do instead of a column property a view's column does not take, if `t` is one. */
+    private def columnPropertyHint(t: Token): Option[String] = t match {
+      case Word(w, false, _) => w.toUpperCase(java.util.Locale.ROOT) match {
+          case "DEFAULT" | "GENERATED" =>
+            Some("a materialized view's columns are computed by its query: compute the value there")
+          case "MASK" => Some("a materialized view's columns have no masks: mask in its query")
+          case "CONSTRAINT" | "PRIMARY" | "REFERENCES" | "CHECK" | "UNIQUE" =>
+            Some("a materialized view takes no constraints: declare keys on its base tables " +
+              "(ALTER TABLE ... ADD CONSTRAINT), which its refreshes use")
+          case _ => None
+        }
+      case _ => None
+    }
+
+    /**
+     * A column's data type, if one follows its name: the text up to the next `,` or `)`, or to a
+     * column property, outside brackets, parsed by Spark's type parser.
+     */
+    private def columnType(): Option[DataType] = {
+      def ends(t: Token): Boolean = t match {
+        case Symbol("," | ")", _) | End(_) => true
+        case Word(w, false, _) => ColumnPropertyWords.contains(w.toUpperCase(java.util.Locale.ROOT))
+        case _ => false
+      }
+      val start = peek
+      if (ends(start)) None
+      else {
+        var depth = 0
+        while (depth > 0 || !ends(peek)) {
+          advance() match {
+            case Symbol("(" | "<", _) => depth += 1
+            case Symbol(")" | ">", _) => depth -= 1
+            case End(o) => unexpected(End(o), "expected ')' after the column list")
+            case _ =>
+          }
+        }
+        val text = sql.substring(start.offset, peek.offset).trim
+        try Some(CatalystSqlParser.parseDataType(text))
+        catch { case _: ParseException => unexpected(start, s"expected a data type, not '$text'") }
+      }
     }
   }
 }

@@ -34,6 +34,17 @@ class ViewMaintenance(val shape: ViewShape, val viewColumns: Seq[String], val to
   val outputStorage: Seq[String] = storageNames(viewColumns)
 
   /**
+   * The backing table's column that keeps view column `name` as a read gives it, if one does
+   * (not a column a read computes, [[atRead]]).
+   */
+  def storedColumn(name: String): Option[String] =
+    if (atRead.exists(!_.columns.exists(_.equalsIgnoreCase(name)))) None
+    else viewColumns.indexWhere(_.equalsIgnoreCase(name)) match {
+      case -1 => None
+      case i => Some(outputStorage(i))
+    }
+
+  /**
    * The top rows whose first rows the backing table marks in [[TopColumn]], so that a read
    * reads those rows alone (see `io.sparkivm.execution.TopMarks`): a LIMIT over stored columns
    * (not what a read computes) of a view with more than one row.

@@ -1,6 +1,6 @@
 package io.sparkivm.parser
 
-import io.sparkivm.catalog.{RefreshPolicy, Schedule}
+import io.sparkivm.catalog.{RefreshPolicy, Schedule, ViewStorage}
 import io.sparkivm.commands._
 import io.sparkivm.errors.IvmException
 import org.apache.spark.sql.catalyst.parser.ParseException
@@ -50,6 +50,30 @@ class IvmStatementParserSuite extends AnyFunSuite {
     val noBy = error("CREATE MATERIALIZED VIEW v ACCESS (a) AS SELECT 1")
     assert(noBy.getMessage.contains("BY") && noBy.startPosition.contains(34))
     assert(error("CREATE MATERIALIZED VIEW v ACCESS BY () AS SELECT 1").startPosition.contains(38))
+  }
+
+  test("Spark's pipeline clauses: typed columns, NOT NULL, layout, USING DELTA, OR REFRESH") {
+    val c = parse(
+      """CREATE OR REFRESH MATERIALIZED VIEW v (
+        |  a ARRAY<STRUCT<x: INT, y: DECIMAL(10, 2)>> NOT NULL COMMENT 'c',
+        |  `b c` STRING COLLATE UTF8_LCASE COMMENT 'd' NOT NULL, e)
+        |USING delta CLUSTER BY (e, a) AS SELECT 1""".stripMargin).asInstanceOf[CreateMaterializedView]
+    assert(c.orRefresh && !c.orReplace)
+    assert(c.columns.map(x => (x.name, x.dataType.map(_.sql), x.notNull, x.comment)) == Seq(
+      ("a", Some("ARRAY<STRUCT<x: INT, y: DECIMAL(10,2)>>"), true, Some("c")),
+      ("b c", Some("STRING COLLATE UTF8_LCASE"), true, Some("d")), ("e", None, false, None)))
+    assert(c.storage == ViewStorage(Nil, Seq("e", "a")))
+    assert(parse("CREATE MATERIALIZED VIEW v PARTITIONED BY (d, `e f`) AS SELECT 1")
+      .asInstanceOf[CreateMaterializedView].storage == ViewStorage(Seq("d", "e f"), Nil))
+    // A column named like a constraint keyword is a column.
+    assert(parse("CREATE MATERIALIZED VIEW v (constraint, check) AS SELECT 1, 2")
+      .asInstanceOf[CreateMaterializedView].columnNames == Seq("constraint", "check"))
+    val both = error("CREATE MATERIALIZED VIEW v CLUSTER BY (a) PARTITIONED BY (b) AS SELECT 1")
+    assert(both.getMessage.contains("not both") && both.startPosition.contains(42))
+    val twice = error("CREATE MATERIALIZED VIEW v PARTITIONED BY (a) PARTITIONED BY (b) AS SELECT 1")
+    assert(twice.getMessage.contains("PARTITIONED BY is given twice"))
+    assert(error("CREATE MATERIALIZED VIEW v (a INT NOT NULL NOT NULL) AS SELECT 1").startPosition.contains(43))
+    assert(error("CREATE MATERIALIZED VIEW v (a INT MASK f) AS SELECT 1").getMessage.contains("mask in its query"))
   }
 
   test("the other statements") {
