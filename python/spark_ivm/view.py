@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import pickle
 from decimal import Decimal
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
 from pyspark.errors import AnalysisException
 from pyspark.serializers import CPickleSerializer
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from spark_ivm.errors import IvmError, raises_typed
 from spark_ivm.history import Lag, RefreshEntry
@@ -30,6 +31,20 @@ def quote_name(name: str) -> str:
 
 def _sql_string(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _quote_column(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _column_list(schema: Union[str, StructType]) -> str:
+    """A CREATE column list from a DDL string (as given) or a StructType."""
+    if isinstance(schema, str):
+        return schema
+    return ", ".join(
+        _quote_column(f.name) + f" {f.dataType.simpleString()}" + ("" if f.nullable else " NOT NULL")
+        + (f" COMMENT {_sql_string(f.metadata['comment'])}" if "comment" in f.metadata else "")
+        for f in schema.fields)
 
 
 def _policy(value: str) -> str:
@@ -109,6 +124,10 @@ class MaterializedView:
         or_replace: bool = False,
         refresh: Optional[str] = None,
         access_by: Optional[Sequence[str]] = None,
+        schema: Optional[Union[str, StructType]] = None,
+        partition_cols: Optional[Sequence[str]] = None,
+        cluster_by: Optional[Sequence[str]] = None,
+        or_refresh: bool = False,
     ) -> "MaterializedView":
         """CREATE MATERIALIZED VIEW ``name`` AS ``query``, and return its handle.
 
@@ -120,14 +139,26 @@ class MaterializedView:
         older ``ivm.refresh`` property, kept working: it stands for INCREMENTAL or FULL.
         ``access_by`` names the view's input columns (``ACCESS BY (...)``): the columns a
         :meth:`lookup` binds.
+
+        As Spark Declarative Pipelines' ``materialized_view`` takes them: ``schema`` is the
+        column list, a DDL string (``"k INT NOT NULL COMMENT 'key', total DOUBLE"``) or a
+        ``StructType`` (a field not nullable is NOT NULL); each declared type must be the query's.
+        ``partition_cols`` and ``cluster_by`` lay the view's Delta table out (PARTITIONED BY,
+        CLUSTER BY). ``or_refresh`` runs CREATE OR REFRESH: an existing view declared the same
+        is refreshed, any other replaced.
         """
         props = dict(properties or {})
         if refresh is not None:
             props["ivm.refresh"] = refresh
         prop_sql = ", ".join(f"{_sql_string(k)} = {_sql_string(str(v))}" for k, v in props.items())
-        head = "CREATE OR REPLACE" if or_replace else "CREATE"
+        head = "CREATE OR REPLACE" if or_replace else "CREATE OR REFRESH" if or_refresh else "CREATE"
         cond = " IF NOT EXISTS" if if_not_exists else ""
+        columns = f" ({_column_list(schema)})" if schema is not None else ""
         clauses = f" COMMENT {_sql_string(comment)}" if comment is not None else ""
+        if partition_cols:
+            clauses += " PARTITIONED BY (" + ", ".join(_quote_column(c) for c in partition_cols) + ")"
+        if cluster_by:
+            clauses += " CLUSTER BY (" + ", ".join(_quote_column(c) for c in cluster_by) + ")"
         if props:
             clauses += f" TBLPROPERTIES ({prop_sql})"
         if refresh_policy is not None:
@@ -136,7 +167,7 @@ class MaterializedView:
             clauses += f" {schedule}"
         if access_by:
             clauses += " ACCESS BY (" + ", ".join(quote_name(c) for c in access_by) + ")"
-        spark.sql(f"{head} MATERIALIZED VIEW{cond} {quote_name(name)}{clauses} AS {query}")
+        spark.sql(f"{head} MATERIALIZED VIEW{cond} {quote_name(name)}{columns}{clauses} AS {query}")
         return cls(spark, name)
 
     @raises_typed

@@ -12,6 +12,7 @@ import pytest
 from ivm_testing import assert_matches_query, short_jvm_env
 from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
+from pyspark.sql.types import DecimalType, IntegerType, StructField, StructType
 from spark_ivm import (
     IVM_EXTENSION,
     IvmError,
@@ -56,6 +57,30 @@ def test_create_refresh_report_and_drop(spark: SparkSession, orders: str) -> Non
     mv.drop()
     with pytest.raises(AnalysisException):
         MaterializedView.for_name(spark, "per_cust")
+
+
+def test_create_takes_a_schema_a_layout_and_or_refresh(spark: SparkSession, orders: str) -> None:
+    """The arguments of Spark Declarative Pipelines' materialized_view: the column list as a
+    StructType or DDL, partition_cols and cluster_by; or_refresh refreshes a view declared the same."""
+    schema = StructType([StructField("cust", IntegerType(), False, {"comment": "the customer"}),
+                         StructField("total", DecimalType(20, 2))])
+    query = "SELECT cust, sum(amount) AS total FROM orders GROUP BY cust"
+    mv = MaterializedView.create(spark, "by_cust", query, schema=schema, partition_cols=["cust"])
+    detail = spark.sql("DESCRIBE DETAIL __ivm_backing_by_cust").collect()[0]
+    assert detail.partitionColumns == ["cust"]
+    assert [(r.col_name, r.comment) for r in spark.sql("DESCRIBE by_cust").collect()][0] == \
+        ("cust", "the customer")
+    spark.sql("INSERT INTO orders VALUES (200, 2, 3.00)")
+    again = MaterializedView.create(spark, "by_cust", query, schema=schema, partition_cols=["cust"],
+                                    or_refresh=True)
+    assert again.history(1)[0].mode == "incremental"
+    assert_matches_query(spark, "by_cust", query)
+    clustered = MaterializedView.create(spark, "by_cust", query, schema="cust INT, total DECIMAL(20,2)",
+                                        cluster_by=["total"], or_refresh=True)
+    backing = clustered.describe()["backing_table"]
+    assert spark.sql(f"DESCRIBE DETAIL {backing}").collect()[0].clusteringColumns == ["total"]
+    assert clustered.describe()["refresh_policy"] == mv.describe()["refresh_policy"]
+    assert_matches_query(spark, "by_cust", query)
 
 
 def test_rows_is_a_lazy_filtered_iterator(spark: SparkSession, orders: str) -> None:
