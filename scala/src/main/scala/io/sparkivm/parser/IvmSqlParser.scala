@@ -1,18 +1,20 @@
 package io.sparkivm.parser
 
+import io.delta.tables.execution.VacuumTableCommand
 import io.sparkivm.catalog.{CatalogGuard, ViewCatalog}
 import io.sparkivm.commands.{
   CreateMaterializedView, KeyConstraintCommands, MaterializedViewCommands, ShowCreateMaterializedViewCommand
 }
 import io.sparkivm.errors.IvmErrors
 import org.apache.spark.sql.SparkSession
-import org.apache.spark.sql.catalyst.analysis.{UnresolvedRelation, UnresolvedTableOrView}
+import org.apache.spark.sql.catalyst.analysis.{UnresolvedRelation, UnresolvedTable, UnresolvedTableOrView}
 import org.apache.spark.sql.catalyst.expressions.Expression
 import org.apache.spark.sql.catalyst.parser.{ParameterContext, ParseException, ParserInterface}
 import org.apache.spark.sql.catalyst.plans.logical.{
   DeleteFromTable, LogicalPlan, MergeIntoTable, ShowCreateTable, SubqueryAlias, UpdateTable
 }
 import org.apache.spark.sql.catalyst.{FunctionIdentifier, TableIdentifier}
+import org.apache.spark.sql.delta.commands.{DescribeDeltaDetailCommand, DescribeDeltaHistory, OptimizeTableCommand}
 import org.apache.spark.sql.types.{DataType, StructType}
 
 /** Spark's parser, with spark-ivm's statements recognised first (see [[IvmStatementParser]]). */
@@ -62,7 +64,25 @@ class IvmSqlParser(session: SparkSession, delegate: ParserInterface) extends Par
    */
   private def intercepted(plan: LogicalPlan): LogicalPlan = {
     CatalogGuard.check(session, plan)
-    KeyConstraintCommands.intercept(refuseWritesToViews(plan)).orElse(showCreate(plan)).getOrElse(plan)
+    KeyConstraintCommands.intercept(refuseWritesToViews(plan)).orElse(showCreate(plan)).orElse(onBacking(plan))
+      .getOrElse(plan)
+  }
+
+  /**
+   * Delta's maintenance and inspection of a table (OPTIMIZE, with ZORDER BY or a WHERE; VACUUM;
+   * DESCRIBE HISTORY and DETAIL), when they name a materialized view, run on its backing table:
+   * the view's rows are that table's, and OPTIMIZE is how a view declared with CLUSTER BY is
+   * clustered.
+   */
+  private def onBacking(plan: LogicalPlan): Option[LogicalPlan] = plan match {
+    case _: OptimizeTableCommand | _: VacuumTableCommand | _: DescribeDeltaHistory | _: DescribeDeltaDetailCommand =>
+      plan.children match {
+        case Seq(u: UnresolvedTable) =>
+          materializedViewIn(u).flatMap(parts => ViewCatalog.backingOf(session, ViewCatalog.qualify(session, parts)))
+            .map(b => plan.withNewChildren(Seq(u.copy(multipartIdentifier = b.nameParts))))
+        case _ => None
+      }
+    case _ => None
   }
 
   /** SHOW CREATE TABLE of a materialized view gives its CREATE MATERIALIZED VIEW statement. */
@@ -78,6 +98,7 @@ class IvmSqlParser(session: SparkSession, delegate: ParserInterface) extends Par
       case SubqueryAlias(_, child) => nameOf(child)
       case r: UnresolvedRelation => Some(r.multipartIdentifier)
       case r: UnresolvedTableOrView => Some(r.multipartIdentifier)
+      case r: UnresolvedTable => Some(r.multipartIdentifier)
       case _ => None
     }
     nameOf(p).filter(parts => scala.util.Try(ViewCatalog.isMaterializedView(session, parts)).getOrElse(false))
