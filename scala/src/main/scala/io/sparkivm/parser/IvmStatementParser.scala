@@ -18,7 +18,7 @@ import org.apache.spark.sql.types.DataType
  *       [COMMENT 'text'] [TBLPROPERTIES (key = value, ...)] [USING DELTA]
  *       [PARTITIONED BY (col, ...) | CLUSTER BY (col, ...)]
  *       [REFRESH POLICY (AUTO | INCREMENTAL [STRICT] | FULL)] [schedule] [ACCESS BY (col, ...)] AS query
- *   REFRESH MATERIALIZED VIEW name [FULL] [CASCADE] [WITH REPORT]
+ *   REFRESH MATERIALIZED VIEW name [FULL] [CASCADE] [SYNC] [WITH REPORT]
  *   DROP MATERIALIZED VIEW [IF EXISTS] name
  *   SHOW MATERIALIZED VIEWS [(IN | FROM) namespace]
  *   SHOW REFRESHES [FOR name] [LIMIT n]
@@ -297,10 +297,17 @@ object IvmStatementParser {
           var full = false
           var cascade = false
           var more = true
+          var sync = false
           while (more) {
             if (!full && acceptKeyword("FULL")) full = true
             else if (!cascade && acceptKeyword("CASCADE")) cascade = true
-            else more = false
+            // SYNC, as other engines write it: a REFRESH returns when the view is up to date.
+            else if (!sync && acceptKeyword("SYNC")) sync = true
+            else if (isKeyword(peek, "ASYNC")) {
+              unexpected(peek,
+                "a REFRESH runs to its end (SYNC); refresh in the background with a " +
+                  "SCHEDULE or TRIGGER ON UPDATE clause, which the refresh service runs")
+            } else more = false
           }
           val withReport = acceptKeyword("WITH") && { expectKeyword("REPORT"); true }
           expectEnd()
@@ -557,6 +564,10 @@ object IvmStatementParser {
     }
 
     private def refuseConstraint(t: Token): Unit = t match {
+      case Word(w, false, _) if w.equalsIgnoreCase("CONSTRAINT") && expectation =>
+        unexpected(t,
+          "a materialized view has no expectations: filter its query (WHERE cond) to drop the " +
+            "rows that fail one, or check them with a view of the failing rows")
       case Word(w, false, _)
           if (w.equalsIgnoreCase("CONSTRAINT") && !followedBy(",") && !followedBy(")")) ||
             ((w.equalsIgnoreCase("PRIMARY") || w.equalsIgnoreCase("FOREIGN")) && followedByWord("KEY")) ||
@@ -566,6 +577,14 @@ object IvmStatementParser {
             "(ALTER TABLE ... ADD CONSTRAINT), which its refreshes use")
       case _ =>
     }
+
+    /** True if the tokens ahead are `CONSTRAINT name EXPECT`, a pipeline's expectation. */
+    private def expectation: Boolean =
+      (try Tokenizer.tokens(sql.substring(pos), 3)
+      catch { case _: TokenizeError => Vector.empty }) match {
+        case Vector(_, Word(_, _, _), Word(w, false, _)) => w.equalsIgnoreCase("EXPECT")
+        case _ => false
+      }
 
     /** True if the token after the next one is the keyword `kw`. */
     private def followedByWord(kw: String): Boolean =

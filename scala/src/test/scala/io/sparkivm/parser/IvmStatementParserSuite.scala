@@ -74,6 +74,10 @@ class IvmStatementParserSuite extends AnyFunSuite {
     assert(twice.getMessage.contains("PARTITIONED BY is given twice"))
     assert(error("CREATE MATERIALIZED VIEW v (a INT NOT NULL NOT NULL) AS SELECT 1").startPosition.contains(43))
     assert(error("CREATE MATERIALIZED VIEW v (a INT MASK f) AS SELECT 1").getMessage.contains("mask in its query"))
+    val expect = error("CREATE MATERIALIZED VIEW v (a, CONSTRAINT ok EXPECT (a > 0) ON VIOLATION DROP ROW) AS SELECT 1")
+    assert(expect.getMessage.contains("no expectations") && expect.startPosition.contains(31))
+    assert(parse("REFRESH MATERIALIZED VIEW v FULL SYNC") == RefreshMaterializedView(Seq("v"), full = true))
+    assert(error("REFRESH MATERIALIZED VIEW v ASYNC").getMessage.contains("SCHEDULE or TRIGGER ON UPDATE"))
   }
 
   test("the other statements") {
