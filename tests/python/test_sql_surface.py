@@ -263,11 +263,12 @@ def test_statements_inside_sql_scripts(spark: SparkSession, db: str) -> None:
     assert "FULLY" in str(e), str(e)[:400]
 
 
-def test_pipe_syntax_queries_are_maintained(spark: SparkSession, db: str) -> None:
-    """SQL pipe syntax (`FROM t |> WHERE ... |> AGGREGATE ...`): its analyzed plan keeps marker
-    nodes that compute nothing (Spark's optimizer drops them), which the validator refused as an
-    unknown operator, so such views were recomputed. They are now maintained like the same query
-    written with SELECT, subqueries and top-k included, and equal to it after every change."""
+def test_pipe_syntax_and_sql_functions_are_maintained(spark: SparkSession, db: str) -> None:
+    """SQL pipe syntax (`FROM t |> WHERE ... |> AGGREGATE ...`) and SQL table functions (CREATE
+    FUNCTION ... RETURNS TABLE): their analyzed plans keep nodes that compute nothing (Spark's
+    optimizer drops them), which the validator refused as an unknown operator, so such views were
+    recomputed. They are now maintained like the same query written with SELECT, subqueries and
+    top-k included, and equal to it after every change."""
     spark.sql("CREATE TABLE t (i INT, g STRING, x INT) USING delta")
     spark.sql("CREATE TABLE d (g STRING, label STRING) USING delta")
     spark.sql("INSERT INTO t VALUES (1, 'a', 10), (2, 'b', 20), (3, 'a', 1)")
@@ -277,7 +278,11 @@ def test_pipe_syntax_queries_are_maintained(spark: SparkSession, db: str) -> Non
         "joined": "FROM t |> EXTEND x * 2 AS y |> JOIN d USING (g) |> AGGREGATE sum(y) AS s GROUP BY label",
         "top": "FROM t |> AGGREGATE sum(x) AS s GROUP BY g |> ORDER BY s DESC |> LIMIT 2",
         "nested": "FROM t |> WHERE i IN (FROM d |> JOIN t USING (g) |> WHERE x < 15 |> SELECT i)",
+        "function": "SELECT g, sum(doubled(x)) AS s FROM small_rows(15) GROUP BY g",
     }
+    spark.sql("CREATE FUNCTION doubled(v INT) RETURNS INT RETURN v * 2")
+    spark.sql("CREATE FUNCTION small_rows(lim INT) RETURNS TABLE (i INT, g STRING, x INT) "
+              "RETURN SELECT i, g, x FROM t WHERE x < lim")
     steps = [["INSERT INTO t VALUES (4, 'b', 7), (5, 'c', 3)"], ["DELETE FROM t WHERE i = 1"],
              ["UPDATE t SET x = x + 30 WHERE i = 3", "INSERT INTO d VALUES ('c', 'C')"]]
     follow_changes(spark, queries, steps, clause="REFRESH POLICY INCREMENTAL STRICT")

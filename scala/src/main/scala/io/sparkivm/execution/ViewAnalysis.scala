@@ -11,7 +11,7 @@ import io.sparkivm.planner.{
   ViewMaintenance, ViewShape
 }
 import org.apache.spark.sql.catalyst.FunctionIdentifier
-import org.apache.spark.sql.catalyst.analysis.{UnresolvedFunction, UnresolvedRelation}
+import org.apache.spark.sql.catalyst.analysis.{SQLFunctionNode, UnresolvedFunction, UnresolvedRelation}
 import org.apache.spark.sql.catalyst.expressions.{Alias, PipeOperator, SubqueryExpression, VariableReference}
 import org.apache.spark.sql.catalyst.plans.logical.{LogicalPlan, Project}
 import org.apache.spark.sql.catalyst.util.DateTimeUtils
@@ -40,10 +40,14 @@ object ViewAnalysis {
     if (previous != database) spark.catalog.setCurrentDatabase(database)
     try {
       val parsed = SessionInternals.parser(spark).parsePlan(queryText)
-      // SQL pipe syntax (`FROM t |> WHERE ...`) leaves markers that compute nothing, which
-      // Spark's optimizer removes (EliminatePipeOperators); the view's plan is read without them.
+      // SQL pipe syntax (`FROM t |> WHERE ...`) and SQL table functions leave nodes that compute
+      // nothing, which Spark's optimizer removes (EliminatePipeOperators,
+      // EliminateSQLFunctionNode); the view's plan is read without them.
       val analyzed = SparkInternals.analyzed(SparkInternals.dataFrame(spark, parsed))
-        .transformUpWithSubqueries { case PipeOperator(child) => child }
+        .transformUpWithSubqueries {
+          case PipeOperator(child) => child
+          case SQLFunctionNode(_, child) => child
+        }
       SourceLeaf.withTimeTravelUnnamed(analyzed)
     } finally {
       if (previous != database) spark.catalog.setCurrentDatabase(previous)
