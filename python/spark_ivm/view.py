@@ -235,6 +235,7 @@ class MaterializedView:
         Keys: ``catalog``, ``database``, ``name``, ``qualified_name``, ``backing_table``,
         ``query``, ``refresh_mode``, ``refresh_policy``, ``full_because`` (why a view whose
         policy allows incremental refreshes is recomputed, or None), ``schedule``,
+        ``partitioned_by`` and ``clustered_by`` (the declared layout's columns),
         ``freshness`` (``pending_commits``, ``lag_ms``, ``sources``), ``comment``,
         ``columns`` (``[(name, type), ...]``),
         ``maintenance`` (``strategy``: ``counting``, ``ivm_eps`` or ``full``; ``shape``;

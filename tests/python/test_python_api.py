@@ -80,6 +80,7 @@ def test_create_takes_a_schema_a_layout_and_or_refresh(spark: SparkSession, orde
     backing = clustered.describe()["backing_table"]
     assert spark.sql(f"DESCRIBE DETAIL {backing}").collect()[0].clusteringColumns == ["total"]
     assert clustered.describe()["refresh_policy"] == mv.describe()["refresh_policy"]
+    assert (clustered.describe()["partitioned_by"], clustered.describe()["clustered_by"]) == ([], ["total"])
     assert_matches_query(spark, "by_cust", query)
 
 

@@ -144,6 +144,8 @@ object ViewExplainer {
       "full_because" -> opt(meta.fullBecause)(JString(_)),
       "schedule" -> opt(meta.schedule)(s => JString(s.sql)),
       "access_by" -> JArray(meta.accessBy.map(JString(_)).toList),
+      "partitioned_by" -> JArray(meta.storage.partitionedBy.map(JString(_)).toList),
+      "clustered_by" -> JArray(meta.storage.clusteredBy.map(JString(_)).toList),
       "access" -> opt(access) {
         case Right(a) => JObject("class" -> JString(a.cls.name),
             "inputs" -> JArray(a.query.inputs.toSeq.sorted.map(JString(_)).toList),
