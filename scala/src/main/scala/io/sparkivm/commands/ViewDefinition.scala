@@ -35,18 +35,30 @@ object ViewDefinition {
   /**
    * IVM_INVALID_LAYOUT unless every column the view is partitioned or clustered by, or declares
    * NOT NULL, is one its backing table keeps as a read gives it (not one a read computes, as
-   * a global window's).
+   * a global window's), and unless a view with NOT NULL keeps only the rows a read shows: Delta
+   * checks NOT NULL on every row of the table, and a view's top rows, HAVING or windows keep
+   * rows a read leaves out.
    */
   def requireStored(view: String, columns: Seq[ViewColumn], storage: ViewStorage,
-      maintenance: ViewMaintenance): Unit =
-    Seq("PARTITIONED BY" -> storage.partitionedBy, "CLUSTER BY" -> storage.clusteredBy,
-      "NOT NULL" -> columns.filter(_.notNull).map(_.name)).foreach { case (clause, names) =>
-      names.find(maintenance.storedColumn(_).isEmpty).foreach { n =>
-        throw IvmErrors.invalidLayout(view, clause,
-          s"the view computes '$n' when it is read (${maintenance.appliedAtRead.map(_._1).mkString(", ")}); " +
-            "name a column it keeps")
+      maintenance: ViewMaintenance): Unit = {
+    val notNull = columns.filter(_.notNull).map(_.name)
+    Seq("PARTITIONED BY" -> storage.partitionedBy, "CLUSTER BY" -> storage.clusteredBy, "NOT NULL" -> notNull)
+      .foreach { case (clause, names) =>
+        names.find(maintenance.storedColumn(_).isEmpty).foreach { n =>
+          throw IvmErrors.invalidLayout(view, clause,
+            s"the view computes '$n' when it is read (${maintenance.appliedAtRead.map(_._1).mkString(", ")}); " +
+              "name a column it keeps")
+        }
       }
+    val unshown = (if (maintenance.top.isDefined) Seq("the rows below its top rows") else Nil) ++
+      (if (maintenance.hasHaving) Seq("the groups its HAVING leaves out") else Nil) ++
+      (if (maintenance.atRead.isDefined) Seq("the rows a read computes over") else Nil)
+    if (notNull.nonEmpty && unshown.nonEmpty) {
+      throw IvmErrors.invalidLayout(view, "NOT NULL",
+        s"the view keeps ${unshown.mkString(" and ")}, where '${notNull.head}' may be NULL; " +
+          s"filter the NULLs in the query (WHERE ${notNull.head} IS NOT NULL) and leave NOT NULL out")
     }
+  }
 
   /**
    * The column list a rebuild of `meta` gives: the declared one, else (a view made before column
