@@ -1,5 +1,6 @@
 package io.sparkivm.catalog
 
+import org.apache.spark.sql.catalyst.util.QuotingUtils.quoteIdentifier
 import org.apache.spark.sql.types.DataType
 import org.json4s._
 import org.json4s.jackson.JsonMethods.{compact, parse, render}
@@ -10,7 +11,16 @@ import org.json4s.jackson.JsonMethods.{compact, parse, render}
  * exactly that type. NOT NULL is enforced by Delta on every write of the backing table.
  */
 case class ViewColumn(name: String, dataType: Option[DataType] = None, notNull: Boolean = false,
-    comment: Option[String] = None)
+    comment: Option[String] = None) {
+
+  /** The column as a column list writes it, all it declares. */
+  def sql: String =
+    quoteIdentifier(name) + dataType.map(t => s" ${t.sql}").getOrElse("") + (if (notNull) " NOT NULL" else "") +
+      commentSql
+
+  /** ` COMMENT '...'`, or nothing. */
+  def commentSql: String = comment.map(t => s" COMMENT ${ViewCatalog.sqlString(t)}").getOrElse("")
+}
 
 /**
  * How a view's backing table lies in storage, as the user declared it: Delta partitioning

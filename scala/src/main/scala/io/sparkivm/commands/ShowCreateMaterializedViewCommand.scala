@@ -1,6 +1,6 @@
 package io.sparkivm.commands
 
-import io.sparkivm.catalog.{EpsilonState, ViewCatalog, ViewColumn, ViewMetadata}
+import io.sparkivm.catalog.{EpsilonState, ViewCatalog, ViewMetadata}
 import org.apache.spark.sql.catalyst.expressions.{Attribute, AttributeReference}
 import org.apache.spark.sql.catalyst.util.QuotingUtils.quoteIdentifier
 import org.apache.spark.sql.execution.command.LeafRunnableCommand
@@ -24,7 +24,7 @@ object ShowCreateMaterializedViewCommand {
   /** The statement, one clause per line, with the policy in force and the user's properties. */
   def statement(meta: ViewMetadata): String = {
     val properties = meta.userProperties ++ meta.epsilon.map(e => EpsilonState.Property -> e.toString)
-    val columns = if (meta.declared.nonEmpty) meta.declared.map(column) else meta.columns.map(quoteIdentifier)
+    val columns = if (meta.declared.nonEmpty) meta.declared.map(_.sql) else meta.columns.map(quoteIdentifier)
     def names(clause: String, columns: Seq[String]) =
       if (columns.isEmpty) None else Some(columns.map(quoteIdentifier).mkString(s"$clause (", ", ", ")"))
     val clauses = Seq(
@@ -43,8 +43,4 @@ object ShowCreateMaterializedViewCommand {
       Some(s"AS ${meta.queryText}"))
     clauses.flatten.mkString("\n") + "\n"
   }
-
-  private def column(c: ViewColumn): String =
-    quoteIdentifier(c.name) + c.dataType.map(t => s" ${t.sql}").getOrElse("") + (if (c.notNull) " NOT NULL" else "") +
-      c.comment.map(t => s" COMMENT ${ViewCatalog.sqlString(t)}").getOrElse("")
 }

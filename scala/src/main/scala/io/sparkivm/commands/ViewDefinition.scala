@@ -2,12 +2,9 @@ package io.sparkivm.commands
 
 import java.util.Locale
 
-import io.sparkivm.catalog.{
-  DeltaTables, EpsilonState, RefreshMode, RefreshPolicy, ViewCatalog, ViewColumn, ViewMetadata, ViewStorage
-}
+import io.sparkivm.catalog.{DeltaTables, EpsilonState, ViewCatalog, ViewColumn, ViewMetadata, ViewStorage}
 import io.sparkivm.errors.{IvmErrors, IvmException}
 import io.sparkivm.planner.ViewMaintenance
-import io.sparkivm.policy.RefreshPolicies
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan
 
@@ -79,8 +76,6 @@ object ViewDefinition {
   def unchanged(spark: SparkSession, stmt: CreateMaterializedView, meta: ViewMetadata): Boolean = {
     val props = stmt.properties
     lazy val backingProps = DeltaTables.log(spark, meta.backing).update().metadata.configuration
-    val policy = stmt.policy.orElse(props.get(ViewCatalog.RefreshProperty).flatMap(RefreshMode.parse)
-        .map(RefreshPolicy.ofMode)).getOrElse(RefreshPolicies.default(spark))
     def user(p: Map[String, String]) = p.filter { case (k, _) =>
       !k.startsWith("ivm.") && !k.toLowerCase(Locale.ROOT).startsWith("delta.")
     }
@@ -95,7 +90,7 @@ object ViewDefinition {
       backingProps.get(k).contains(v)
     } &&
     meta.epsilon == props.get(EpsilonState.Property).flatMap(EpsilonState.parse) &&
-    meta.policy == policy &&
+    meta.policy == ViewLifecycle.policyOf(spark, stmt) &&
     meta.schedule == stmt.schedule &&
     meta.accessBy == stmt.accessBy
   }

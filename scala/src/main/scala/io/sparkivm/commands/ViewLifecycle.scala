@@ -71,12 +71,7 @@ object ViewLifecycle extends Logging {
       Some(ViewCatalog.backingOf(spark, id, existing))
     }
     checkProperties(stmt.properties)
-    val legacy = stmt.properties.get(ViewCatalog.RefreshProperty).map(parseMode).map(RefreshPolicy.ofMode)
-    if (stmt.policy.isDefined && legacy.exists(_ != stmt.policy.get)) {
-      throw IvmErrors.propertyNotSettable(ViewCatalog.RefreshProperty,
-        s"it contradicts REFRESH POLICY ${stmt.policy.get}; give REFRESH POLICY only")
-    }
-    val policy = stmt.policy.orElse(legacy).getOrElse(RefreshPolicies.default(spark))
+    val policy = policyOf(spark, stmt)
     val plan = ViewAnalysis.analyze(spark, stmt.queryTextInPlace, database)
     ViewAnalysis.requireOutlivesSession(spark, stmt.queryTextInPlace, plan)
     ViewAnalysis.requireRowData(id.quotedString, plan)
@@ -576,6 +571,19 @@ object ViewLifecycle extends Logging {
   private def parseMode(v: String): RefreshMode = RefreshMode.parse(v).getOrElse(
     throw IvmErrors.invalidProperty(ViewCatalog.RefreshProperty, v,
       "'incremental' or 'full' (or use REFRESH POLICY AUTO | INCREMENTAL | INCREMENTAL STRICT | FULL)"))
+
+  /**
+   * The refresh policy a CREATE declares: REFRESH POLICY, else the older `ivm.refresh` property
+   * (refused where it contradicts REFRESH POLICY), else the session's default.
+   */
+  private[commands] def policyOf(spark: SparkSession, stmt: CreateMaterializedView): RefreshPolicy = {
+    val legacy = stmt.properties.get(ViewCatalog.RefreshProperty).map(parseMode).map(RefreshPolicy.ofMode)
+    if (stmt.policy.isDefined && legacy.exists(_ != stmt.policy.get)) {
+      throw IvmErrors.propertyNotSettable(ViewCatalog.RefreshProperty,
+        s"it contradicts REFRESH POLICY ${stmt.policy.get}; give REFRESH POLICY only")
+    }
+    stmt.policy.orElse(legacy).getOrElse(RefreshPolicies.default(spark))
+  }
 
   private def checkProperties(props: Map[String, String]): Unit =
     props.keys.filter(_.startsWith("ivm.")).foreach { k =>

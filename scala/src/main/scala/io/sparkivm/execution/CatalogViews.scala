@@ -31,9 +31,7 @@ object CatalogViews {
     // The declared columns' comments, where any has one: Spark's view column list takes them.
     val columns = if (!meta.declared.exists(_.comment.isDefined)) ""
     else
-      meta.declared.map { c =>
-        quoteIdentifier(c.name) + c.comment.map(t => s" COMMENT ${ViewCatalog.sqlString(t)}").getOrElse("")
-      }.mkString(" (", ", ", ")")
+      meta.declared.map(c => quoteIdentifier(c.name) + c.commentSql).mkString(" (", ", ", ")")
     CatalogGuard.internal(spark.sql(s"CREATE ${if (replace) "OR REPLACE " else ""}VIEW " +
         s"${meta.view.quotedString}$columns$comment TBLPROPERTIES ($props) AS ${maintenance.viewSql(meta.backing.quotedString)}"))
   }

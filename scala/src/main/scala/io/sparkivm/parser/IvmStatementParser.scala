@@ -80,6 +80,9 @@ object IvmStatementParser {
   private val ColumnPropertyWords =
     Set("NOT", "COMMENT", "DEFAULT", "GENERATED", "MASK", "CONSTRAINT", "PRIMARY", "REFERENCES", "CHECK", "UNIQUE")
 
+  private val NoConstraints = "a materialized view takes no constraints: declare keys on its base tables " +
+    "(ALTER TABLE ... ADD CONSTRAINT), which its refreshes use"
+
   private val PartitionedOrClustered =
     "a Delta table is partitioned or clustered, not both: give PARTITIONED BY or CLUSTER BY"
 
@@ -155,16 +158,19 @@ object IvmStatementParser {
       case _ => plainName()
     }
 
+    /** The token after the next one (End if there is none or it cannot be read). */
+    private def afterNext: Token =
+      try Tokenizer.next(sql, Tokenizer.next(sql, pos)._2)._1
+      catch { case _: TokenizeError => End(pos) }
+
     /** True if the token after the next one is the symbol `s`. */
-    private def followedBy(s: String): Boolean = {
-      val after =
-        try Tokenizer.next(sql, Tokenizer.next(sql, pos)._2)._1
-        catch { case _: TokenizeError => End(pos) }
-      after match {
-        case Symbol(`s`, _) => true
-        case _ => false
-      }
+    private def followedBy(s: String): Boolean = afterNext match {
+      case Symbol(`s`, _) => true
+      case _ => false
     }
+
+    /** True if the token after the next one is the keyword `kw`. */
+    private def followedByWord(kw: String): Boolean = isKeyword(afterNext, kw)
 
     /** `IDENTIFIER('db.name')`, as Spark takes a name from a constant string anywhere a name goes. */
     private def identifierClause(at: Token): Seq[String] = {
@@ -478,13 +484,14 @@ object IvmStatementParser {
         ViewStorage(partitionedBy.getOrElse(Nil), clusteredBy.getOrElse(Nil)), orRefresh)
     }
 
-    /** `(name, ...)`: one or more names. */
-    private def nameList(what: String): Seq[String] = {
+    /** `(name, ...)`: one or more names, each followed by `check` (of the token after it). */
+    private def nameList(what: String, check: Token => Unit = _ => ()): Seq[String] = {
       expectSymbol("(")
       val names = Seq.newBuilder[String]
       var more = true
       while (more) {
         names += identifier(what)
+        check(peek)
         more = acceptSymbol(",")
       }
       expectSymbol(")")
@@ -492,26 +499,16 @@ object IvmStatementParser {
     }
 
     /** PARTITIONED BY's or CLUSTER BY's columns: names of the view's columns, nothing more. */
-    private def layoutColumns(clause: String): Seq[String] = {
-      expectSymbol("(")
-      val names = Seq.newBuilder[String]
-      var more = true
-      while (more) {
-        names += identifier("a column of the view")
-        peek match {
+    private def layoutColumns(clause: String): Seq[String] =
+      nameList("a column of the view",
+        {
           case t @ Symbol("(", _) =>
             unexpected(t,
               s"$clause takes columns of the view: compute a value in the query " +
                 "(year(ts) AS ts_year) and name that column")
-          case t @ Word(_, _, _) =>
-            unexpected(t, s"$clause names columns of the view, without types")
+          case t @ Word(_, _, _) => unexpected(t, s"$clause names columns of the view, without types")
           case _ =>
-        }
-        more = acceptSymbol(",")
-      }
-      expectSymbol(")")
-      names.result()
-    }
+        })
 
     /** What to write instead of a clause of Spark's CREATE that a materialized view does not take. */
     private def unsupportedClause(t: Token): Option[String] = t match {
@@ -572,9 +569,7 @@ object IvmStatementParser {
           if (w.equalsIgnoreCase("CONSTRAINT") && !followedBy(",") && !followedBy(")")) ||
             ((w.equalsIgnoreCase("PRIMARY") || w.equalsIgnoreCase("FOREIGN")) && followedByWord("KEY")) ||
             ((w.equalsIgnoreCase("UNIQUE") || w.equalsIgnoreCase("CHECK")) && followedBy("(")) =>
-        unexpected(t,
-          "a materialized view takes no constraints: declare keys on its base tables " +
-            "(ALTER TABLE ... ADD CONSTRAINT), which its refreshes use")
+        unexpected(t, NoConstraints)
       case _ =>
     }
 
@@ -586,14 +581,6 @@ object IvmStatementParser {
         case _ => false
       }
 
-    /** True if the token after the next one is the keyword `kw`. */
-    private def followedByWord(kw: String): Boolean =
-      (try Tokenizer.next(sql, Tokenizer.next(sql, pos)._2)._1
-      catch { case _: TokenizeError => End(pos) }) match {
-        case Word(w, false, _) => w.equalsIgnoreCase(kw)
-        case _ => false
-      }
-
     /** What to do instead of a column property a view's column does not take, if `t` is one. */
     private def columnPropertyHint(t: Token): Option[String] = t match {
       case Word(w, false, _) => w.toUpperCase(java.util.Locale.ROOT) match {
@@ -601,8 +588,7 @@ object IvmStatementParser {
             Some("a materialized view's columns are computed by its query: compute the value there")
           case "MASK" => Some("a materialized view's columns have no masks: mask in its query")
           case "CONSTRAINT" | "PRIMARY" | "REFERENCES" | "CHECK" | "UNIQUE" =>
-            Some("a materialized view takes no constraints: declare keys on its base tables " +
-              "(ALTER TABLE ... ADD CONSTRAINT), which its refreshes use")
+            Some(NoConstraints)
           case _ => None
         }
       case _ => None
